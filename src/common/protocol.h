@@ -1,0 +1,188 @@
+// The client <-> scheduler wire protocol: typed messages and their binary framing.
+//
+// Every frame is a 12-byte header followed by a payload (docs/protocol.md is the normative text):
+//
+//   offset 0  u32  magic        0x4853564E ("NVSH" on the wire)
+//   offset 4  u16  version      protocol version the frame is encoded in
+//   offset 6  u16  type         MessageType
+//   offset 8  u32  length       payload bytes that follow, at most kMaxPayload
+//
+// All integers are little endian, written and read field by field (no struct memcpy). Strings are a u16
+// length and that many bytes, each with its own maximum. A payload must be consumed exactly: a field
+// missing or a byte left over makes the frame malformed, and so does an enum value outside its range.
+//
+// Contract of FrameDecoder: bytes may arrive in any split (streaming); next() yields each complete
+// message in order, nullopt while a frame is incomplete, or an error for malformed input. A header is
+// checked as soon as its 12 bytes are present, so an oversized length is rejected before any payload is
+// awaited. After an error the decoder stays failed: the connection it serves is to be closed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/result.h"
+
+namespace nvshare::protocol {
+
+inline constexpr std::uint32_t kMagic = 0x4853564E;
+inline constexpr std::uint16_t kMinVersion = 1;
+inline constexpr std::uint16_t kMaxVersion = 1;
+inline constexpr std::size_t kHeaderSize = 12;
+inline constexpr std::size_t kMaxPayload = 4096;
+inline constexpr std::size_t kMaxUuidLength = 64;
+inline constexpr std::size_t kMaxNameLength = 256;
+
+enum class MessageType : std::uint16_t {
+  kHello = 1,     // client -> scheduler, first frame of a session (one session per process and GPU)
+  kWelcome = 2,   // scheduler -> client, answer to hello with the negotiated version
+  kRequest = 3,   // client -> scheduler, wants to run on the GPU
+  kGrant = 4,     // scheduler -> client, may run until revoked; carries the grant epoch
+  kRevoke = 5,    // scheduler -> client, stop submitting, drain, maybe swap out, then release
+  kReleased = 6,  // client -> scheduler, gave the grant back (after a revoke or by itself)
+  kUsage = 7,     // client -> scheduler, memory footprint and measured swap bandwidth
+  kLimits = 8,    // scheduler -> client, the limits to enforce from now on
+  kWait = 9,      // scheduler -> client, the request is queued and why
+  kPing = 10,     // either direction, liveness
+  kPong = 11,     // answer to ping with the same nonce
+};
+
+enum class RevokeReason : std::uint8_t { kTurn = 1, kQuota = 2, kMemory = 3, kAdmin = 4 };
+enum class WaitReason : std::uint8_t { kMemory = 1, kTurn = 2, kQuota = 3 };
+
+// Capability bits a peer announces in hello/welcome; unknown bits are ignored.
+namespace capability {
+inline constexpr std::uint64_t kSwap = 1u << 0;         // can move its allocations to host on revoke
+inline constexpr std::uint64_t kIdleRelease = 1u << 1;  // releases the grant by itself when idle
+inline constexpr std::uint64_t kUsageReports = 1u << 2; // sends usage messages
+}  // namespace capability
+
+// Limits as enforced by the client. memory_bytes 0 means no memory limit; core_percent is 1..100 and
+// 100 means uncapped.
+struct Limits {
+  std::uint64_t memory_bytes = 0;
+  std::uint8_t core_percent = 100;
+  bool operator==(const Limits&) const = default;
+};
+
+struct Hello {
+  std::uint16_t min_version = kMinVersion;
+  std::uint16_t max_version = kMaxVersion;
+  std::uint32_t pid = 0;                // informational: the scheduler trusts SO_PEERCRED
+  std::string gpu_uuid;                 // "GPU-..." of the device this session is for
+  std::uint64_t gpu_memory_bytes = 0;   // physical memory of that GPU as the driver reports it
+  std::uint64_t capabilities = 0;
+  Limits declared;                      // honoured only when the scheduler trusts client limits
+  std::string pod_uid;                  // declared pod identity, informational unless trusted
+  std::string process_name;
+  bool operator==(const Hello&) const = default;
+};
+
+struct Welcome {
+  std::uint16_t version = kMaxVersion;  // the version both sides speak from now on
+  std::uint64_t client_id = 0;
+  std::uint64_t capabilities = 0;
+  bool operator==(const Welcome&) const = default;
+};
+
+struct Request {
+  bool operator==(const Request&) const = default;
+};
+
+struct Grant {
+  std::uint64_t epoch = 0;
+  bool operator==(const Grant&) const = default;
+};
+
+struct Revoke {
+  std::uint64_t epoch = 0;
+  RevokeReason reason = RevokeReason::kTurn;
+  bool swap_out = false;
+  bool operator==(const Revoke&) const = default;
+};
+
+struct Released {
+  std::uint64_t epoch = 0;
+  std::uint64_t held_us = 0;   // how long the grant was held
+  std::uint64_t drain_us = 0;  // from the revoke to the last queued work completing (0 if unasked)
+  bool operator==(const Released&) const = default;
+};
+
+struct Usage {
+  std::uint64_t allocated_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  std::uint64_t swap_bytes_per_s = 0;  // measured swap bandwidth, 0 until one was measured
+  bool operator==(const Usage&) const = default;
+};
+
+struct SetLimits {
+  Limits limits;
+  bool operator==(const SetLimits&) const = default;
+};
+
+struct Wait {
+  WaitReason reason = WaitReason::kTurn;
+  bool operator==(const Wait&) const = default;
+};
+
+struct Ping {
+  std::uint64_t nonce = 0;
+  bool operator==(const Ping&) const = default;
+};
+
+struct Pong {
+  std::uint64_t nonce = 0;
+  bool operator==(const Pong&) const = default;
+};
+
+using Message = std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits, Wait,
+                             Ping, Pong>;
+
+MessageType type_of(const Message& message);
+std::string_view to_string(MessageType type);
+std::string_view to_string(RevokeReason reason);
+std::string_view to_string(WaitReason reason);
+
+// The version both sides speak, or nullopt when the peer's range does not overlap ours.
+std::optional<std::uint16_t> negotiate_version(std::uint16_t peer_min, std::uint16_t peer_max);
+
+// Encodes one frame (header and payload) in protocol version `version`. Fails only when a field does
+// not fit its wire limits (a string longer than its maximum).
+Result<std::vector<std::uint8_t>> encode(const Message& message, std::uint16_t version = kMaxVersion);
+// Appends the frame to `out`; same failure rule as encode.
+Status encode_to(const Message& message, std::vector<std::uint8_t>& out,
+                 std::uint16_t version = kMaxVersion);
+
+struct Frame {
+  std::uint16_t version = 0;
+  Message message;
+};
+
+// Decodes the frame at the start of `bytes`. Returns the frame and the bytes it used, nullopt when the
+// frame is not complete yet, or an error when what is there is malformed.
+struct Decoded {
+  Frame frame;
+  std::size_t consumed = 0;
+};
+Result<std::optional<Decoded>> decode_frame(std::span<const std::uint8_t> bytes);
+
+class FrameDecoder {
+ public:
+  void feed(std::span<const std::uint8_t> bytes);
+  Result<std::optional<Frame>> next();
+  bool failed() const { return failed_; }
+  std::size_t buffered() const { return buffer_.size() - start_; }
+
+ private:
+  std::vector<std::uint8_t> buffer_;
+  std::size_t start_ = 0;
+  bool failed_ = false;
+  std::string error_;
+};
+
+}  // namespace nvshare::protocol

@@ -1,0 +1,278 @@
+#include "common/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "common/wire.h"
+
+namespace nvshare::protocol {
+namespace {
+
+std::vector<Message> every_message() {
+  Hello hello;
+  hello.min_version = 1;
+  hello.max_version = 1;
+  hello.pid = 4242;
+  hello.gpu_uuid = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  hello.gpu_memory_bytes = 150'000'000'000ULL;
+  hello.capabilities = capability::kSwap | capability::kIdleRelease;
+  hello.declared = Limits{4ULL << 30, 30};
+  hello.pod_uid = "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d";
+  hello.process_name = "python3";
+  return {
+      hello,
+      Welcome{1, 77, capability::kSwap},
+      Request{},
+      Grant{0x0102030405060708ULL},
+      Revoke{9, RevokeReason::kQuota, true},
+      Revoke{10, RevokeReason::kAdmin, false},
+      Released{9, 1'500'000, 2'300},
+      Usage{14ULL << 30, 12ULL << 30, 12'700'000'000ULL},
+      SetLimits{Limits{512ULL << 20, 50}},
+      Wait{WaitReason::kMemory},
+      Ping{0xFFFFFFFFFFFFFFFFULL},
+      Pong{1},
+  };
+}
+
+std::vector<std::uint8_t> frame_of(const Message& m) { return encode(m).value(); }
+
+// A hand-built frame, for headers that encode() would refuse to produce.
+std::vector<std::uint8_t> raw_frame(std::uint32_t magic, std::uint16_t version, std::uint16_t type,
+                                    std::vector<std::uint8_t> payload,
+                                    std::optional<std::uint32_t> length = std::nullopt) {
+  std::vector<std::uint8_t> out;
+  wire::ByteWriter w(out);
+  w.u32(magic);
+  w.u16(version);
+  w.u16(type);
+  w.u32(length.value_or(static_cast<std::uint32_t>(payload.size())));
+  out.insert(out.end(), payload.begin(), payload.end());
+  return out;
+}
+
+TEST(Protocol, EveryMessageRoundTrips) {
+  for (const Message& m : every_message()) {
+    const auto bytes = frame_of(m);
+    auto decoded = decode_frame(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.error().message;
+    ASSERT_TRUE(decoded.value().has_value());
+    EXPECT_EQ(decoded.value()->consumed, bytes.size());
+    EXPECT_EQ(decoded.value()->frame.version, kMaxVersion);
+    EXPECT_EQ(decoded.value()->frame.message, m) << to_string(type_of(m));
+  }
+}
+
+TEST(Protocol, EveryMessageTypeIsCovered) {
+  std::set<MessageType> seen;
+  for (const Message& m : every_message()) seen.insert(type_of(m));
+  EXPECT_EQ(seen.size(), std::variant_size_v<Message>);
+}
+
+TEST(Protocol, HeaderIsLittleEndianFieldByField) {
+  const auto bytes = frame_of(Grant{0x0102030405060708ULL});
+  const std::vector<std::uint8_t> expected{
+      'N', 'V', 'S', 'H', 1, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+  EXPECT_EQ(bytes, expected);
+}
+
+TEST(Protocol, RequestHasEmptyPayload) {
+  const auto bytes = frame_of(Request{});
+  EXPECT_EQ(bytes.size(), kHeaderSize);
+}
+
+TEST(Protocol, TruncatedFrameAtEveryLengthIsIncompleteNotAnError) {
+  for (const Message& m : every_message()) {
+    const auto bytes = frame_of(m);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      auto decoded = decode_frame(std::span(bytes).first(n));
+      ASSERT_TRUE(decoded.ok()) << to_string(type_of(m)) << " cut at " << n;
+      EXPECT_FALSE(decoded.value().has_value());
+    }
+  }
+}
+
+TEST(Protocol, FrameSplitAcrossReadsAtEveryOffset) {
+  std::vector<std::uint8_t> stream;
+  const auto messages = every_message();
+  for (const Message& m : messages) {
+    const auto f = frame_of(m);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  for (std::size_t split = 0; split <= stream.size(); ++split) {
+    FrameDecoder decoder;
+    std::vector<Message> out;
+    for (auto part : {std::span(stream).first(split), std::span(stream).subspan(split)}) {
+      decoder.feed(part);
+      for (;;) {
+        auto next = decoder.next();
+        ASSERT_TRUE(next.ok()) << "split at " << split << ": " << next.error().message;
+        if (!next.value()) break;
+        out.push_back(next.value()->message);
+      }
+    }
+    ASSERT_EQ(out, messages) << "split at " << split;
+    EXPECT_EQ(decoder.buffered(), 0u);
+  }
+}
+
+TEST(Protocol, ByteByByteFeedingYieldsEveryMessage) {
+  FrameDecoder decoder;
+  std::vector<Message> out;
+  for (const Message& m : every_message()) {
+    for (std::uint8_t b : frame_of(m)) {
+      decoder.feed(std::span(&b, 1));
+      auto next = decoder.next();
+      ASSERT_TRUE(next.ok());
+      if (next.value()) out.push_back(next.value()->message);
+    }
+  }
+  EXPECT_EQ(out, every_message());
+}
+
+TEST(Protocol, BadMagicIsRejected) {
+  auto bytes = frame_of(Ping{1});
+  bytes[0] ^= 0xFF;
+  auto decoded = decode_frame(bytes);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.error().message.find("magic"), std::string::npos);
+}
+
+TEST(Protocol, UnknownVersionIsRejected) {
+  for (std::uint16_t version : {std::uint16_t{0}, std::uint16_t{kMaxVersion + 1}, std::uint16_t{0xFFFF}}) {
+    auto decoded = decode_frame(raw_frame(kMagic, version, 10, std::vector<std::uint8_t>(8, 0)));
+    ASSERT_FALSE(decoded.ok()) << version;
+    EXPECT_NE(decoded.error().message.find("version"), std::string::npos);
+  }
+}
+
+TEST(Protocol, UnknownTypeIsRejected) {
+  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{12}, std::uint16_t{0xFFFF}}) {
+    auto decoded = decode_frame(raw_frame(kMagic, 1, type, {}));
+    ASSERT_FALSE(decoded.ok()) << type;
+    EXPECT_NE(decoded.error().message.find("type"), std::string::npos);
+  }
+}
+
+TEST(Protocol, OversizedLengthIsRejectedFromTheHeaderAlone) {
+  // Only the 12 header bytes are present: the decoder must not wait for 4 GiB of payload.
+  auto header = raw_frame(kMagic, 1, 10, {}, 0xFFFFFFFFu);
+  auto decoded = decode_frame(header);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.error().message.find("exceeds"), std::string::npos);
+  EXPECT_FALSE(decode_frame(raw_frame(kMagic, 1, 10, {}, kMaxPayload + 1)).ok());
+}
+
+TEST(Protocol, TrailingBytesInPayloadAreRejected) {
+  std::vector<std::uint8_t> payload(9, 0);  // ping is 8 bytes
+  auto decoded = decode_frame(raw_frame(kMagic, 1, 10, payload));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.error().message.find("trailing"), std::string::npos);
+}
+
+TEST(Protocol, ShortPayloadIsRejected) {
+  auto decoded = decode_frame(raw_frame(kMagic, 1, 10, std::vector<std::uint8_t>(7, 0)));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.error().message.find("truncated"), std::string::npos);
+}
+
+TEST(Protocol, OutOfRangeFieldsAreRejected) {
+  // Revoke with reason 0, reason 5, swap flag 2.
+  for (auto [reason, swap] : {std::pair{0, 0}, std::pair{5, 0}, std::pair{1, 2}}) {
+    std::vector<std::uint8_t> payload(8, 0);
+    payload.push_back(static_cast<std::uint8_t>(reason));
+    payload.push_back(static_cast<std::uint8_t>(swap));
+    EXPECT_FALSE(decode_frame(raw_frame(kMagic, 1, 5, payload)).ok()) << reason << "," << swap;
+  }
+  // Limits with core percent 0 and 101.
+  for (int core : {0, 101}) {
+    std::vector<std::uint8_t> payload(8, 0);
+    payload.push_back(static_cast<std::uint8_t>(core));
+    EXPECT_FALSE(decode_frame(raw_frame(kMagic, 1, 8, payload)).ok()) << core;
+  }
+  // Wait with reason 4.
+  EXPECT_FALSE(decode_frame(raw_frame(kMagic, 1, 9, {4})).ok());
+}
+
+TEST(Protocol, HelloWithInvertedVersionRangeIsRejected) {
+  Hello hello;
+  hello.min_version = 1;
+  hello.max_version = 1;
+  auto bytes = frame_of(hello);
+  bytes[kHeaderSize] = 2;  // min_version = 2 > max_version = 1
+  EXPECT_FALSE(decode_frame(bytes).ok());
+}
+
+TEST(Protocol, StringLongerThanItsMaximumIsRejected) {
+  std::vector<std::uint8_t> payload;
+  wire::ByteWriter w(payload);
+  w.u16(1);
+  w.u16(1);
+  w.u32(1);
+  w.u16(static_cast<std::uint16_t>(kMaxUuidLength + 1));
+  payload.insert(payload.end(), kMaxUuidLength + 1, 'a');
+  auto decoded = decode_frame(raw_frame(kMagic, 1, 1, payload));
+  EXPECT_FALSE(decoded.ok());
+}
+
+TEST(Protocol, StringLengthPastThePayloadIsRejectedWithoutReadingBeyondIt) {
+  std::vector<std::uint8_t> payload;
+  wire::ByteWriter w(payload);
+  w.u16(1);
+  w.u16(1);
+  w.u32(1);
+  w.u16(40);  // claims 40 bytes, payload ends here
+  // Bytes after the frame must not be taken as part of it.
+  auto frame = raw_frame(kMagic, 1, 1, payload);
+  frame.insert(frame.end(), 64, 'x');
+  EXPECT_FALSE(decode_frame(frame).ok());
+}
+
+TEST(Protocol, EncoderRefusesStringsOverTheirMaximum) {
+  Hello hello;
+  hello.gpu_uuid.assign(kMaxUuidLength + 1, 'g');
+  EXPECT_FALSE(encode(hello).ok());
+}
+
+TEST(Protocol, DecoderStaysFailedAfterMalformedInput) {
+  FrameDecoder decoder;
+  auto bad = frame_of(Ping{1});
+  bad[0] = 0;
+  decoder.feed(bad);
+  EXPECT_FALSE(decoder.next().ok());
+  EXPECT_TRUE(decoder.failed());
+  const auto good = frame_of(Ping{2});
+  decoder.feed(good);
+  EXPECT_FALSE(decoder.next().ok());
+}
+
+TEST(Protocol, MessagesBeforeAMalformedFrameAreStillDelivered) {
+  FrameDecoder decoder;
+  auto good = frame_of(Ping{7});
+  auto bad = raw_frame(kMagic, 1, 99, {});
+  good.insert(good.end(), bad.begin(), bad.end());
+  decoder.feed(good);
+  auto first = decoder.next();
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first.value().has_value());
+  EXPECT_EQ(first.value()->message, Message(Ping{7}));
+  EXPECT_FALSE(decoder.next().ok());
+}
+
+TEST(Protocol, VersionNegotiation) {
+  EXPECT_EQ(negotiate_version(1, 1), std::optional<std::uint16_t>(1));
+  EXPECT_EQ(negotiate_version(1, 9), std::optional<std::uint16_t>(kMaxVersion));
+  EXPECT_EQ(negotiate_version(kMaxVersion + 1, kMaxVersion + 3), std::nullopt);
+  EXPECT_EQ(negotiate_version(0, 0), std::nullopt);
+}
+
+TEST(Protocol, NamesAreStable) {
+  EXPECT_EQ(to_string(MessageType::kReleased), "released");
+  EXPECT_EQ(to_string(RevokeReason::kQuota), "quota");
+  EXPECT_EQ(to_string(WaitReason::kMemory), "memory");
+}
+
+}  // namespace
+}  // namespace nvshare::protocol
