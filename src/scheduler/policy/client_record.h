@@ -1,0 +1,73 @@
+// What GpuPolicy remembers about one client (internal to the policy engine).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/clock.h"
+#include "scheduler/policy/events.h"
+#include "scheduler/policy/quota.h"
+#include "scheduler/policy/usage_window.h"
+
+namespace nvshare::policy {
+
+enum class ClientState { kIdle, kWaiting, kRunning, kRevoking, kUnresponsive };
+
+struct ClientRecord {
+  ClientRecord(ClientId client_id, MonoTime now) : id(client_id), state_since(now), usage(now) {}
+
+  ClientId id;
+  std::uint64_t gpu_memory_bytes = 0;
+  Limits limits;
+  std::uint64_t allocated_bytes = 0;  // the working set
+  std::uint64_t resident_bytes = 0;
+
+  ClientState state = ClientState::kIdle;
+  MonoTime state_since;
+
+  // The current grant (or the last one, once released).
+  GrantEpoch epoch = 0;
+  MonoTime granted_at{};
+  // Set while revoking: why, whether memory must move, and when the holder stops blocking others.
+  MonoTime revoked_at{};
+  RevokeReason revoke_reason = RevokeReason::kTurn;
+  bool swap_out = false;
+  MonoTime unresponsive_at{};
+
+  // Set while waiting.
+  MonoTime waiting_since{};
+  std::optional<WaitReason> wait_reason;  // the reason last sent for this wait
+  bool throttled = false;  // waits until its quota bucket is back at the resume level
+  Duration waited_total{0};
+
+  std::optional<QuotaLedger> quota;  // capped clients only
+  UsageWindow usage;
+
+  bool capped() const { return limits.core_percent < 100; }
+  // The cap in percent, 1..100 (0 never reaches us from the wire; treated as the smallest cap).
+  int cap_percent() const { return std::max<int>(1, limits.core_percent); }
+  // Holds a grant epoch (is billed as one of the n holders).
+  bool holds() const {
+    return state == ClientState::kRunning || state == ClientState::kRevoking ||
+           state == ClientState::kUnresponsive;
+  }
+  // Keeps others out: its memory counts and, in exclusive mode, its presence. An unresponsive
+  // holder has stopped blocking.
+  bool blocks() const { return state == ClientState::kRunning || state == ClientState::kRevoking; }
+  // Counted when caps are scaled: everyone who wants the GPU or holds it.
+  bool active() const { return state != ClientState::kIdle; }
+};
+
+inline std::uint64_t sum_working_sets(const std::vector<const ClientRecord*>& clients) {
+  std::uint64_t sum = 0;
+  for (const ClientRecord* c : clients) sum += c->allocated_bytes;
+  return sum;
+}
+
+inline void remove_client(std::vector<const ClientRecord*>& clients, const ClientRecord* c) {
+  clients.erase(std::remove(clients.begin(), clients.end(), c), clients.end());
+}
+
+}  // namespace nvshare::policy

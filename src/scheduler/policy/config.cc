@@ -1,0 +1,54 @@
+#include "scheduler/policy/config.h"
+
+#include <cmath>
+#include <string>
+
+namespace nvshare::policy {
+
+Result<Mode> parse_mode(std::string_view text) {
+  if (text == "auto") return Mode::kAuto;
+  // "serial" is the name earlier releases used for one-at-a-time scheduling.
+  if (text == "exclusive" || text == "serial") return Mode::kExclusive;
+  return make_error("policy mode \"" + std::string(text) +
+                    "\": expected auto, exclusive or serial");
+}
+
+std::string_view to_string(Mode mode) {
+  switch (mode) {
+    case Mode::kAuto:
+      return "auto";
+    case Mode::kExclusive:
+      return "exclusive";
+  }
+  return "unknown";
+}
+
+Status validate(const PolicyConfig& config) {
+  // Written so that NaN fails every range check.
+  if (!(config.reserve_fraction >= 0 && config.reserve_fraction <= 0.9)) {
+    return make_error("reserve fraction must be within 0..0.9");
+  }
+  if (config.capacity_bytes && *config.capacity_bytes == 0) {
+    return make_error("capacity must be positive when set");
+  }
+  if (config.fixed_quantum && *config.fixed_quantum <= Duration::zero()) {
+    return make_error("fixed quantum must be positive");
+  }
+  if (!(config.quantum_swap_multiple > 0 && std::isfinite(config.quantum_swap_multiple))) {
+    return make_error("quantum swap multiple must be a positive number");
+  }
+  if (config.quantum_min <= Duration::zero()) return make_error("quantum minimum must be positive");
+  if (config.quantum_min > config.quantum_max) {
+    return make_error("quantum minimum must not exceed the maximum");
+  }
+  if (config.default_swap_bytes_per_s == 0) {
+    return make_error("default swap bandwidth must be positive");
+  }
+  if (config.quota_window < std::chrono::milliseconds(10)) {
+    return make_error("quota window must be at least 10 ms");
+  }
+  if (config.revoke_grace <= Duration::zero()) return make_error("revoke grace must be positive");
+  return Status::Ok();
+}
+
+}  // namespace nvshare::policy

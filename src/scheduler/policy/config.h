@@ -1,0 +1,51 @@
+// Policy knobs of one GPU. Defaults are the documented ones (docs/configuration.md); the daemon
+// builds a PolicyConfig from its flags and environment, and `nvsharectl set-policy` changes it at
+// run time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "common/clock.h"
+#include "common/result.h"
+
+namespace nvshare::policy {
+
+using namespace std::chrono_literals;
+
+enum class Mode {
+  kAuto,       // clients whose working sets fit together run together
+  kExclusive,  // one runner at a time (alias "serial")
+};
+
+Result<Mode> parse_mode(std::string_view text);
+std::string_view to_string(Mode mode);
+
+struct PolicyConfig {
+  Mode mode = Mode::kAuto;
+  // Fraction of capacity kept free when deciding who fits together.
+  double reserve_fraction = 0.10;
+  // Virtual capacity; when unset, the GPU memory reported by its clients (the smallest report).
+  std::optional<std::uint64_t> capacity_bytes;
+
+  // Turn-taking quantum: fixed when set, otherwise clamp(k x estimated swap time, min, max).
+  std::optional<Duration> fixed_quantum;
+  double quantum_swap_multiple = 5.0;
+  Duration quantum_min = 5s;
+  Duration quantum_max = 300s;
+  // Swap bandwidth assumed until a client reports a measured one (conservative: host paging at its
+  // slowest measured rate on an H200 was 2.2 GB/s).
+  std::uint64_t default_swap_bytes_per_s = 2'000'000'000;
+
+  // Compute caps: token bucket depth and the window "effective share" is measured over.
+  Duration quota_window = 2000ms;
+  // A holder that has not released this long after a revoke stops blocking others.
+  Duration revoke_grace = 10s;
+};
+
+// Checks ranges (reserve in [0, 0.9], quanta positive and min <= max, window >= 10 ms, ...).
+Status validate(const PolicyConfig& config);
+
+}  // namespace nvshare::policy

@@ -1,0 +1,106 @@
+// What the per-GPU policy engine consumes (events) and produces (actions).
+//
+// The engine is a sans-I/O state machine: the daemon turns socket traffic and timer expiries into
+// events, feeds them with the current time, and carries out the actions it gets back (frames to
+// send, counters to bump). Tests and simulations do the same in virtual time.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+
+#include "common/clock.h"
+#include "common/protocol.h"
+
+namespace nvshare::policy {
+
+using ClientId = std::uint64_t;
+using GrantEpoch = std::uint64_t;
+using protocol::Limits;
+using protocol::RevokeReason;
+using protocol::WaitReason;
+
+// ---- events -------------------------------------------------------------------------------------
+
+// A client opened a session on this GPU. `limits` are the limits in force for it (from the control
+// API, or its own declaration when the daemon trusts clients). `gpu_memory_bytes` is the GPU's
+// physical memory as the client's driver reports it (0 when unknown).
+struct Registered {
+  ClientId client = 0;
+  std::uint64_t gpu_memory_bytes = 0;
+  Limits limits;
+};
+
+// The client wants to run. A client that already runs, waits or is being revoked is unaffected (a
+// revoked client goes back to the queue by itself when it releases).
+struct Requested {
+  ClientId client = 0;
+};
+
+// The client gave its grant back, after a revoke or by itself (idle release). A release whose epoch
+// is not the client's current grant is ignored. `held` and `drained` are what the client measured,
+// for status; billing uses the engine's own times (grant to release).
+struct Released {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+  Duration held{0};
+  Duration drained{0};
+};
+
+// Memory footprint on this GPU and the swap bandwidth the client last measured (0: none yet).
+struct UsageReported {
+  ClientId client = 0;
+  std::uint64_t allocated_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  std::uint64_t swap_bytes_per_s = 0;
+};
+
+// New limits from the control API. The engine forwards them to the client at once.
+struct LimitsChanged {
+  ClientId client = 0;
+  Limits limits;
+};
+
+// The session ended: everything the client held is freed now.
+struct Disconnected {
+  ClientId client = 0;
+};
+
+// The time returned by next_deadline() has come (the engine re-evaluates everything due by `now`).
+struct DeadlineReached {};
+
+using Event = std::variant<Registered, Requested, Released, UsageReported, LimitsChanged,
+                           Disconnected, DeadlineReached>;
+
+// ---- actions ------------------------------------------------------------------------------------
+
+struct SendGrant {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+};
+
+struct SendRevoke {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+  RevokeReason reason = RevokeReason::kTurn;
+  bool swap_out = false;  // the next runner does not fit beside this one: move memory to host first
+};
+
+struct SendWait {
+  ClientId client = 0;
+  WaitReason reason = WaitReason::kTurn;
+};
+
+struct SendLimits {
+  ClientId client = 0;
+  Limits limits;
+};
+
+// A holder ignored a revoke for longer than the grace period and no longer blocks others.
+struct HolderUnresponsive {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+};
+
+using Action = std::variant<SendGrant, SendRevoke, SendWait, SendLimits, HolderUnresponsive>;
+
+}  // namespace nvshare::policy

@@ -1,0 +1,224 @@
+// What GpuPolicy shows: view() for status tables and explain() for one-sentence answers to "why
+// does this client wait (or run)?". Both read state only; numbers are projected to the `now` they
+// are given.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "common/quantity.h"
+#include "scheduler/policy/gpu_policy.h"
+
+namespace nvshare::policy {
+namespace {
+
+double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
+
+Duration from_seconds(double s) {
+  return Duration(static_cast<std::int64_t>(std::llround(s * 1e9)));
+}
+
+// `value` with `decimals` digits after the point, then `unit` ("2.1 s", "412 ms", "29.6%").
+std::string fixed(double value, int decimals, const char* unit) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f%s", decimals, value, unit);
+  return buffer;
+}
+
+std::string secs(Duration d) { return fixed(seconds(d), 1, " s"); }
+std::string millis(double s) { return fixed(s * 1e3, 0, " ms"); }
+std::string percent(double fraction) { return fixed(fraction * 100, 1, "%"); }
+// An effective cap: whole when it is ("30%"), else one decimal ("33.3%").
+std::string cap_percent(double fraction) {
+  const double p = fraction * 100;
+  return fixed(p, std::fabs(p - std::round(p)) < 0.05 ? 0 : 1, "%");
+}
+
+std::string client_list(const std::vector<const ClientRecord*>& clients) {
+  std::string text;
+  for (const ClientRecord* c : clients) {
+    if (!text.empty()) text += ", ";
+    text += std::to_string(c->id);
+  }
+  return text;
+}
+
+}  // namespace
+
+GpuView GpuPolicy::view(MonoTime now) const {
+  now = std::max(now, now_);
+  GpuView v;
+  v.capacity_bytes = capacity();
+  v.usable_bytes = usable();
+  for (const ClientRecord* c : blocking_holders()) v.running_bytes += c->allocated_bytes;
+  v.last_epoch = last_epoch_;
+  v.unresponsive_holders = unresponsive_count_;
+  v.swap_bytes_per_s = swap_.bytes_per_s();
+  v.swap_measured = swap_.measured();
+  v.queue.assign(queue_.begin(), queue_.end());
+
+  const ClientRecord* next = head();
+  const std::optional<TurnPlan> plan = next ? turn_plan(*next) : std::nullopt;
+  v.quantum = plan ? quantum_between(*find(plan->runner), *next)
+                   : quantum_for(config_, swap_, next ? next->allocated_bytes : 0);
+
+  for (const ClientRecord& c : clients_) {
+    ClientView cv;
+    cv.client = c.id;
+    cv.state = c.state;
+    if (c.state == ClientState::kWaiting) cv.waiting_for = reason_for(c, next);
+    cv.epoch = c.epoch;
+    cv.allocated_bytes = c.allocated_bytes;
+    cv.resident_bytes = c.resident_bytes;
+    cv.limits = c.limits;
+    cv.effective_cap_percent = effective_cap(c) * 100;
+    cv.share_percent = c.usage.share(now, config_.quota_window) * 100;
+    cv.held_total = from_seconds(c.usage.total_seconds(now));
+    cv.waited_total =
+        c.waited_total + (c.state == ClientState::kWaiting ? now - c.waiting_since : Duration{0});
+    cv.state_since = c.state_since;
+    if (c.quota) cv.budget_left = from_seconds(c.quota->level_at(now));
+    if (c.state == ClientState::kRunning && next != nullptr) {
+      cv.turn_ends = c.granted_at + quantum_between(c, *next);
+    }
+    if (c.state == ClientState::kRevoking) cv.unresponsive_at = c.unresponsive_at;
+    v.clients.push_back(cv);
+  }
+  return v;
+}
+
+std::string GpuPolicy::explain(ClientId client, MonoTime now) const {
+  now = std::max(now, now_);
+  const ClientRecord* c = find(client);
+  if (c == nullptr) return {};
+  const std::string who = "client " + std::to_string(c->id);
+  switch (c->state) {
+    case ClientState::kIdle:
+      return who + " is idle: it holds no grant and has not asked for one (idle for " +
+             secs(now - c->state_since) + ")";
+    case ClientState::kWaiting:
+      return explain_waiting(*c, now);
+    case ClientState::kRunning:
+    case ClientState::kRevoking:
+    case ClientState::kUnresponsive:
+      return explain_holding(*c, now);
+  }
+  return {};
+}
+
+// "capped at 30% (effective 30%), used 29.6% over the last 2.0 s"
+std::string GpuPolicy::describe_quota(const ClientRecord& c, MonoTime now) const {
+  return "capped at " + std::to_string(c.limits.core_percent) + "% (effective " +
+         cap_percent(effective_cap(c)) + "), used " +
+         percent(c.usage.share(now, config_.quota_window)) + " over the last " +
+         secs(config_.quota_window);
+}
+
+std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) const {
+  const std::string who = "client " + std::to_string(c.id);
+  const std::string waited = " (waiting " + secs(now - c.waiting_since) + ")";
+  const ClientRecord* next = head();
+  const std::vector<const ClientRecord*> holders = blocking_holders();
+
+  if (c.throttled) {
+    const double level = c.quota->level_at(now);
+    const double rising = c.quota->cap();
+    const double to_go = std::max(0.0, (c.quota->resume_level() - level) / rising);
+    return who + " waits for quota: " + describe_quota(c, now) + ", budget " + millis(level) +
+           "; it may run again at " + millis(c.quota->resume_level()) + ", in " +
+           fixed(to_go, 1, " s") + waited;
+  }
+
+  if (&c != next) {
+    std::size_t position = 0;
+    for (ClientId id : queue_) {
+      ++position;
+      if (id == c.id) break;
+    }
+    std::string text = who + " waits for its turn: it is queued behind client " +
+                       std::to_string(next->id) + " (first in line), position " +
+                       std::to_string(position) + " of " + std::to_string(queue_.size());
+    if (reason_for(c, next) == WaitReason::kMemory) {
+      text += "; it needs " + format_bytes(c.allocated_bytes) + " and " +
+              format_bytes(usable() - std::min(usable(), sum_working_sets(holders))) + " of " +
+              format_bytes(usable()) + " usable is free";
+    }
+    return text + waited;
+  }
+
+  // The head: blocked by the holders.
+  std::string running;
+  for (const ClientRecord* h : holders) {
+    if (!running.empty()) running += ", ";
+    running += secs(now - h->granted_at);
+  }
+  std::string text;
+  if (config_.mode == Mode::kExclusive) {
+    text = who + " waits for its turn: this GPU runs one client at a time (exclusive) and client" +
+           (holders.size() > 1 ? "s " : " ") + client_list(holders) + " hold" +
+           (holders.size() > 1 ? "" : "s") + " it (for " + running + ")";
+  } else {
+    const std::uint64_t used = sum_working_sets(holders);
+    text = who + " waits for memory: it needs " + format_bytes(c.allocated_bytes) + " but " +
+           format_bytes(usable() - std::min(usable(), used)) + " of " + format_bytes(usable()) +
+           " usable is free beside client" + (holders.size() > 1 ? "s " : " ") +
+           client_list(holders) + " (running for " + running + ")";
+  }
+  if (const std::optional<TurnPlan> plan = turn_plan(c)) {
+    const ClientRecord& r = *find(plan->runner);
+    text += "; its turn comes when client " + std::to_string(r.id) + "'s quantum of " +
+            secs(quantum_between(r, c)) + " ends in " + secs(plan->at - now);
+  } else {
+    for (const ClientRecord* h : holders) {
+      if (h->state != ClientState::kRevoking) continue;
+      text += "; it runs once client " + std::to_string(h->id) + " releases (revoked " +
+              secs(now - h->revoked_at) + " ago, stops blocking in " +
+              secs(h->unresponsive_at - now) + ")";
+      break;
+    }
+  }
+  return text + waited;
+}
+
+std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) const {
+  const std::string who = "client " + std::to_string(c.id);
+  if (c.state == ClientState::kUnresponsive) {
+    return who + " ignored a revoke (" + std::string(protocol::to_string(c.revoke_reason)) +
+           ") for " + secs(now - c.revoked_at) +
+           " and no longer blocks others; it is billed while it holds grant " +
+           std::to_string(c.epoch);
+  }
+  if (c.state == ClientState::kRevoking) {
+    return who + " is giving its grant back: revoked (" +
+           std::string(protocol::to_string(c.revoke_reason)) + ") " + secs(now - c.revoked_at) +
+           " ago" + (c.swap_out ? ", swapping out" : "") + "; it stops blocking others in " +
+           secs(c.unresponsive_at - now) + " if it has not released by then";
+  }
+
+  std::vector<const ClientRecord*> others = blocking_holders();
+  remove_client(others, &c);
+  std::string text = who + " runs";
+  if (others.empty()) {
+    text += " alone";
+  } else {
+    text += " beside client" + std::string(others.size() > 1 ? "s " : " ") + client_list(others);
+  }
+  text += " (for " + secs(now - c.granted_at) + ", " + format_bytes(c.allocated_bytes) + "; " +
+          format_bytes(sum_working_sets(blocking_holders())) + " of " + format_bytes(usable()) +
+          " usable in use): ";
+  if (c.quota) {
+    text += describe_quota(c, now) + ", budget " + millis(c.quota->level_at(now)) + " left";
+  } else {
+    text += "uncapped, used " + percent(c.usage.share(now, config_.quota_window)) +
+            " over the last " + secs(config_.quota_window);
+  }
+  if (const ClientRecord* next = head()) {
+    const MonoTime ends = c.granted_at + quantum_between(c, *next);
+    text += "; client " + std::to_string(next->id) + " waits, so its quantum of " +
+            secs(quantum_between(c, *next)) +
+            (ends > now ? " ends in " + secs(ends - now) : std::string(" has ended"));
+  }
+  return text;
+}
+
+}  // namespace nvshare::policy

@@ -1,0 +1,444 @@
+// The event handlers and the scheduling pass of GpuPolicy (views and explanations: explain.cc).
+//
+// Every handle() has the same shape: settle billing up to `now` at the rates that were in force,
+// apply the event, then run one scheduling pass that brings the state to a fixed point for `now`
+// (nothing due at `now` is left undone, which is why next_deadline() is always in the future), and
+// finally set the rates that hold until the next call.
+#include "scheduler/policy/gpu_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace nvshare::policy {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
+
+std::string_view to_string(ClientState state) {
+  switch (state) {
+    case ClientState::kIdle:
+      return "idle";
+    case ClientState::kWaiting:
+      return "waiting";
+    case ClientState::kRunning:
+      return "running";
+    case ClientState::kRevoking:
+      return "revoking";
+    case ClientState::kUnresponsive:
+      return "unresponsive";
+  }
+  return "unknown";
+}
+
+GpuPolicy::GpuPolicy(PolicyConfig config)
+    : config_(config), swap_(config_.default_swap_bytes_per_s) {}
+
+ClientRecord* GpuPolicy::find(ClientId client) {
+  for (ClientRecord& c : clients_) {
+    if (c.id == client) return &c;
+  }
+  return nullptr;
+}
+
+const ClientRecord* GpuPolicy::find(ClientId client) const {
+  for (const ClientRecord& c : clients_) {
+    if (c.id == client) return &c;
+  }
+  return nullptr;
+}
+
+std::vector<Action> GpuPolicy::handle(const Event& event, MonoTime now) {
+  now = std::max(now, now_);
+  settle(now);
+  std::vector<Action> out;
+  std::visit(Overloaded{
+                 [&](const Registered& e) { on_registered(e, now, out); },
+                 [&](const Requested& e) { on_requested(e, now); },
+                 [&](const Released& e) { on_released(e, now); },
+                 [&](const UsageReported& e) { on_usage(e); },
+                 [&](const LimitsChanged& e) { on_limits(e, out); },
+                 [&](const Disconnected& e) { on_disconnected(e); },
+                 [&](const DeadlineReached&) {},
+             },
+             event);
+  schedule(now, out);
+  return out;
+}
+
+std::vector<Action> GpuPolicy::reconfigure(const PolicyConfig& config, MonoTime now) {
+  if (!validate(config).ok()) return {};
+  now = std::max(now, now_);
+  settle(now);
+  config_ = config;
+  swap_.set_default(config_.default_swap_bytes_per_s);
+  std::vector<Action> out;
+  schedule(now, out);
+  return out;
+}
+
+// ---- events -------------------------------------------------------------------------------------
+
+void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Action>& out) {
+  ClientRecord* c = find(e.client);
+  if (c == nullptr) c = &clients_.emplace_back(e.client, now);
+  c->gpu_memory_bytes = e.gpu_memory_bytes;
+  c->limits = e.limits;
+  if (!c->capped()) {
+    c->quota.reset();
+    c->throttled = false;
+  }
+  // The client learns the limits in force from the scheduler, not from what it declared.
+  out.push_back(SendLimits{c->id, c->limits});
+}
+
+void GpuPolicy::on_requested(const Requested& e, MonoTime now) {
+  ClientRecord* c = find(e.client);
+  if (c != nullptr && c->state == ClientState::kIdle) enqueue(*c, now);
+}
+
+void GpuPolicy::on_released(const Released& e, MonoTime now) {
+  ClientRecord* c = find(e.client);
+  if (c == nullptr || !c->holds() || e.epoch != c->epoch) return;  // stale: another grant's release
+  if (c->state == ClientState::kRunning) {
+    set_state(*c, ClientState::kIdle, now);  // released unasked: idle until it requests again
+  } else {
+    enqueue(*c, now);  // answered a revoke: it was preempted and still has work
+  }
+}
+
+void GpuPolicy::on_usage(const UsageReported& e) {
+  ClientRecord* c = find(e.client);
+  if (c == nullptr) return;
+  c->allocated_bytes = e.allocated_bytes;
+  c->resident_bytes = e.resident_bytes;
+  swap_.observe(e.swap_bytes_per_s);
+}
+
+void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
+  ClientRecord* c = find(e.client);
+  if (c == nullptr) return;
+  c->limits = e.limits;
+  if (!c->capped()) {
+    c->quota.reset();
+    c->throttled = false;
+  }
+  // A client that becomes capped gets its bucket in update_caps(), at its effective cap.
+  out.push_back(SendLimits{c->id, c->limits});
+}
+
+void GpuPolicy::on_disconnected(const Disconnected& e) {
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), e.client), queue_.end());
+  clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
+                                [&](const ClientRecord& c) { return c.id == e.client; }),
+                 clients_.end());
+}
+
+// ---- the scheduling pass ------------------------------------------------------------------------
+
+void GpuPolicy::settle(MonoTime now) {
+  for (ClientRecord& c : clients_) {
+    if (c.quota) c.quota->settle(now);
+    c.usage.settle(now, config_.quota_window);
+  }
+  now_ = now;
+}
+
+void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
+  update_caps();
+  expire_grace(now, out);
+  revoke_spent_quota(now, out);
+  revoke_overflow(now, out);
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kWaiting && c.throttled && (!c.quota || c.quota->refilled())) {
+      c.throttled = false;
+    }
+  }
+  grant_in_order(now, out);
+  revoke_ended_turns(now, out);
+  send_wait_reasons(out);
+  update_rates();
+  next_deadline_ = compute_deadline();
+}
+
+double GpuPolicy::effective_cap(const ClientRecord& c) const {
+  if (!c.capped()) return 1;
+  const double nominal = c.cap_percent() / 100.0;
+  return c.active() ? nominal * cap_scale_ : nominal;
+}
+
+void GpuPolicy::update_caps() {
+  int sum = 0;
+  for (const ClientRecord& c : clients_) {
+    if (c.capped() && c.active()) sum += c.cap_percent();
+  }
+  cap_scale_ = sum > 100 ? 100.0 / sum : 1.0;
+  for (ClientRecord& c : clients_) {
+    if (!c.capped()) continue;
+    if (c.quota) {
+      c.quota->set_rates(effective_cap(c), c.quota->billed_rate(), config_.quota_window);
+    } else {
+      c.quota.emplace(effective_cap(c), config_.quota_window, now_);
+    }
+  }
+}
+
+void GpuPolicy::update_rates() {
+  int holders = 0;
+  for (const ClientRecord& c : clients_) holders += c.holds() ? 1 : 0;
+  for (ClientRecord& c : clients_) {
+    const double rate = c.holds() ? 1.0 / holders : 0.0;
+    c.usage.set_rate(rate);
+    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window);
+  }
+}
+
+void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
+  for (ClientRecord& c : clients_) {
+    if (c.state != ClientState::kRevoking || c.unresponsive_at > now) continue;
+    set_state(c, ClientState::kUnresponsive, now);
+    ++unresponsive_count_;
+    out.push_back(HolderUnresponsive{c.id, c.epoch});
+  }
+}
+
+void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
+  for (ClientRecord& c : clients_) {
+    if (c.state != ClientState::kRunning || !c.quota || !c.quota->spent()) continue;
+    // Memory must move only if the client that runs next cannot sit beside it.
+    const ClientRecord* next = head();
+    bool swap_out = false;
+    if (next != nullptr) {
+      std::vector<const ClientRecord*> staying = blocking_holders();
+      remove_client(staying, &c);
+      std::uint64_t resident = next->allocated_bytes + c.allocated_bytes;
+      if (config_.mode == Mode::kAuto) resident += sum_working_sets(staying);
+      swap_out = !fits(resident);
+    }
+    revoke(c, RevokeReason::kQuota, swap_out, now, out);
+  }
+}
+
+void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
+  if (config_.mode != Mode::kAuto) return;
+  std::vector<ClientRecord*> running;
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning) running.push_back(&c);
+  }
+  std::sort(running.begin(), running.end(),
+            [](const ClientRecord* a, const ClientRecord* b) { return a->epoch < b->epoch; });
+  std::uint64_t total = 0;
+  for (const ClientRecord* c : running) total += c->allocated_bytes;
+  // Working sets grew after the grants: the newest grants leave until the older runners fit again.
+  while (running.size() > 1 && !fits(total)) {
+    ClientRecord* newest = running.back();
+    running.pop_back();
+    total -= newest->allocated_bytes;
+    revoke(*newest, RevokeReason::kMemory, true, now, out);
+  }
+}
+
+void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
+  for (std::size_t i = 0; i < queue_.size();) {
+    ClientRecord* c = find(queue_[i]);
+    if (c->throttled) {  // waits for its bucket, not for anyone: must not hold up those behind it
+      ++i;
+      continue;
+    }
+    if (!can_run_beside(blocking_holders(), *c)) break;  // FIFO: nobody overtakes the head
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    grant(*c, now, out);
+  }
+}
+
+void GpuPolicy::revoke_ended_turns(MonoTime now, std::vector<Action>& out) {
+  const ClientRecord* next = head();
+  if (next == nullptr) return;
+  const std::optional<TurnPlan> plan = turn_plan(*next);
+  if (!plan || plan->at > now) return;
+  std::vector<const ClientRecord*> leaving;
+  for (const ClientRecord* r : runners_by_turn_end(*next)) {
+    leaving.push_back(r);
+    if (r->id == plan->runner) break;
+  }
+  // Memory stays on the device for each leaver that still fits beside the head and whatever else
+  // stays resident (runners that stay, revoked holders not swapping out); the others swap out.
+  std::uint64_t resident = next->allocated_bytes;
+  for (const ClientRecord& c : clients_) {
+    const bool leaves = std::find(leaving.begin(), leaving.end(), &c) != leaving.end();
+    if (leaves) continue;
+    if ((c.state == ClientState::kRunning && config_.mode == Mode::kAuto) ||
+        (c.state == ClientState::kRevoking && !c.swap_out)) {
+      resident += c.allocated_bytes;
+    }
+  }
+  for (const ClientRecord* r : leaving) {
+    const bool stays_resident = fits(resident + r->allocated_bytes);
+    if (stays_resident) resident += r->allocated_bytes;
+    revoke(*find(r->id), RevokeReason::kTurn, !stays_resident, now, out);
+  }
+}
+
+void GpuPolicy::send_wait_reasons(std::vector<Action>& out) {
+  const ClientRecord* next = head();
+  for (ClientId id : queue_) {
+    ClientRecord& c = *find(id);
+    const std::optional<WaitReason> reason = reason_for(c, next);
+    if (reason && reason != c.wait_reason) {
+      c.wait_reason = reason;
+      out.push_back(SendWait{c.id, *reason});
+    }
+  }
+}
+
+std::optional<MonoTime> GpuPolicy::compute_deadline() const {
+  std::optional<MonoTime> best;
+  auto consider = [&](std::optional<MonoTime> t) {
+    if (t && (!best || *t < *best)) best = t;
+  };
+  for (const ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
+    if (c.state == ClientState::kRunning && c.quota) consider(c.quota->spent_at());
+    if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
+      consider(c.quota->refilled_at());
+    }
+  }
+  if (const ClientRecord* next = head()) {
+    if (const std::optional<TurnPlan> plan = turn_plan(*next)) consider(plan->at);
+  }
+  return best;
+}
+
+// ---- transitions --------------------------------------------------------------------------------
+
+void GpuPolicy::set_state(ClientRecord& c, ClientState state, MonoTime now) {
+  if (c.state == ClientState::kWaiting) c.waited_total += now - c.waiting_since;
+  c.state = state;
+  c.state_since = now;
+}
+
+void GpuPolicy::enqueue(ClientRecord& c, MonoTime now) {
+  set_state(c, ClientState::kWaiting, now);
+  c.waiting_since = now;
+  c.wait_reason.reset();
+  // Granting a nearly empty bucket would buy a swap-in for a few milliseconds of work.
+  c.throttled = c.quota && !c.quota->may_enter();
+  queue_.push_back(c.id);
+}
+
+void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
+  set_state(c, ClientState::kRunning, now);
+  c.epoch = ++last_epoch_;
+  c.granted_at = now;
+  c.wait_reason.reset();
+  c.throttled = false;
+  c.swap_out = false;
+  out.push_back(SendGrant{c.id, c.epoch});
+}
+
+void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
+                       std::vector<Action>& out) {
+  set_state(c, ClientState::kRevoking, now);
+  c.revoked_at = now;
+  c.revoke_reason = reason;
+  c.swap_out = swap_out;
+  // Moving a large working set to host legitimately takes a while; that is not unresponsiveness.
+  const Duration swap_time = swap_out ? swap_.time_to_move(c.allocated_bytes) : Duration::zero();
+  c.unresponsive_at = now + config_.revoke_grace + swap_time;
+  out.push_back(SendRevoke{c.id, c.epoch, reason, swap_out});
+}
+
+// ---- memory and turn arithmetic -----------------------------------------------------------------
+
+std::uint64_t GpuPolicy::capacity() const {
+  if (config_.capacity_bytes) return *config_.capacity_bytes;
+  std::uint64_t smallest = 0;
+  for (const ClientRecord& c : clients_) {
+    if (c.gpu_memory_bytes > 0 && (smallest == 0 || c.gpu_memory_bytes < smallest)) {
+      smallest = c.gpu_memory_bytes;
+    }
+  }
+  return smallest;
+}
+
+std::uint64_t GpuPolicy::usable() const {
+  // Rounded up to a whole byte (less a hair of floating-point noise), so 90% of 20Gi is 18Gi
+  // exactly and 90% of 24Gi shows as the 21.6Gi a user expects rather than 21.5Gi.
+  const double usable =
+      std::ceil(static_cast<double>(capacity()) * (1 - config_.reserve_fraction) - 1e-6);
+  return usable >= 1.8e19 ? capacity() : static_cast<std::uint64_t>(usable);
+}
+
+bool GpuPolicy::fits(std::uint64_t bytes) const { return capacity() > 0 && bytes <= usable(); }
+
+bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
+                               const ClientRecord& head) const {
+  if (staying.empty()) return true;  // an idle GPU always takes the head, however large
+  if (config_.mode == Mode::kExclusive) return false;
+  return fits(sum_working_sets(staying) + head.allocated_bytes);
+}
+
+std::vector<const ClientRecord*> GpuPolicy::blocking_holders() const {
+  std::vector<const ClientRecord*> holders;
+  for (const ClientRecord& c : clients_) {
+    if (c.blocks()) holders.push_back(&c);
+  }
+  return holders;
+}
+
+const ClientRecord* GpuPolicy::head() const {
+  for (ClientId id : queue_) {
+    const ClientRecord* c = find(id);
+    if (!c->throttled) return c;
+  }
+  return nullptr;
+}
+
+std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
+                                                const ClientRecord* head) const {
+  if (c.state != ClientState::kWaiting) return std::nullopt;
+  if (c.throttled) return WaitReason::kQuota;
+  if (config_.mode == Mode::kExclusive) return WaitReason::kTurn;
+  if (&c != head && can_run_beside(blocking_holders(), c)) return WaitReason::kTurn;
+  return WaitReason::kMemory;
+}
+
+Duration GpuPolicy::quantum_between(const ClientRecord& runner, const ClientRecord& head) const {
+  return quantum_for(config_, swap_, runner.allocated_bytes + head.allocated_bytes);
+}
+
+std::vector<const ClientRecord*> GpuPolicy::runners_by_turn_end(const ClientRecord& head) const {
+  std::vector<const ClientRecord*> runners;
+  for (const ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning) runners.push_back(&c);
+  }
+  std::sort(runners.begin(), runners.end(), [&](const ClientRecord* a, const ClientRecord* b) {
+    const MonoTime ea = a->granted_at + quantum_between(*a, head);
+    const MonoTime eb = b->granted_at + quantum_between(*b, head);
+    return ea != eb ? ea < eb : a->epoch < b->epoch;
+  });
+  return runners;
+}
+
+std::optional<GpuPolicy::TurnPlan> GpuPolicy::turn_plan(const ClientRecord& head) const {
+  // Revoked holders are already leaving; only runners can still be asked to.
+  std::vector<const ClientRecord*> staying;
+  for (const ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning) staying.push_back(&c);
+  }
+  if (can_run_beside(staying, head)) return std::nullopt;  // the pending releases are enough
+  for (const ClientRecord* r : runners_by_turn_end(head)) {
+    remove_client(staying, r);
+    if (can_run_beside(staying, head))
+      return TurnPlan{r->granted_at + quantum_between(*r, head), r->id};
+  }
+  return std::nullopt;
+}
+
+}  // namespace nvshare::policy

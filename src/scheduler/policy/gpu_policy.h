@@ -1,0 +1,183 @@
+// GpuPolicy: the scheduling policy of one GPU, as a deterministic state machine.
+//
+// Contract
+//  - Pure: no I/O, no threads, no clock reads. `now` is an argument; a `now` earlier than one
+//    already seen is treated as that earlier time.
+//  - handle(event, now) applies one event and returns the actions to carry out, in order.
+//  - next_deadline() is the earliest time at which something is due (a quantum ends, a quota
+//    budget runs out or refills, a revoke's grace period expires); the caller feeds
+//    DeadlineReached{} at or after it. nullopt: nothing is due until the next event. After any
+//    handle() it is later than that call's `now`.
+//  - Events for unknown clients are ignored (a client can disconnect while its messages are in
+//    flight).
+//
+// Semantics (docs/scheduling.md has the definitions and the reasoning):
+//  - Co-running (mode auto): requesters are granted in FIFO order while the working sets of all
+//    blocking holders fit in usable = capacity x (1 - reserve). A client's working set is its
+//    allocated bytes. A client that does not fit waits (reason memory); later arrivals do not
+//    overtake it, except that an idle GPU always grants the head of the queue, so a client larger
+//    than the GPU still runs (alone). Capacity is the configured one, else the smallest GPU memory
+//    the registered clients reported; while it is unknown nobody runs beside anybody. Runners
+//    whose working sets grow past usable are revoked (reason memory, swap out), newest grant
+//    first, until the rest fit.
+//  - Exclusive mode: one runner at a time.
+//  - Turn-taking: while the head of the queue waits behind runners it cannot run beside, a
+//    runner's turn ends one quantum after its grant (fixed, or auto = clamp(k x swap estimate of
+//    the runner's and the head's working sets, min, max)); runners whose turns have ended are
+//    revoked (reason turn), earliest turn end first, once enough of them have ended for the head
+//    to fit. swap_out is set for a revoked runner when the head cannot fit beside it and what
+//    stays on the device.
+//  - A revoked client that releases goes back to the tail of the queue by itself (it was
+//    preempted, not idle); a release nobody asked for (idle release) makes the client idle until
+//    it requests again.
+//  - Compute caps: core percent < 100 caps a client's share of GPU time with a QuotaLedger. Hold
+//    time is billed, 1/n of wall time while n clients hold grants; effective caps are the caps
+//    scaled down proportionally when the caps of the active capped clients on this GPU sum over
+//    100%. A capped client whose budget is spent is revoked (reason quota); a capped client that
+//    enters the queue with its bucket below the entry level waits (reason quota), blocking
+//    nobody, until the bucket is back at the resume level. Time held after the revoke (the drain)
+//    is billed too, so overshoot carries forward. Uncapped clients are measured but never charged
+//    or throttled.
+//  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
+//  - Disconnect frees the client's grant and memory at once. A holder that has not released
+//    within the grace period after a revoke (plus the estimated swap-out time when swap_out was
+//    asked) is reported (HolderUnresponsive) and no longer blocks others; it stays billed while it
+//    holds the grant, and a later release makes it a normal client again.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/policy/client_record.h"
+#include "scheduler/policy/config.h"
+#include "scheduler/policy/events.h"
+#include "scheduler/policy/quantum.h"
+
+namespace nvshare::policy {
+
+std::string_view to_string(ClientState state);
+
+// What status and explain show about one client.
+struct ClientView {
+  ClientId client = 0;
+  ClientState state = ClientState::kIdle;
+  std::optional<WaitReason> waiting_for;
+  GrantEpoch epoch = 0;
+  std::uint64_t allocated_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  Limits limits;
+  double effective_cap_percent = 100;  // after proportional scaling
+  double share_percent = 0;            // GPU time billed over the last quota window, % of wall time
+  Duration held_total{0};              // hold time billed so far (1/n while co-running)
+  Duration waited_total{0};            // time spent waiting, all reasons
+  MonoTime state_since{};
+  // Capped clients: the bucket level (negative while overshoot is repaid).
+  std::optional<Duration> budget_left;
+  // Running while the head of the queue cannot run beside it: when its turn ends.
+  std::optional<MonoTime> turn_ends;
+  // Revoking: when it stops blocking others if it has not released by then.
+  std::optional<MonoTime> unresponsive_at;
+};
+
+struct GpuView {
+  std::uint64_t capacity_bytes = 0;  // effective capacity (virtual or reported); 0: unknown
+  std::uint64_t usable_bytes = 0;    // capacity x (1 - reserve)
+  std::uint64_t running_bytes = 0;   // working sets of the blocking holders (running, revoking)
+  GrantEpoch last_epoch = 0;
+  std::uint64_t unresponsive_holders = 0;  // count since start
+  Duration quantum{0};                     // the quantum that applies now
+  std::uint64_t swap_bytes_per_s = 0;      // bandwidth the swap estimate uses
+  bool swap_measured = false;              // false: the configured default
+  std::vector<ClientId> queue;             // waiting clients, FIFO order
+  std::vector<ClientView> clients;         // in registration order
+};
+
+class GpuPolicy {
+ public:
+  explicit GpuPolicy(PolicyConfig config = {});
+
+  std::vector<Action> handle(const Event& event, MonoTime now);
+  std::optional<MonoTime> next_deadline() const { return next_deadline_; }
+
+  // Replaces the configuration; takes effect for the next decisions (may grant or revoke at once).
+  // A configuration that fails validate() is ignored.
+  std::vector<Action> reconfigure(const PolicyConfig& config, MonoTime now);
+  const PolicyConfig& config() const { return config_; }
+
+  GpuView view(MonoTime now) const;
+  // One sentence with the numbers: why the client runs or waits. Empty for an unknown client.
+  std::string explain(ClientId client, MonoTime now) const;
+
+ private:
+  // When the head's turn comes: the earliest turn end at which enough runners have ended their
+  // turns for the head to fit, and the runner whose turn end that is.
+  struct TurnPlan {
+    MonoTime at;
+    ClientId runner;
+  };
+
+  ClientRecord* find(ClientId client);
+  const ClientRecord* find(ClientId client) const;
+
+  // Event handlers; each may append actions.
+  void on_registered(const Registered& e, MonoTime now, std::vector<Action>& out);
+  void on_requested(const Requested& e, MonoTime now);
+  void on_released(const Released& e, MonoTime now);
+  void on_usage(const UsageReported& e);
+  void on_limits(const LimitsChanged& e, std::vector<Action>& out);
+  void on_disconnected(const Disconnected& e);
+
+  // Books billing and quota up to `now` at the rates in force since the last call.
+  void settle(MonoTime now);
+  // Re-evaluates everything after an event: caps, grace, quota, memory, grants, turns, wait
+  // reasons.
+  void schedule(MonoTime now, std::vector<Action>& out);
+  void update_caps();
+  void expire_grace(MonoTime now, std::vector<Action>& out);
+  void revoke_spent_quota(MonoTime now, std::vector<Action>& out);
+  void revoke_overflow(MonoTime now, std::vector<Action>& out);
+  void grant_in_order(MonoTime now, std::vector<Action>& out);
+  void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
+  void send_wait_reasons(std::vector<Action>& out);
+  void update_rates();
+  std::optional<MonoTime> compute_deadline() const;
+
+  void enqueue(ClientRecord& c, MonoTime now);
+  void grant(ClientRecord& c, MonoTime now, std::vector<Action>& out);
+  void revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
+              std::vector<Action>& out);
+  static void set_state(ClientRecord& c, ClientState state, MonoTime now);
+
+  // Memory and turn arithmetic.
+  std::uint64_t capacity() const;
+  std::uint64_t usable() const;
+  bool fits(std::uint64_t bytes) const;
+  bool can_run_beside(const std::vector<const ClientRecord*>& staying,
+                      const ClientRecord& head) const;
+  std::vector<const ClientRecord*> blocking_holders() const;
+  const ClientRecord* head() const;  // first waiter not throttled (blocked, after schedule())
+  std::optional<WaitReason> reason_for(const ClientRecord& c, const ClientRecord* head) const;
+  Duration quantum_between(const ClientRecord& runner, const ClientRecord& head) const;
+  std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
+  std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;
+  double effective_cap(const ClientRecord& c) const;  // fraction; 1 for uncapped
+
+  // explain() pieces (explain.cc).
+  std::string explain_waiting(const ClientRecord& c, MonoTime now) const;
+  std::string explain_holding(const ClientRecord& c, MonoTime now) const;
+  std::string describe_quota(const ClientRecord& c, MonoTime now) const;
+
+  PolicyConfig config_;
+  SwapEstimate swap_;
+  std::vector<ClientRecord> clients_;  // registration order
+  std::deque<ClientId> queue_;         // waiting clients, FIFO
+  GrantEpoch last_epoch_ = 0;
+  std::uint64_t unresponsive_count_ = 0;
+  double cap_scale_ = 1;  // applied to the caps of active capped clients
+  MonoTime now_{};
+  std::optional<MonoTime> next_deadline_;
+};
+
+}  // namespace nvshare::policy

@@ -1,0 +1,252 @@
+#include "scenario.h"
+
+#include <algorithm>
+
+#include "rng.h"
+
+namespace nvshare::sim {
+
+using namespace std::chrono_literals;
+using policy::Mode;
+
+const char* to_string(Behaviour behaviour) {
+  switch (behaviour) {
+    case Behaviour::kComputeBound:
+      return "compute";
+    case Behaviour::kBursty:
+      return "bursty";
+    case Behaviour::kIdle:
+      return "idle";
+    case Behaviour::kHung:
+      return "hung";
+    case Behaviour::kCrashing:
+      return "crashing";
+  }
+  return "?";
+}
+
+namespace {
+
+ClientSpec random_client(Rng& rng, std::uint64_t capacity, Duration length) {
+  ClientSpec c;
+  const double kind = rng.uniform();
+  c.behaviour = kind < 0.35   ? Behaviour::kComputeBound
+                : kind < 0.6  ? Behaviour::kBursty
+                : kind < 0.72 ? Behaviour::kIdle
+                : kind < 0.84 ? Behaviour::kHung
+                              : Behaviour::kCrashing;
+  // Small clients share the GPU; large ones (up to 110% of it) must take turns or run alone.
+  const double fraction = rng.chance(0.6) ? rng.uniform(0.02, 0.3) : rng.uniform(0.35, 1.1);
+  c.working_set = static_cast<std::uint64_t>(fraction * static_cast<double>(capacity));
+  c.gpu_memory = rng.chance(0.9) ? 24 * kGiB : 0;
+  if (rng.chance(0.4)) c.limits.core_percent = static_cast<std::uint8_t>(rng.range(5, 95));
+  if (rng.chance(0.3)) c.limits.memory_bytes = c.working_set + kGiB;
+  c.start = rng.between(0s, 5s);
+  c.swap_bytes_per_s = rng.uniform(4e9, 20e9);
+  c.grows = rng.chance(0.3);
+  c.hang_after_revokes = rng.range(0, 2);
+  c.wake_after = rng.chance(0.5) ? rng.between(2s, 15s) : 0s;
+  c.crash_at = c.start + rng.between(100ms, length);
+  c.reconnects = rng.chance(0.6);
+  return c;
+}
+
+}  // namespace
+
+Scenario random_scenario(std::uint64_t seed) {
+  Rng rng(seed);
+  Scenario s;
+  s.name = "random";
+  s.seed = seed;
+  PolicyConfig& config = s.config;
+  config.mode = rng.chance(0.25) ? Mode::kExclusive : Mode::kAuto;
+  if (rng.chance(0.7)) config.capacity_bytes = 16 * kGiB;
+  const double reserves[] = {0.0, 0.1, 0.2};
+  config.reserve_fraction = reserves[rng.range(0, 2)];
+  if (rng.chance(0.4)) {
+    config.fixed_quantum = rng.between(200ms, 3s);
+  } else {
+    config.quantum_swap_multiple = rng.chance(0.5) ? 5.0 : 2.0;
+    config.quantum_min = rng.between(200ms, 1s);
+    config.quantum_max = config.quantum_min + rng.between(0s, 5s);
+  }
+  config.default_swap_bytes_per_s = rng.chance(0.5) ? 2'000'000'000 : 8'000'000'000;
+  const Duration windows[] = {500ms, 1s, 2s};
+  config.quota_window = windows[rng.range(0, 2)];
+  config.revoke_grace = rng.between(500ms, 3s);
+
+  s.length = rng.between(20s, 60s);
+  const std::uint64_t capacity = config.capacity_bytes.value_or(24 * kGiB);
+  const int clients = rng.range(2, 7);
+  for (int i = 0; i < clients; ++i) s.clients.push_back(random_client(rng, capacity, s.length));
+  if (rng.chance(0.5)) s.limit_change_every = rng.between(1s, 8s);
+  s.stale_releases = rng.chance(0.5);
+  return s;
+}
+
+std::vector<Scenario> named_scenarios() {
+  std::vector<Scenario> all;
+  auto base = [](const char* name) {
+    Scenario s;
+    s.name = name;
+    s.seed = 1;
+    s.config.capacity_bytes = 16 * kGiB;
+    s.config.fixed_quantum = 1s;
+    s.config.revoke_grace = 2s;
+    s.length = 60s;
+    return s;
+  };
+  auto client = [](Behaviour b, std::uint64_t working_set, int core = 100) {
+    ClientSpec c;
+    c.behaviour = b;
+    c.working_set = working_set;
+    c.limits.core_percent = static_cast<std::uint8_t>(core);
+    return c;
+  };
+
+  {  // A holder stops answering revokes; two others must still get the GPU.
+    Scenario s = base("hung holder");
+    ClientSpec hung = client(Behaviour::kHung, 10 * kGiB);
+    hung.hang_after_revokes = 1;
+    s.clients = {hung, client(Behaviour::kComputeBound, 10 * kGiB),
+                 client(Behaviour::kComputeBound, 6 * kGiB)};
+    all.push_back(s);
+  }
+  {  // The same holder wakes up later and becomes a normal client again.
+    Scenario s = base("hung holder wakes up");
+    ClientSpec hung = client(Behaviour::kHung, 10 * kGiB, 40);
+    hung.wake_after = 8s;
+    s.clients = {hung, client(Behaviour::kComputeBound, 10 * kGiB)};
+    all.push_back(s);
+  }
+  {  // Crashes while holding, while waiting, while being revoked; some come back.
+    Scenario s = base("crashing clients");
+    for (int i = 0; i < 5; ++i) {
+      ClientSpec c = client(Behaviour::kCrashing, (3 + 2 * i) * kGiB, i % 2 ? 30 : 100);
+      c.crash_at = 700ms + i * 2300ms;
+      c.reconnects = true;
+      s.clients.push_back(c);
+    }
+    all.push_back(s);
+  }
+  {  // Limits (caps and memory) change every second while everyone works.
+    Scenario s = base("limits changed mid-run");
+    s.limit_change_every = 1s;
+    s.clients = {client(Behaviour::kComputeBound, 2 * kGiB, 30),
+                 client(Behaviour::kComputeBound, 3 * kGiB),
+                 client(Behaviour::kBursty, 5 * kGiB, 60)};
+    all.push_back(s);
+  }
+  {  // A client larger than the GPU among small ones: it runs alone, the others are not starved.
+    Scenario s = base("oversize client");
+    s.clients = {client(Behaviour::kComputeBound, 2 * kGiB),
+                 client(Behaviour::kComputeBound, 20 * kGiB),
+                 client(Behaviour::kComputeBound, 3 * kGiB), client(Behaviour::kBursty, 1 * kGiB)};
+    all.push_back(s);
+  }
+  {  // Exclusive mode: two small clients alternate quantum by quantum, nothing swaps.
+    Scenario s = base("exclusive alternation");
+    s.config.mode = Mode::kExclusive;
+    s.clients = {client(Behaviour::kComputeBound, 2 * kGiB),
+                 client(Behaviour::kComputeBound, 2 * kGiB)};
+    all.push_back(s);
+  }
+  {  // Auto quantum from measured swap bandwidth, large clients that never fit together.
+    Scenario s = base("auto quantum with swaps");
+    s.config.fixed_quantum.reset();
+    s.config.quantum_min = 500ms;
+    s.config.quantum_max = 4s;
+    for (int i = 0; i < 3; ++i) s.clients.push_back(client(Behaviour::kComputeBound, 9 * kGiB));
+    all.push_back(s);
+  }
+  {  // Many bursty and idle clients: work conservation under churn.
+    Scenario s = base("bursty crowd");
+    for (int i = 0; i < 8; ++i) {
+      s.clients.push_back(client(i % 3 ? Behaviour::kBursty : Behaviour::kIdle,
+                                 (1 + i % 4) * 2 * kGiB, i % 2 ? 20 + 10 * i : 100));
+      s.clients.back().start = i * 300ms;
+    }
+    s.stale_releases = true;
+    all.push_back(s);
+  }
+  {  // Capped clients that do not fit together: quota turns with swaps.
+    Scenario s = base("capped large clients");
+    s.config.fixed_quantum = 5s;  // long turns: the caps end most runs, not the quantum
+    s.clients = {client(Behaviour::kComputeBound, 9 * kGiB, 30),
+                 client(Behaviour::kComputeBound, 9 * kGiB, 40),
+                 client(Behaviour::kComputeBound, 2 * kGiB, 50)};
+    all.push_back(s);
+  }
+  {  // Working sets grow and shrink while co-running: overflow revokes keep runners within usable.
+    Scenario s = base("growing working sets");
+    for (int i = 0; i < 4; ++i) {
+      ClientSpec c = client(Behaviour::kComputeBound, 4 * kGiB);
+      c.grows = true;
+      s.clients.push_back(c);
+    }
+    all.push_back(s);
+  }
+  return all;
+}
+
+namespace {
+
+Scenario cap_scenario(const std::string& name, std::uint64_t seed, const std::vector<int>& caps) {
+  Scenario s;
+  s.name = name;
+  s.seed = seed;
+  s.config.capacity_bytes = 16 * kGiB;  // 1Gi each: all fit together
+  s.length = 60s;
+  for (int cap : caps) {
+    ClientSpec c;
+    c.behaviour = Behaviour::kComputeBound;
+    c.working_set = kGiB;
+    c.limits.core_percent = static_cast<std::uint8_t>(cap);
+    s.clients.push_back(c);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<CapCase> cap_cases() {
+  std::vector<CapCase> cases;
+  std::uint64_t seed = 1;
+  for (int cap = 5; cap <= 100; cap += 5) {
+    cases.push_back({"alone", cap_scenario("cap alone", seed++, {cap})});
+  }
+  Rng rng(2024);
+  auto caps_with_sum = [&](int n, bool over) {
+    for (;;) {
+      std::vector<int> caps;
+      int sum = 0;
+      for (int i = 0; i < n; ++i) {
+        caps.push_back(rng.range(5, 95));
+        sum += caps.back();
+      }
+      if ((sum > 100) == over) return caps;
+    }
+  };
+  const struct {
+    const char* category;
+    int n;
+    bool over;
+  } groups[] = {{"two, sum <= 100", 2, false},
+                {"two, sum > 100", 2, true},
+                {"three, sum <= 100", 3, false},
+                {"three, sum > 100", 3, true}};
+  for (const auto& g : groups) {
+    for (int i = 0; i < 25; ++i) {
+      cases.push_back({g.category, cap_scenario(g.category, seed++, caps_with_sum(g.n, g.over))});
+    }
+  }
+  for (int i = 0; i < 25; ++i) {
+    const int capped = rng.range(1, 2);
+    std::vector<int> caps = caps_with_sum(capped, capped == 2 && rng.chance(0.3));
+    caps.push_back(100);
+    cases.push_back({"mixed with uncapped", cap_scenario("cap mixed", seed++, caps)});
+  }
+  return cases;
+}
+
+}  // namespace nvshare::sim

@@ -1,0 +1,70 @@
+// Scenarios for the policy simulator: who the clients are, how they behave, and the GPU's policy.
+//
+// A scenario is plain data, built deterministically from a seed (random_scenario) or by name
+// (named_scenarios, cap_cases), so a failure is reproduced by its name and seed alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/policy/config.h"
+#include "scheduler/policy/events.h"
+
+namespace nvshare::sim {
+
+using policy::Limits;
+using policy::PolicyConfig;
+
+inline constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+enum class Behaviour {
+  kComputeBound,  // always has work: holds until revoked, wants the GPU back at once
+  kBursty,        // bursts of work between idle gaps; releases by itself when a burst ends
+  kIdle,          // rarely asks, holds briefly
+  kHung,          // stops answering revokes after a few of them (may wake up much later)
+  kCrashing,  // compute-bound, disconnects at a random moment (and may come back as a new client)
+};
+const char* to_string(Behaviour behaviour);
+
+struct ClientSpec {
+  Behaviour behaviour = Behaviour::kComputeBound;
+  std::uint64_t working_set = kGiB;
+  std::uint64_t gpu_memory = 24 * kGiB;  // what its driver reports (0: unknown)
+  Limits limits;
+  Duration start{0};               // when it connects
+  double swap_bytes_per_s = 10e9;  // its true swap bandwidth (reported after each swap)
+  Duration max_drain = std::chrono::milliseconds(50);  // release after 0..max_drain on revoke
+  bool grows = false;                                  // changes its allocation now and then
+  int hang_after_revokes = 0;  // kHung: answers this many revokes, then ignores one
+  Duration wake_after{0};      // kHung: releases this long after hanging (0: never)
+  Duration crash_at{0};        // kCrashing: when it disconnects
+  bool reconnects = false;     // kCrashing: comes back as a new client afterwards
+};
+
+struct Scenario {
+  std::string name;
+  std::uint64_t seed = 0;
+  PolicyConfig config;
+  std::vector<ClientSpec> clients;
+  Duration length = std::chrono::seconds(30);
+  Duration limit_change_every{0};  // 0: none; else a random client's limits change about this often
+  bool stale_releases = false;     // clients repeat some releases late, with their old epochs
+};
+
+// Seeded random mix of behaviours, sizes, caps and policy settings (small quanta and grace so that
+// turn-taking and failures happen many times within a short simulated run).
+Scenario random_scenario(std::uint64_t seed);
+
+// Hand-written situations: hung holder, crash while holding, limits changed mid-run, oversize
+// client, exclusive alternation, many bursty clients, and a few more.
+std::vector<Scenario> named_scenarios();
+
+// Cap accuracy: compute-bound clients that all fit together, run for 60 s from t = 0.
+struct CapCase {
+  std::string category;  // "alone", "two, sum<=100", ..., "mixed with uncapped"
+  Scenario scenario;
+};
+std::vector<CapCase> cap_cases();
+
+}  // namespace nvshare::sim

@@ -1,0 +1,196 @@
+// The policy simulation suite (ctest label `sim`): seeded random scenarios, named scenarios and cap
+// accuracy. Each random chunk is its own test so ctest can run chunks side by side.
+//
+// NVSHARE_SIM_SEED=<n> replaces the random chunks by random scenario n alone, its trace printed
+// (for debugging: `NVSHARE_SIM_SEED=76 policy_sim --gtest_filter='Seeds/*/0'`).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+
+#include "simulation.h"
+
+namespace nvshare::sim {
+namespace {
+
+constexpr int kChunks = 10;
+constexpr int kSeedsPerChunk = 1000;  // 10,000 random scenarios in all
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += "  " + line + "\n";
+  return text;
+}
+
+// Runs a scenario; on failure replays it with tracing and reports the seed, the policy and the
+// trace.
+SimResult run_checked(const Scenario& scenario) {
+  SimResult result = run_simulation(scenario);
+  if (!result.ok) {
+    const SimResult traced = run_simulation(scenario, true);
+    ADD_FAILURE() << "scenario " << describe(scenario) << "\n"
+                  << result.failure << "\nlast events:\n"
+                  << joined(traced.trace);
+  }
+  return result;
+}
+
+double secs(Duration d) { return static_cast<double>(d.count()) / 1e9; }
+
+class RandomScenarios : public ::testing::TestWithParam<int> {};
+
+TEST_P(RandomScenarios, PropertiesHold) {
+  if (const char* seed = std::getenv("NVSHARE_SIM_SEED")) {
+    if (GetParam() != 0) GTEST_SKIP() << "NVSHARE_SIM_SEED is set: chunk 0 replays that seed";
+    const Scenario scenario = random_scenario(std::strtoull(seed, nullptr, 10));
+    const SimResult result = run_simulation(scenario, true);
+    std::printf("%s\n%s", describe(scenario).c_str(), joined(result.trace).c_str());
+    EXPECT_TRUE(result.ok) << result.failure;
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t events = 0, grants = 0, revokes = 0, unresponsive = 0, stale = 0;
+  double worst_ratio = 0;
+  Duration worst_latency{0};
+  const int first = GetParam() * kSeedsPerChunk + 1;
+  for (int seed = first; seed < first + kSeedsPerChunk; ++seed) {
+    const Scenario scenario = random_scenario(static_cast<std::uint64_t>(seed));
+    const SimResult r = run_checked(scenario);
+    if (!r.ok) return;
+    events += r.engine_events;
+    grants += r.grants;
+    revokes += r.revokes;
+    unresponsive += r.unresponsive;
+    stale += r.stale_releases;
+    worst_ratio = std::max(worst_ratio, secs(r.worst_wait) / secs(r.starvation_bound));
+    worst_latency = std::max(worst_latency, r.worst_limit_latency);
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf(
+      "seeds %d..%d: %llu engine events, %llu grants, %llu revokes, %llu unresponsive, %llu stale "
+      "releases; worst wait %.1f%% of the starvation bound; worst limit latency %.3f s; %.2f s\n",
+      first, first + kSeedsPerChunk - 1, static_cast<unsigned long long>(events),
+      static_cast<unsigned long long>(grants), static_cast<unsigned long long>(revokes),
+      static_cast<unsigned long long>(unresponsive), static_cast<unsigned long long>(stale),
+      worst_ratio * 100, secs(worst_latency), elapsed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RandomScenarios, ::testing::Range(0, kChunks));
+
+TEST(Simulation, NamedScenarios) {
+  for (const Scenario& scenario : named_scenarios()) {
+    SCOPED_TRACE(scenario.name);
+    const SimResult r = run_checked(scenario);
+    if (!r.ok) continue;
+    std::printf(
+        "%-26s %5llu grants %5llu revokes (%llu quota, %llu swap-out) %llu unresponsive, "
+        "worst wait %.2f s of %.2f s bound\n",
+        scenario.name.c_str(), static_cast<unsigned long long>(r.grants),
+        static_cast<unsigned long long>(r.revokes),
+        static_cast<unsigned long long>(r.quota_revokes),
+        static_cast<unsigned long long>(r.swap_outs),
+        static_cast<unsigned long long>(r.unresponsive), secs(r.worst_wait),
+        secs(r.starvation_bound));
+    EXPECT_GT(r.grants, 10u);
+    if (scenario.name == "hung holder" || scenario.name == "hung holder wakes up") {
+      EXPECT_GE(r.unresponsive, 1u);
+    }
+    if (scenario.name == "exclusive alternation") {
+      EXPECT_EQ(r.swap_outs, 0u);  // they fit together: turns without moving memory
+      EXPECT_GT(r.revokes, 40u);
+    }
+    if (scenario.name == "auto quantum with swaps") {
+      EXPECT_GT(r.swap_outs, 5u);
+    }
+    if (scenario.name == "capped large clients") {
+      EXPECT_GT(r.quota_revokes, 10u);
+    }
+    if (scenario.name == "limits changed mid-run") {
+      EXPECT_GT(r.limit_changes, 40u);
+      EXPECT_LE(r.worst_limit_latency, std::chrono::seconds(1));
+    }
+    if (scenario.name == "crashing clients") {
+      EXPECT_GE(r.connections.size(), 10u);
+    }
+    if (scenario.name == "growing working sets") {
+      EXPECT_GT(r.revokes, 5u);
+    }
+  }
+}
+
+// The share each client should get: caps scaled to 100% when they sum over it, then GPU time split
+// max-min fairly (what 1/n billing converges to when everyone fits together): a client whose
+// effective cap is below an equal split gets its cap, the rest share what is left.
+std::vector<double> expected_shares(const std::vector<int>& caps) {
+  int capped_sum = 0;
+  for (int c : caps) capped_sum += c < 100 ? c : 0;
+  const double scale = capped_sum > 100 ? 100.0 / capped_sum : 1.0;
+  std::vector<double> demand;
+  for (int c : caps) demand.push_back(c < 100 ? c / 100.0 * scale : 1.0);
+  std::vector<std::size_t> order(caps.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return demand[a] < demand[b]; });
+  std::vector<double> share(caps.size());
+  double left = 1;
+  std::size_t others = caps.size();
+  for (std::size_t i : order) {
+    share[i] = std::min(demand[i], left / static_cast<double>(others));
+    left -= share[i];
+    --others;
+  }
+  return share;
+}
+
+TEST(Simulation, CapAccuracyOverSixtySeconds) {
+  struct Worst {
+    int cases = 0;
+    double capped = 0;    // points
+    double uncapped = 0;  // points
+    std::string where;
+  };
+  std::map<std::string, Worst> table;
+  std::vector<std::string> order;
+  for (const CapCase& c : cap_cases()) {
+    const SimResult r = run_checked(c.scenario);
+    if (!r.ok) continue;
+    std::vector<int> caps;
+    for (const ClientSpec& spec : c.scenario.clients) caps.push_back(spec.limits.core_percent);
+    const std::vector<double> expected = expected_shares(caps);
+    if (!table.count(c.category)) order.push_back(c.category);
+    Worst& w = table[c.category];
+    ++w.cases;
+    ASSERT_EQ(r.connections.size(), caps.size());
+    for (std::size_t i = 0; i < caps.size(); ++i) {
+      const double share = r.connections[i].billed_seconds / secs(c.scenario.length);
+      const double error = std::abs(share - expected[i]) * 100;
+      std::string where = "caps";
+      for (int cap : caps) where += " " + std::to_string(cap);
+      if (caps[i] < 100) {
+        if (error > w.capped)
+          w.where = where + ": client " + std::to_string(i + 1) + " got " +
+                    std::to_string(share * 100) + "%, expected " +
+                    std::to_string(expected[i] * 100) + "%";
+        w.capped = std::max(w.capped, error);
+        EXPECT_LE(error, 1.0) << c.category << ", " << where << ": client " << i + 1 << " got "
+                              << share * 100 << "%, expected " << expected[i] * 100 << "%, idle "
+                              << secs(r.idle_while_waiting) << " s";
+      } else {
+        w.uncapped = std::max(w.uncapped, error);
+      }
+    }
+  }
+  std::printf("cap accuracy over 60 s (worst |share - expected| in points):\n");
+  for (const std::string& category : order) {
+    const Worst& w = table[category];
+    std::printf("  %-22s %3d cases  capped %.2f  uncapped %.2f   (%s)\n", category.c_str(), w.cases,
+                w.capped, w.uncapped, w.where.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace nvshare::sim

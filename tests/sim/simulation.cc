@@ -1,0 +1,599 @@
+#include "simulation.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <queue>
+
+#include "rng.h"
+#include "scheduler/policy/gpu_policy.h"
+
+namespace nvshare::sim {
+namespace {
+
+using namespace std::chrono_literals;
+using policy::Action;
+using policy::ClientId;
+using policy::ClientState;
+using policy::GpuPolicy;
+using policy::GpuView;
+using policy::GrantEpoch;
+using policy::Mode;
+using policy::WaitReason;
+
+double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
+Duration from_seconds(double s) { return Duration(static_cast<std::int64_t>(s * 1e9)); }
+
+std::string fmt_time(MonoTime t) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.6f", seconds(t.since_origin));
+  return buffer;
+}
+
+struct SimClient {
+  ClientSpec spec;
+  Behaviour behaviour = Behaviour::kComputeBound;
+  ClientId id = 0;
+  bool connected = false;
+  bool wants = false;  // has work: asked for the GPU, or was preempted in the middle of it
+  GrantEpoch holding = 0;
+  MonoTime hold_since{};
+  bool revoked = false;
+  MonoTime revoked_at{};
+  bool swap_out = false;
+  bool unresponsive = false;
+  bool hanging = false;
+  int revokes_answered = 0;
+  std::uint64_t allocated = 0;
+  Limits limits;
+  // The current wait.
+  MonoTime wait_since{};
+  Duration quota_wait{0};
+  std::optional<WaitReason> reason;
+  MonoTime reason_since{};
+  // A limit change on its way to the client.
+  std::optional<Limits> pending_limits;
+  MonoTime pending_since{};
+  // This connection.
+  ConnectionOutcome outcome;
+  MonoTime connected_at{};
+};
+
+enum class What { kConnect, kRequest, kRelease, kUsage, kDisconnect, kLimitChange, kStaleRelease };
+
+struct SimEvent {
+  MonoTime at;
+  std::uint64_t seq = 0;
+  What what = What::kRequest;
+  int client = -1;
+  GrantEpoch epoch = 0;
+  bool operator>(const SimEvent& other) const {
+    return at != other.at ? at > other.at : seq > other.seq;
+  }
+};
+
+class World {
+ public:
+  World(const Scenario& scenario, bool trace)
+      : s_(scenario), rng_(scenario.seed * 7919 + 17), engine_(scenario.config), trace_(trace) {
+    for (const ClientSpec& spec : s_.clients) {
+      SimClient c;
+      c.spec = spec;
+      c.behaviour = spec.behaviour;
+      clients_.push_back(c);
+    }
+    compute_bound();
+  }
+
+  SimResult run() {
+    for (int i = 0; i < static_cast<int>(clients_.size()); ++i) {
+      schedule(MonoTime{} + clients_[i].spec.start, What::kConnect, i);
+    }
+    if (s_.limit_change_every > 0s) {
+      schedule(MonoTime{} + s_.limit_change_every, What::kLimitChange, -1);
+    }
+    const MonoTime end = MonoTime{} + s_.length;
+    while (result_.ok) {
+      const std::optional<MonoTime> deadline = engine_.next_deadline();
+      const MonoTime next_event = queue_.empty() ? MonoTime::max() : queue_.top().at;
+      const MonoTime t = std::min(deadline.value_or(MonoTime::max()), next_event);
+      if (t > end) break;
+      advance(t);
+      if (deadline && *deadline <= next_event) {
+        feed(policy::DeadlineReached{}, "deadline");
+      } else {
+        const SimEvent e = queue_.top();
+        queue_.pop();
+        deliver(e);
+      }
+    }
+    if (result_.ok) finish(end);
+    result_.trace.assign(trace_lines_.begin(), trace_lines_.end());
+    return result_;
+  }
+
+ private:
+  // ---- time and bookkeeping ----
+
+  void compute_bound() {
+    const PolicyConfig& config = s_.config;
+    const Duration max_quantum = config.fixed_quantum.value_or(config.quantum_max);
+    double slowest = static_cast<double>(config.default_swap_bytes_per_s);
+    std::uint64_t largest = 0;
+    for (const ClientSpec& c : s_.clients) {
+      slowest = std::min(slowest, c.swap_bytes_per_s);
+      largest = std::max(largest, c.working_set);
+    }
+    // Working sets grow up to 1.5x; the engine's grace adds the swap-out estimate at its bandwidth.
+    const Duration longest_swap = from_seconds(1.5 * static_cast<double>(largest) / slowest) + 1ms;
+    // docs/scheduling.md, "The starvation bound": N x Q + (2N - 1) x (G + S).
+    const std::int64_t n = static_cast<std::int64_t>(s_.clients.size());
+    result_.starvation_bound = n * max_quantum + (2 * n - 1) * (config.revoke_grace + longest_swap);
+  }
+
+  void advance(MonoTime t) {
+    if (t <= now_) return;
+    int holders = 0;
+    for (const SimClient& c : clients_) holders += c.connected && c.holding ? 1 : 0;
+    for (SimClient& c : clients_) {
+      if (c.connected && c.holding) c.outcome.billed_seconds += seconds(t - now_) / holders;
+    }
+    bool someone_waits = false;
+    for (const SimClient& c : clients_) someone_waits |= c.connected && c.wants && !c.holding;
+    if (holders == 0 && someone_waits) result_.idle_while_waiting += t - now_;
+    now_ = t;
+  }
+
+  void schedule(MonoTime at, What what, int client, GrantEpoch epoch = 0) {
+    queue_.push(SimEvent{at, seq_++, what, client, epoch});
+  }
+
+  void log(const std::string& line) {
+    if (!trace_) return;
+    trace_lines_.push_back(fmt_time(now_) + "  " + line);
+    if (trace_lines_.size() > 150) trace_lines_.pop_front();
+  }
+
+  void fail(const std::string& what) {
+    if (!result_.ok) return;
+    result_.ok = false;
+    result_.failure = "t=" + fmt_time(now_) + " s: " + what;
+    log("FAILED: " + what);
+  }
+
+  SimClient* by_id(ClientId id) {
+    for (SimClient& c : clients_) {
+      if (c.connected && c.id == id) return &c;
+    }
+    return nullptr;
+  }
+
+  std::string name(const SimClient& c) const {
+    return "c" + std::to_string(c.id) + "(" + to_string(c.behaviour) + ")";
+  }
+
+  void start_wait(SimClient& c) {
+    c.wait_since = now_;
+    c.quota_wait = 0s;
+    c.reason.reset();
+  }
+
+  // Time spent waiting for turn or memory in the current wait (waiting for quota excluded).
+  Duration non_quota_wait(const SimClient& c) const {
+    Duration quota = c.quota_wait;
+    if (c.reason == WaitReason::kQuota) quota += now_ - c.reason_since;
+    return (now_ - c.wait_since) - quota;
+  }
+
+  void check_wait(const SimClient& c) {
+    const Duration waited = non_quota_wait(c);
+    result_.worst_wait = std::max(result_.worst_wait, waited);
+    if (waited > result_.starvation_bound) {
+      fail(name(c) + " waited " + std::to_string(seconds(waited)) +
+           " s for turn or memory, over the bound of " +
+           std::to_string(seconds(result_.starvation_bound)) + " s");
+    }
+  }
+
+  // ---- the engine ----
+
+  void feed(const policy::Event& event, const std::string& what) {
+    log("-> " + what);
+    ++result_.engine_events;
+    const std::vector<Action> actions = engine_.handle(event, now_);
+    bool granted = false;
+    for (const Action& a : actions) {
+      granted |= std::holds_alternative<policy::SendGrant>(a);
+      apply(a);
+    }
+    check_state(granted);
+    if (std::holds_alternative<policy::Released>(event) && stale_pending_ && !actions.empty()) {
+      fail("a stale release produced actions");
+    }
+    stale_pending_ = false;
+  }
+
+  void apply(const Action& action) {
+    std::visit([&](const auto& a) { on_action(a); }, action);
+  }
+
+  void on_action(const policy::SendGrant& a) {
+    SimClient* c = by_id(a.client);
+    log("<- grant c" + std::to_string(a.client) + " epoch " + std::to_string(a.epoch));
+    if (c == nullptr) return fail("grant to unknown client " + std::to_string(a.client));
+    if (!c->wants || c->holding) return fail("grant to " + name(*c) + ", which did not wait");
+    if (a.epoch <= last_epoch_) return fail("grant epochs must grow");
+    last_epoch_ = a.epoch;
+    ++result_.grants;
+    check_wait(*c);
+    c->holding = a.epoch;
+    c->hold_since = now_;
+    c->revoked = false;
+    c->unresponsive = false;
+    c->hanging = false;
+    const int index = static_cast<int>(c - clients_.data());
+    if (c->behaviour == Behaviour::kBursty) {
+      schedule(now_ + rng_.between(50ms, 2s), What::kRelease, index, a.epoch);
+    } else if (c->behaviour == Behaviour::kIdle) {
+      schedule(now_ + rng_.between(10ms, 300ms), What::kRelease, index, a.epoch);
+    }
+  }
+
+  void on_action(const policy::SendRevoke& a) {
+    SimClient* c = by_id(a.client);
+    log("<- revoke c" + std::to_string(a.client) + " epoch " + std::to_string(a.epoch) +
+        " reason " + std::string(protocol::to_string(a.reason)) + (a.swap_out ? " swap-out" : ""));
+    if (c == nullptr) return fail("revoke to unknown client " + std::to_string(a.client));
+    if (c->holding != a.epoch || c->revoked) {
+      return fail("revoke of " + name(*c) + " for epoch " + std::to_string(a.epoch) +
+                  " it does not hold unrevoked");
+    }
+    ++result_.revokes;
+    result_.quota_revokes += a.reason == policy::RevokeReason::kQuota ? 1 : 0;
+    result_.swap_outs += a.swap_out ? 1 : 0;
+    c->revoked = true;
+    c->revoked_at = now_;
+    c->swap_out = a.swap_out;
+    const int index = static_cast<int>(c - clients_.data());
+    if (c->behaviour == Behaviour::kHung && c->revokes_answered >= c->spec.hang_after_revokes &&
+        !c->outcome.hung) {
+      c->hanging = true;
+      c->outcome.hung = true;
+      if (c->spec.wake_after > 0s)
+        schedule(now_ + c->spec.wake_after, What::kRelease, index, a.epoch);
+      return;
+    }
+    ++c->revokes_answered;
+    Duration delay = rng_.between(0ms, c->spec.max_drain);
+    if (a.swap_out) {
+      delay += from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
+    }
+    schedule(now_ + delay, What::kRelease, index, a.epoch);
+  }
+
+  void on_action(const policy::SendWait& a) {
+    SimClient* c = by_id(a.client);
+    log("<- wait c" + std::to_string(a.client) + " " + std::string(protocol::to_string(a.reason)));
+    if (c == nullptr) return fail("wait to unknown client " + std::to_string(a.client));
+    if (!c->wants || c->holding) return fail("wait sent to " + name(*c) + ", which does not wait");
+    if (c->reason == a.reason) return fail("wait reason repeated without a change");
+    if (c->reason == WaitReason::kQuota) c->quota_wait += now_ - c->reason_since;
+    c->reason = a.reason;
+    c->reason_since = now_;
+  }
+
+  void on_action(const policy::SendLimits& a) {
+    SimClient* c = by_id(a.client);
+    log("<- limits c" + std::to_string(a.client));
+    if (c == nullptr) return fail("limits to unknown client " + std::to_string(a.client));
+    if (a.limits != c->limits) return fail("limits sent to " + name(*c) + " are not the ones set");
+    if (c->pending_limits && *c->pending_limits == a.limits) {
+      const Duration latency = now_ - c->pending_since;
+      result_.worst_limit_latency = std::max(result_.worst_limit_latency, latency);
+      if (latency > 1s) fail("limit change reached " + name(*c) + " after more than 1 s");
+      c->pending_limits.reset();
+    }
+  }
+
+  void on_action(const policy::HolderUnresponsive& a) {
+    SimClient* c = by_id(a.client);
+    log("<- unresponsive c" + std::to_string(a.client));
+    if (c == nullptr) return fail("unresponsive: unknown client " + std::to_string(a.client));
+    if (c->holding != a.epoch || !c->revoked || c->unresponsive) {
+      return fail("unresponsive reported for " + name(*c) + ", which is not an unanswered revoke");
+    }
+    if (now_ - c->revoked_at < s_.config.revoke_grace) {
+      return fail("unresponsive reported for " + name(*c) + " before its grace period ended");
+    }
+    c->unresponsive = true;
+    ++result_.unresponsive;
+  }
+
+  // ---- properties after every handle() ----
+
+  void check_state(bool granted) {
+    if (!result_.ok) return;
+    const std::optional<MonoTime> deadline = engine_.next_deadline();
+    const GpuView view = engine_.view(now_);
+    if (deadline && *deadline <= now_) {
+      return fail("next_deadline() " + fmt_time(*deadline) + " is not in the future\n" +
+                  dump(view));
+    }
+
+    std::uint64_t running_bytes = 0;
+    std::uint64_t blocking_bytes = 0;
+    int running = 0;
+    int blocking = 0;
+    bool grantable_waits = false;
+    for (const policy::ClientView& v : view.clients) {
+      const SimClient* c = by_id(v.client);
+      if (c == nullptr)
+        return fail("engine knows client " + std::to_string(v.client) + ", which left");
+      const ClientState expected = !c->holding
+                                       ? (c->wants ? ClientState::kWaiting : ClientState::kIdle)
+                                   : !c->revoked     ? ClientState::kRunning
+                                   : c->unresponsive ? ClientState::kUnresponsive
+                                                     : ClientState::kRevoking;
+      if (v.state != expected) {
+        return fail(name(*c) + " is " + std::string(to_string(v.state)) + " in the engine but " +
+                    std::string(to_string(expected)) + " in the simulation");
+      }
+      if (v.state == ClientState::kRunning) {
+        running_bytes += v.allocated_bytes;
+        ++running;
+      }
+      if (v.state == ClientState::kRunning || v.state == ClientState::kRevoking) {
+        blocking_bytes += v.allocated_bytes;
+        ++blocking;
+      }
+      if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota)
+        grantable_waits = true;
+    }
+    if (s_.config.mode == Mode::kAuto) {
+      // Never over capacity: runners fit in usable, unless one runs alone.
+      if (running > 1 && running_bytes > view.usable_bytes) {
+        return fail("runners use " + std::to_string(running_bytes) + " bytes of " +
+                    std::to_string(view.usable_bytes) + " usable");
+      }
+      if (granted && blocking > 1 && blocking_bytes > view.usable_bytes) {
+        return fail("a grant put holders over usable memory");
+      }
+    } else if (blocking > 1) {
+      return fail("exclusive mode with " + std::to_string(blocking) + " holders");
+    }
+    // Work conservation: nobody holds the GPU while a client that could run waits.
+    if (blocking == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");
+  }
+
+  // The engine's view, for failure reports.
+  std::string dump(const GpuView& view) const {
+    std::string text = "engine: usable " + std::to_string(view.usable_bytes) + ", running " +
+                       std::to_string(view.running_bytes) + ", queue";
+    for (ClientId id : view.queue) text += " c" + std::to_string(id);
+    for (const policy::ClientView& v : view.clients) {
+      text += "\n  c" + std::to_string(v.client) + " " + std::string(to_string(v.state)) +
+              " epoch " + std::to_string(v.epoch) + " ws " + std::to_string(v.allocated_bytes) +
+              " cap " + std::to_string(v.effective_cap_percent);
+      if (v.waiting_for) text += " waiting for " + std::string(protocol::to_string(*v.waiting_for));
+      if (v.budget_left) text += " budget " + std::to_string(seconds(*v.budget_left));
+      if (v.turn_ends) text += " turn ends " + fmt_time(*v.turn_ends);
+      if (v.unresponsive_at) text += " unresponsive at " + fmt_time(*v.unresponsive_at);
+      text += "\n    " + engine_.explain(v.client, now_);
+    }
+    return text;
+  }
+
+  // ---- client events ----
+
+  void deliver(const SimEvent& e) {
+    if (e.what == What::kLimitChange) return change_limits();
+    SimClient& c = clients_[e.client];
+    switch (e.what) {
+      case What::kConnect:
+        return connect(c, e.client);
+      case What::kRequest:
+        if (!c.connected || c.wants || c.holding) return;
+        c.wants = true;
+        start_wait(c);
+        return feed(policy::Requested{c.id}, "request " + name(c));
+      case What::kRelease:
+        return release(c, e.client, e.epoch);
+      case What::kUsage:
+        return grow(c, e.client);
+      case What::kDisconnect:
+        return disconnect(c, e.client);
+      case What::kStaleRelease:
+        if (!c.connected) return;
+        ++result_.stale_releases;
+        // Thresholds within rounding of a deadline may already count as reached; a deadline call at
+        // the same instant settles those first, so the release itself must then change nothing.
+        feed(policy::DeadlineReached{}, "deadline (early)");
+        stale_pending_ = true;
+        return feed(policy::Released{c.id, e.epoch, 0ms, 0ms}, "stale release " + name(c));
+      case What::kLimitChange:
+        return;
+    }
+  }
+
+  void connect(SimClient& c, int index) {
+    c.id = next_id_++;
+    c.connected = true;
+    c.connected_at = now_;
+    c.wants = false;
+    c.holding = 0;
+    c.reason.reset();
+    c.allocated = c.spec.working_set;
+    c.limits = c.spec.limits;
+    c.outcome = ConnectionOutcome{};
+    c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +
+                      std::to_string(c.limits.core_percent) + "%)";
+    c.outcome.limits = c.limits;
+    feed(policy::Registered{c.id, c.spec.gpu_memory, c.limits}, "register " + name(c));
+    feed(policy::UsageReported{c.id, c.allocated, c.allocated, 0}, "usage " + name(c));
+    if (c.behaviour == Behaviour::kIdle) {
+      schedule(now_ + rng_.between(500ms, 5s), What::kRequest, index);
+    } else {
+      schedule(now_, What::kRequest, index);
+    }
+    if (c.spec.grows) schedule(now_ + rng_.between(500ms, 3s), What::kUsage, index);
+    if (c.behaviour == Behaviour::kCrashing) {
+      schedule(std::max(now_, MonoTime{} + c.spec.crash_at), What::kDisconnect, index);
+    }
+  }
+
+  void release(SimClient& c, int index, GrantEpoch epoch) {
+    if (!c.connected || c.holding != epoch) return;  // already released (or a new grant)
+    const bool answered_revoke = c.revoked;
+    const bool swapped = c.revoked && c.swap_out;
+    const Duration held = now_ - c.hold_since;
+    const Duration drained = c.revoked ? now_ - c.revoked_at : 0s;
+    c.holding = 0;
+    c.revoked = false;
+    c.unresponsive = false;
+    c.hanging = false;
+    // The engine puts a preempted client back in the queue; a voluntary release makes it idle.
+    c.wants = answered_revoke;
+    if (answered_revoke) start_wait(c);
+    feed(policy::Released{c.id, epoch, held, drained},
+         std::string(answered_revoke ? "release " : "idle release ") + name(c));
+    if (swapped && c.connected) {
+      feed(policy::UsageReported{c.id, c.allocated, 0,
+                                 static_cast<std::uint64_t>(c.spec.swap_bytes_per_s)},
+           "usage after swap " + name(c));
+    }
+    if (!answered_revoke) {
+      const Duration gap =
+          c.behaviour == Behaviour::kIdle ? rng_.between(3s, 10s) : rng_.between(50ms, 2s);
+      schedule(now_ + gap, What::kRequest, index);
+    }
+    if (s_.stale_releases && rng_.chance(0.3)) {
+      schedule(now_ + rng_.between(1ms, 500ms), What::kStaleRelease, index, epoch);
+    }
+  }
+
+  void grow(SimClient& c, int index) {
+    if (!c.connected) return;
+    c.allocated = static_cast<std::uint64_t>(static_cast<double>(c.spec.working_set) *
+                                             rng_.uniform(0.5, 1.5));
+    feed(policy::UsageReported{c.id, c.allocated, c.holding ? c.allocated : 0, 0},
+         "grow " + name(c));
+    schedule(now_ + rng_.between(500ms, 3s), What::kUsage, index);
+  }
+
+  void disconnect(SimClient& c, int index) {
+    if (!c.connected) return;
+    if (c.wants && !c.holding) check_wait(c);
+    close_connection(c);
+    feed(policy::Disconnected{c.id}, "disconnect c" + std::to_string(c.id));
+    if (c.spec.reconnects) {
+      c.behaviour = Behaviour::kComputeBound;  // the restarted process does not crash again
+      schedule(now_ + rng_.between(200ms, 3s), What::kConnect, index);
+    }
+  }
+
+  void close_connection(SimClient& c) {
+    c.outcome.seconds = seconds(now_ - c.connected_at);
+    result_.connections.push_back(c.outcome);
+    c.connected = false;
+    c.holding = 0;
+    c.wants = false;
+  }
+
+  void change_limits() {
+    ++result_.limit_changes;
+    std::vector<SimClient*> connected;
+    for (SimClient& c : clients_) {
+      if (c.connected) connected.push_back(&c);
+    }
+    schedule(now_ + rng_.between(s_.limit_change_every / 2, s_.limit_change_every * 3 / 2),
+             What::kLimitChange, -1);
+    if (connected.empty()) return;
+    SimClient& c = *connected[rng_.next() % connected.size()];
+    Limits limits;
+    limits.core_percent = rng_.chance(0.4) ? 100 : static_cast<std::uint8_t>(rng_.range(5, 95));
+    limits.memory_bytes = rng_.chance(0.5) ? 0 : c.allocated + kGiB;
+    c.outcome.cap_changed |= limits.core_percent != c.limits.core_percent;
+    c.limits = limits;
+    c.pending_limits = limits;
+    c.pending_since = now_;
+    feed(policy::LimitsChanged{c.id, limits}, "limits " + name(c));
+  }
+
+  // ---- the end of the run ----
+
+  void finish(MonoTime end) {
+    advance(end);
+    for (SimClient& c : clients_) {
+      if (!c.connected) continue;
+      if (c.wants && !c.holding) check_wait(c);
+      if (c.pending_limits && now_ - c.pending_since > 1s)
+        fail("a limit change never reached " + name(c));
+      close_connection(c);
+    }
+    // A capped client never gets more than its cap plus one bucket and one drain (it may get less).
+    const double window = seconds(s_.config.quota_window);
+    for (std::size_t i = 0; i < result_.connections.size() && result_.ok; ++i) {
+      const ConnectionOutcome& o = result_.connections[i];
+      if (o.limits.core_percent >= 100 || o.cap_changed || o.hung) continue;
+      double longest_release = 0.05;
+      for (const ClientSpec& spec : s_.clients) {
+        longest_release =
+            std::max(longest_release,
+                     0.05 + 1.5 * static_cast<double>(spec.working_set) / spec.swap_bytes_per_s);
+      }
+      const double cap = o.limits.core_percent / 100.0;
+      const double allowed = cap * o.seconds + cap * window + longest_release + 1e-6;
+      if (o.billed_seconds > allowed) {
+        fail(o.label + " was billed " + std::to_string(o.billed_seconds) + " s in " +
+             std::to_string(o.seconds) + " s, over its cap's allowance of " +
+             std::to_string(allowed));
+      }
+    }
+  }
+
+  const Scenario& s_;
+  Rng rng_;
+  GpuPolicy engine_;
+  bool trace_;
+  MonoTime now_{};
+  std::priority_queue<SimEvent, std::vector<SimEvent>, std::greater<>> queue_;
+  std::uint64_t seq_ = 0;
+  std::vector<SimClient> clients_;
+  ClientId next_id_ = 1;
+  GrantEpoch last_epoch_ = 0;
+  bool stale_pending_ = false;
+  SimResult result_;
+  std::deque<std::string> trace_lines_;
+};
+
+}  // namespace
+
+SimResult run_simulation(const Scenario& scenario, bool trace) {
+  World world(scenario, trace);
+  return world.run();
+}
+
+std::string describe(const Scenario& s) {
+  const PolicyConfig& c = s.config;
+  std::string text = s.name + " seed " + std::to_string(s.seed) + ": mode " +
+                     std::string(policy::to_string(c.mode)) + ", capacity " +
+                     (c.capacity_bytes ? std::to_string(*c.capacity_bytes / kGiB) + "Gi"
+                                       : std::string("reported")) +
+                     ", reserve " + std::to_string(c.reserve_fraction) + ", quantum " +
+                     (c.fixed_quantum ? std::to_string(seconds(*c.fixed_quantum)) + " s fixed"
+                                      : "auto " + std::to_string(seconds(c.quantum_min)) + ".." +
+                                            std::to_string(seconds(c.quantum_max)) + " s") +
+                     ", window " + std::to_string(seconds(c.quota_window)) + " s, grace " +
+                     std::to_string(seconds(c.revoke_grace)) + " s; clients:";
+  for (const ClientSpec& spec : s.clients) {
+    text += " [" + std::string(to_string(spec.behaviour)) + " " +
+            std::to_string(static_cast<double>(spec.working_set) / kGiB).substr(0, 4) + "Gi " +
+            std::to_string(spec.limits.core_percent) + "% start " +
+            std::to_string(seconds(spec.start)).substr(0, 4) + "s]";
+  }
+  return text;
+}
+
+}  // namespace nvshare::sim

@@ -1,0 +1,55 @@
+// The policy simulator: one GpuPolicy driven in virtual time by simulated clients.
+//
+// Clients react to the engine's actions with realistic latencies (a drain of 0..50 ms and the
+// swap-out time before a release, idle gaps before asking again, crashes, hangs), and the simulator
+// advances time to min(next client event, next_deadline()). After every handle() it checks the
+// properties listed in docs/scheduling.md ("What the simulator checks"); the first violation stops
+// the run and is reported with the simulated time. A run is a pure function of its scenario, so a
+// failure is replayed from the scenario's name and seed, with tracing on, to print what led to it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scenario.h"
+
+namespace nvshare::sim {
+
+// One connection of one simulated client, as the simulator measured it (not as the engine reports
+// it).
+struct ConnectionOutcome {
+  std::string label;          // "client 3 (compute, 30%)"
+  Limits limits;              // at connect
+  bool cap_changed = false;   // its core percent changed during the connection
+  bool hung = false;          // it ignored a revoke at some point
+  double seconds = 0;         // connected time
+  double billed_seconds = 0;  // GPU time: 1/n of wall time while it was one of n grant holders
+};
+
+struct SimResult {
+  bool ok = true;
+  std::string failure;             // the first violated property
+  std::vector<std::string> trace;  // the last events before the end or the failure (tracing runs)
+
+  std::uint64_t engine_events = 0;
+  std::uint64_t grants = 0;
+  std::uint64_t revokes = 0;
+  std::uint64_t quota_revokes = 0;
+  std::uint64_t swap_outs = 0;
+  std::uint64_t unresponsive = 0;
+  std::uint64_t stale_releases = 0;
+  std::uint64_t limit_changes = 0;
+  Duration starvation_bound{0};  // N x Q + (2N - 1) x (G + S), docs/scheduling.md
+  Duration worst_wait{0};  // longest wait for turn or memory (time waiting for quota excluded)
+  Duration worst_limit_latency{0};
+  Duration idle_while_waiting{0};  // no grant holder while somebody waited (for quota, necessarily)
+  std::vector<ConnectionOutcome> connections;
+};
+
+SimResult run_simulation(const Scenario& scenario, bool trace = false);
+
+// One line: the scenario's policy and clients, for failure reports.
+std::string describe(const Scenario& scenario);
+
+}  // namespace nvshare::sim

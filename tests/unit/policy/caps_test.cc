@@ -1,0 +1,221 @@
+// Compute caps: the quota bucket, 1/n billing, proportional scaling, overshoot, work conservation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "harness.h"
+#include "scheduler/policy/quota.h"
+#include "scheduler/policy/usage_window.h"
+
+namespace nvshare::policy::testing {
+namespace {
+
+double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
+
+TEST(QuotaLedger, LevelMovesAtCapMinusBillingRateUpToTheDepth) {
+  const MonoTime t0{10s};
+  QuotaLedger ledger(0.3, 2s, t0);
+  EXPECT_DOUBLE_EQ(ledger.depth(), 0.6);
+  EXPECT_DOUBLE_EQ(ledger.resume_level(), 0.42);
+  EXPECT_DOUBLE_EQ(ledger.entry_level(), 0.21);
+  EXPECT_DOUBLE_EQ(ledger.level(), 0.21);  // starts at the entry level: may run, no full burst
+  EXPECT_TRUE(ledger.may_enter());
+  EXPECT_FALSE(ledger.refilled());
+
+  ledger.set_rates(0.3, 1.0, 2s);  // running alone: falls at 0.7/s
+  EXPECT_TIME_NEAR(ledger.spent_at(), t0 + 300ms);
+  ledger.settle(t0 + 300ms);
+  EXPECT_TRUE(ledger.spent());
+
+  ledger.set_rates(0.3, 1.0, 2s);  // the drain after the revoke: still billed
+  ledger.settle(t0 + 400ms);
+  EXPECT_NEAR(ledger.level(), -0.07, 1e-9);  // overshoot
+
+  ledger.set_rates(0.3, 0.0, 2s);  // released: refills at 0.3/s
+  EXPECT_TIME_NEAR(ledger.refilled_at(), t0 + 400ms + std::chrono::nanoseconds(1'633'333'333));
+  ledger.settle(t0 + 60s);
+  EXPECT_DOUBLE_EQ(ledger.level(), 0.6);  // never above the depth
+  EXPECT_EQ(ledger.spent_at(), std::nullopt);
+}
+
+TEST(QuotaLedger, LoweringTheCapClampsTheLevelToTheNewDepth) {
+  QuotaLedger ledger(0.5, 2s, MonoTime{});
+  ledger.settle(MonoTime{10s});
+  EXPECT_DOUBLE_EQ(ledger.level(), 1.0);
+  ledger.set_rates(0.25, 0, 2s);
+  EXPECT_DOUBLE_EQ(ledger.level(), 0.5);
+}
+
+TEST(UsageWindow, ShareOverTheLastWindow) {
+  UsageWindow usage(MonoTime{0s});
+  usage.set_rate(1.0);
+  usage.settle(MonoTime{1s}, 2s);
+  usage.set_rate(0.5);
+  usage.settle(MonoTime{3s}, 2s);
+  usage.set_rate(0);
+  EXPECT_DOUBLE_EQ(usage.total_seconds(MonoTime{5s}), 2.0);
+  EXPECT_DOUBLE_EQ(usage.share(MonoTime{3s}, 2s), 0.5);
+  EXPECT_DOUBLE_EQ(usage.share(MonoTime{2s}, 2s), 0.75);  // projected: 1 s at 1, 1 s at 0.5
+  EXPECT_DOUBLE_EQ(usage.share(MonoTime{4s}, 2s), 0.25);
+}
+
+TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
+  Harness h(virtual_gpu());
+  const MonoTime t0 = h.now;
+  EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 300ms);  // entry level 0.21 s at 0.7/s
+
+  const auto revoke = revoke_of(h.fire(), 1);
+  ASSERT_TRUE(revoke);
+  EXPECT_EQ(revoke->reason, RevokeReason::kQuota);
+  EXPECT_FALSE(revoke->swap_out);  // nobody waits for its memory
+
+  const auto released = h.release(1);
+  EXPECT_EQ(wait_of(released, 1), WaitReason::kQuota);
+  EXPECT_EQ(h.client(1).waiting_for, WaitReason::kQuota);
+  // Refills to the resume level, 0.42 s at 0.3/s: pauses 1.4 s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1700ms);
+  EXPECT_TRUE(granted(h.fire(), 1));
+
+  // From then on one cycle per window: runs 0.6 s (0.42 s at 0.7/s), pauses 1.4 s: 30%.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2300ms);
+  h.fire();
+  h.release(1);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 3700ms);
+}
+
+TEST(Caps, CoRunnersAreEachBilledOneNth) {
+  Harness h(virtual_gpu());
+  const MonoTime t0 = h.now;
+  h.add_and_request(1, 1 * kGiB, 30);
+  h.add_and_request(2, 1 * kGiB, 30);
+  // Each billed 0.5/s and refilled 0.3/s: 0.21 s lasts 1.05 s instead of 0.3 s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1050ms);
+  h.advance(1s);
+  EXPECT_NEAR(seconds(h.client(1).held_total), 0.5, 1e-9);
+  EXPECT_NEAR(h.client(1).share_percent, 25.0, 1e-6);  // 0.5 s billed in the last 2 s
+  const auto actions = h.advance(50ms);
+  EXPECT_TRUE(revoke_of(actions, 1));
+  EXPECT_TRUE(revoke_of(actions, 2));
+}
+
+TEST(Caps, UnresponsiveHoldersStillCountAsHolders) {
+  PolicyConfig config = virtual_gpu();
+  config.revoke_grace = 1s;
+  Harness h(config);
+  h.add_and_request(1, 1 * kGiB, 30);
+  h.add_and_request(2, 1 * kGiB);
+  h.advance(10s);  // 1 is revoked for quota at 1.05 s, never releases, unresponsive at 2.05 s
+  EXPECT_EQ(h.state(1), ClientState::kUnresponsive);
+  EXPECT_NEAR(seconds(h.client(2).held_total), 5.0, 1e-6);  // 1/2 of 10 s: 1 still holds a grant
+  h.release(1);
+  EXPECT_NEAR(seconds(h.client(2).held_total), 5.0, 1e-6);
+  h.advance(1s);
+  EXPECT_NEAR(seconds(h.client(2).held_total), 6.0, 1e-6);  // alone again
+}
+
+TEST(Caps, CapsOverOneHundredPercentAreScaledAndRecomputedWhenClientsLeave) {
+  Harness h(virtual_gpu());
+  h.add_and_request(1, 1 * kGiB, 60);
+  h.add_and_request(2, 1 * kGiB, 60);
+  h.add_and_request(3, 1 * kGiB, 30);
+  EXPECT_NEAR(h.client(1).effective_cap_percent, 40, 1e-9);  // 60 x 100/150
+  EXPECT_NEAR(h.client(3).effective_cap_percent, 20, 1e-9);
+  h.add(4, 1 * kGiB, 90);  // idle: not active, does not count
+  EXPECT_NEAR(h.client(1).effective_cap_percent, 40, 1e-9);
+  EXPECT_NEAR(h.client(4).effective_cap_percent, 90, 1e-9);
+
+  h.feed(Disconnected{3});
+  EXPECT_NEAR(h.client(1).effective_cap_percent, 50, 1e-9);  // 60 x 100/120
+  h.release(2);                                              // idle now
+  EXPECT_NEAR(h.client(1).effective_cap_percent, 60, 1e-9);
+  h.add_and_request(5, 1 * kGiB);  // uncapped clients are not part of the sum
+  EXPECT_NEAR(h.client(1).effective_cap_percent, 60, 1e-9);
+}
+
+TEST(Caps, OvershootCarriesForward) {
+  Harness h(virtual_gpu());
+  const MonoTime t0 = h.now;
+  h.add_and_request(1, 1 * kGiB, 30);
+  h.fire();        // spent at t0 + 0.3 s
+  h.now += 500ms;  // a long drain, billed: level -0.35 s
+  EXPECT_NEAR(seconds(*h.client(1).budget_left), -0.35, 1e-6);
+  h.release(1);
+  // Back to 0.42 s at 0.3/s takes 0.77 / 0.3 = 2.567 s: the overshoot is repaid before it runs
+  // again.
+  ASSERT_TRUE(h.policy.next_deadline());
+  EXPECT_NEAR(seconds(*h.policy.next_deadline() - (t0 + 800ms)), 0.77 / 0.3, 1e-6);
+
+  // Over many cycles with such drains the share still converges to the cap.
+  const MonoTime start = t0;
+  for (int cycle = 0; cycle < 50; ++cycle) {
+    ASSERT_TRUE(granted(h.fire(), 1));
+    ASSERT_TRUE(revoke_of(h.fire(), 1));
+    h.now += 200ms;
+    h.release(1);
+  }
+  const double share = seconds(h.client(1).held_total) / seconds(h.now - start);
+  EXPECT_NEAR(share, 0.30, 0.01);
+}
+
+TEST(Caps, UncappedClientsAreNeverBilledOrThrottled) {
+  Harness h(virtual_gpu());
+  h.add_and_request(1, 1 * kGiB);
+  EXPECT_EQ(h.client(1).budget_left, std::nullopt);
+  EXPECT_EQ(h.policy.next_deadline(), std::nullopt);
+  EXPECT_TRUE(h.advance(1h).empty());
+  EXPECT_EQ(h.state(1), ClientState::kRunning);
+  EXPECT_NEAR(h.client(1).share_percent, 100, 1e-9);  // measured for status, never charged
+}
+
+TEST(Caps, ThrottledClientDoesNotBlockOthers) {
+  Harness h(virtual_gpu(Mode::kExclusive));
+  h.add_and_request(1, 1 * kGiB, 10);
+  h.add_and_request(2, 1 * kGiB);
+  // Quota revokes and quanta alternate; revoked clients release after a 5 ms drain. Whenever 1
+  // waits for quota, somebody holds the GPU: no idle GPU while a grantable client waits.
+  int quota_waits = 0;
+  for (int i = 0; i < 200; ++i) {
+    for (const SendRevoke& r : only<SendRevoke>(h.fire())) {
+      h.now += 5ms;
+      h.feed(Released{r.client, r.epoch, 0ms, 5ms});
+    }
+    const GpuView v = h.policy.view(h.now);
+    const bool someone_holds = std::any_of(v.clients.begin(), v.clients.end(), [](auto& c) {
+      return c.state == ClientState::kRunning || c.state == ClientState::kRevoking;
+    });
+    const bool grantable_waits = std::any_of(v.clients.begin(), v.clients.end(), [](auto& c) {
+      return c.state == ClientState::kWaiting && c.waiting_for != WaitReason::kQuota;
+    });
+    ASSERT_TRUE(someone_holds || !grantable_waits) << "idle GPU at step " << i;
+    quota_waits += h.client(1).waiting_for == WaitReason::kQuota ? 1 : 0;
+  }
+  EXPECT_GT(quota_waits, 10);
+  EXPECT_EQ(h.policy.view(h.now).unresponsive_holders, 0u);
+}
+
+TEST(Caps, ClientEnteringWithALowBucketWaitsForQuota) {
+  Harness h(virtual_gpu());
+  h.add_and_request(1, 1 * kGiB, 30);
+  h.now += 200ms;  // 0.21 - 0.14 = 0.07 s left, under the entry level
+  h.release(1);    // idle release
+  EXPECT_EQ(h.state(1), ClientState::kIdle);
+  const auto actions = h.request(1);
+  EXPECT_FALSE(granted(actions, 1));
+  EXPECT_EQ(wait_of(actions, 1), WaitReason::kQuota);
+  // And someone else runs meanwhile.
+  EXPECT_TRUE(granted(h.add_and_request(2, 1 * kGiB), 2));
+}
+
+TEST(Caps, LimitChangeToUncappedReleasesAThrottledClient) {
+  Harness h(virtual_gpu());
+  h.add_and_request(1, 1 * kGiB, 30);
+  h.fire();
+  h.release(1);
+  EXPECT_EQ(h.client(1).waiting_for, WaitReason::kQuota);
+  const auto actions = h.feed(LimitsChanged{1, Limits{0, 100}});
+  EXPECT_TRUE(granted(actions, 1));
+}
+
+}  // namespace
+}  // namespace nvshare::policy::testing

@@ -1,0 +1,128 @@
+// A GpuPolicy on a manual timeline, with helpers that read actions, for the policy unit tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <vector>
+
+#include "scheduler/policy/gpu_policy.h"
+
+namespace nvshare::policy::testing {
+
+using namespace std::chrono_literals;
+
+inline constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+
+// Actions of one type, in order.
+template <typename T>
+std::vector<T> only(const std::vector<Action>& actions) {
+  std::vector<T> out;
+  for (const Action& a : actions) {
+    if (const T* t = std::get_if<T>(&a)) out.push_back(*t);
+  }
+  return out;
+}
+
+inline bool granted(const std::vector<Action>& actions, ClientId client) {
+  for (const SendGrant& g : only<SendGrant>(actions)) {
+    if (g.client == client) return true;
+  }
+  return false;
+}
+
+inline std::optional<SendRevoke> revoke_of(const std::vector<Action>& actions, ClientId client) {
+  for (const SendRevoke& r : only<SendRevoke>(actions)) {
+    if (r.client == client) return r;
+  }
+  return std::nullopt;
+}
+
+inline std::optional<WaitReason> wait_of(const std::vector<Action>& actions, ClientId client) {
+  std::optional<WaitReason> reason;
+  for (const SendWait& w : only<SendWait>(actions)) {
+    if (w.client == client) reason = w.reason;
+  }
+  return reason;
+}
+
+// Quota deadlines come from floating-point arithmetic rounded up to whole nanoseconds.
+#define EXPECT_TIME_NEAR(got, want)                                                            \
+  do {                                                                                         \
+    const std::optional<MonoTime> got_ = (got);                                                \
+    const MonoTime want_ = (want);                                                             \
+    ASSERT_TRUE(got_.has_value());                                                             \
+    EXPECT_LE(std::chrono::abs(got_->since_origin - want_.since_origin),                       \
+              std::chrono::microseconds(1))                                                    \
+        << "got " << got_->since_origin.count() << " ns, want " << want_.since_origin.count(); \
+  } while (0)
+
+class Harness {
+ public:
+  explicit Harness(PolicyConfig config = {}) : policy(std::move(config)) {}
+
+  std::vector<Action> feed(const Event& event) {
+    last = policy.handle(event, now);
+    return last;
+  }
+
+  // Registers a client with a working set (and the GPU memory its driver reports).
+  std::vector<Action> add(ClientId id, std::uint64_t working_set, std::uint8_t core_percent = 100,
+                          std::uint64_t gpu_memory = 24 * kGiB) {
+    std::vector<Action> out = feed(Registered{id, gpu_memory, Limits{0, core_percent}});
+    feed(UsageReported{id, working_set, working_set, 0});
+    return out;
+  }
+  std::vector<Action> request(ClientId id) { return feed(Requested{id}); }
+  std::vector<Action> add_and_request(ClientId id, std::uint64_t working_set,
+                                      std::uint8_t core_percent = 100) {
+    add(id, working_set, core_percent);
+    return request(id);
+  }
+  // Releases the client's current grant.
+  std::vector<Action> release(ClientId id) { return feed(Released{id, epoch(id), 0ms, 0ms}); }
+
+  // Moves time forward to `now + d`, firing every deadline on the way; returns all actions.
+  std::vector<Action> advance(Duration d) {
+    const MonoTime target = now + d;
+    std::vector<Action> all;
+    while (policy.next_deadline() && *policy.next_deadline() <= target) {
+      EXPECT_GT(*policy.next_deadline(), now) << "a deadline must lie in the future";
+      now = *policy.next_deadline();
+      for (const Action& a : feed(DeadlineReached{})) all.push_back(a);
+    }
+    now = target;
+    return all;
+  }
+  // Moves time to the next deadline and fires it.
+  std::vector<Action> fire() {
+    EXPECT_TRUE(policy.next_deadline().has_value());
+    if (!policy.next_deadline()) return {};
+    now = *policy.next_deadline();
+    return feed(DeadlineReached{});
+  }
+
+  ClientView client(ClientId id) const {
+    for (const ClientView& c : policy.view(now).clients) {
+      if (c.client == id) return c;
+    }
+    ADD_FAILURE() << "no client " << id;
+    return {};
+  }
+  ClientState state(ClientId id) const { return client(id).state; }
+  GrantEpoch epoch(ClientId id) const { return client(id).epoch; }
+
+  GpuPolicy policy;
+  MonoTime now{100s};
+  std::vector<Action> last;
+};
+
+// A configuration with a known capacity: 20 GiB virtual, 10% reserve, so 18 GiB usable.
+inline PolicyConfig virtual_gpu(Mode mode = Mode::kAuto) {
+  PolicyConfig config;
+  config.mode = mode;
+  config.capacity_bytes = 20 * kGiB;
+  return config;
+}
+
+}  // namespace nvshare::policy::testing

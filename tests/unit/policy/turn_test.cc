@@ -1,0 +1,161 @@
+// Turn-taking: the quantum (fixed, auto and its clamp), when runners are revoked, and the swap_out
+// flag.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "scheduler/policy/quantum.h"
+
+namespace nvshare::policy::testing {
+namespace {
+
+TEST(Quantum, FixedQuantumEndsTheTurnOfARunnerThatBlocksTheHead) {
+  PolicyConfig config = virtual_gpu();
+  config.fixed_quantum = 7s;
+  Harness h(config);
+  h.add_and_request(1, 10 * kGiB);
+  const MonoTime granted_at = h.now;
+  h.now += 1s;
+  h.add_and_request(2, 10 * kGiB);
+  EXPECT_EQ(h.policy.next_deadline(), granted_at + 7s);  // counted from the grant
+
+  const auto actions = h.advance(6s - 1ns);
+  EXPECT_TRUE(actions.empty());
+  const auto revoke = revoke_of(h.advance(1ns), 1);
+  ASSERT_TRUE(revoke);
+  EXPECT_EQ(revoke->reason, RevokeReason::kTurn);
+  EXPECT_TRUE(revoke->swap_out);
+  EXPECT_EQ(revoke->epoch, h.epoch(1));
+}
+
+TEST(Quantum, NoTurnEndsWhileNobodyWaits) {
+  PolicyConfig config = virtual_gpu();
+  config.fixed_quantum = 1s;
+  Harness h(config);
+  h.add_and_request(1, 10 * kGiB);
+  h.add_and_request(2, 2 * kGiB);  // fits: runs beside 1
+  EXPECT_EQ(h.policy.next_deadline(), std::nullopt);
+  EXPECT_TRUE(h.advance(1h).empty());
+}
+
+TEST(Quantum, AutoIsAMultipleOfTheSwapEstimate) {
+  PolicyConfig config = virtual_gpu();  // k = 5, 5 s .. 300 s, 2 GB/s until measured
+  SwapEstimate swap(config.default_swap_bytes_per_s);
+  // 4Gi + 16Gi move: 21.47 GB at 2 GB/s = 10.74 s, x5 = 53.7 s.
+  EXPECT_NEAR(to_ms(quantum_for(config, swap, 20 * kGiB)) / 1e3, 53.687, 0.001);
+  swap.observe(20'000'000'000);  // measured 20 GB/s: 10x shorter
+  EXPECT_TRUE(swap.measured());
+  EXPECT_NEAR(to_ms(quantum_for(config, swap, 20 * kGiB)) / 1e3, 5.369, 0.001);
+  swap.observe(0);  // "not measured" never replaces a measurement
+  EXPECT_EQ(swap.bytes_per_s(), 20'000'000'000u);
+}
+
+TEST(Quantum, AutoIsClampedToItsBounds) {
+  PolicyConfig config = virtual_gpu();
+  const SwapEstimate swap(config.default_swap_bytes_per_s);
+  EXPECT_EQ(quantum_for(config, swap, 1 * kGiB), 5s);      // 2.7 s -> min
+  EXPECT_EQ(quantum_for(config, swap, 200 * kGiB), 300s);  // 537 s -> max
+  EXPECT_EQ(quantum_for(config, swap, 0), 5s);
+  config.fixed_quantum = 42ms;
+  EXPECT_EQ(quantum_for(config, swap, 200 * kGiB), 42ms);  // fixed ignores the estimate
+}
+
+TEST(Quantum, AutoQuantumDrivesTheRevoke) {
+  Harness h(virtual_gpu());
+  h.add_and_request(1, 4 * kGiB);
+  h.add_and_request(2, 16 * kGiB);
+  const MonoTime expected = h.now + std::chrono::nanoseconds(53'687'091'200);  // see above
+  ASSERT_TRUE(h.policy.next_deadline());
+  EXPECT_EQ(*h.policy.next_deadline(), expected);
+  EXPECT_EQ(h.policy.view(h.now).quantum, expected - h.now);
+  // A measured bandwidth shortens the quantum at once.
+  h.feed(UsageReported{1, 4 * kGiB, 4 * kGiB, 20'000'000'000});
+  EXPECT_EQ(*h.policy.next_deadline(), h.now + std::chrono::nanoseconds(5'368'709'120));
+}
+
+TEST(Quantum, ExclusiveClientsAlternateByQuantum) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 2s;
+  Harness h(config);
+  h.add_and_request(1, 1 * kGiB);
+  h.add_and_request(2, 1 * kGiB);
+  std::vector<ClientId> runners{1};
+  for (int turn = 0; turn < 4; ++turn) {
+    const auto revoke = revoke_of(h.fire(), runners.back());
+    ASSERT_TRUE(revoke) << "turn " << turn;
+    EXPECT_FALSE(revoke->swap_out);  // 1Gi + 1Gi fit together: nothing has to move
+    h.now += 10ms;                   // the drain
+    const auto grants = only<SendGrant>(h.release(runners.back()));
+    ASSERT_EQ(grants.size(), 1u);
+    runners.push_back(grants[0].client);
+  }
+  EXPECT_EQ(runners, (std::vector<ClientId>{1, 2, 1, 2, 1}));
+}
+
+TEST(SwapOut, SetOnlyWhenTheNextRunnerDoesNotFitBeside) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 1s;
+  {
+    Harness h(config);
+    h.add_and_request(1, 9 * kGiB);
+    h.add_and_request(2, 9 * kGiB);  // 18Gi: fit together
+    EXPECT_FALSE(revoke_of(h.fire(), 1)->swap_out);
+  }
+  {
+    Harness h(config);
+    h.add_and_request(1, 9 * kGiB);
+    h.add_and_request(2, 9 * kGiB + 1);  // one byte too many
+    EXPECT_TRUE(revoke_of(h.fire(), 1)->swap_out);
+  }
+}
+
+TEST(SwapOut, OnlyTheRunnersNeededForTheHeadAreRevoked) {
+  PolicyConfig config = virtual_gpu();
+  config.fixed_quantum = 4s;
+  Harness h(config);
+  h.add_and_request(1, 6 * kGiB);
+  h.now += 1s;
+  h.add_and_request(2, 6 * kGiB);
+  h.add_and_request(3, 8 * kGiB);  // needs one of them gone: 6 + 8 fits, 12 + 8 does not
+  const auto actions = h.fire();
+  EXPECT_EQ(h.now, MonoTime{100s} + 4s);  // 1's turn ends first
+  ASSERT_TRUE(revoke_of(actions, 1));
+  EXPECT_TRUE(revoke_of(actions, 1)->swap_out);  // 8 + 6 + 6 > 18: 1 must leave the device
+  EXPECT_FALSE(revoke_of(actions, 2));           // 2 keeps running
+  h.release(1);
+  EXPECT_TRUE(granted(h.last, 3));
+  EXPECT_EQ(h.state(2), ClientState::kRunning);
+}
+
+TEST(SwapOut, WaitsUntilEnoughTurnsHaveEnded) {
+  PolicyConfig config = virtual_gpu();
+  config.fixed_quantum = 4s;
+  Harness h(config);
+  h.add_and_request(1, 6 * kGiB);
+  h.now += 1s;
+  h.add_and_request(2, 6 * kGiB);
+  h.add_and_request(3, 14 * kGiB);  // needs both gone
+  // Revoking 1 alone would not help 3, so 1 keeps running until 2's turn ends as well.
+  EXPECT_EQ(h.policy.next_deadline(), MonoTime{100s} + 5s);
+  const auto actions = h.fire();
+  EXPECT_TRUE(revoke_of(actions, 1));
+  EXPECT_TRUE(revoke_of(actions, 2));
+}
+
+TEST(Turns, RevokedClientIsRequeuedBehindTheOthers) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 1s;
+  Harness h(config);
+  h.add_and_request(1, 1 * kGiB);
+  h.add_and_request(2, 1 * kGiB);
+  h.add_and_request(3, 1 * kGiB);
+  h.fire();
+  const auto actions = h.release(1);
+  EXPECT_TRUE(granted(actions, 2));
+  EXPECT_EQ(wait_of(actions, 1), WaitReason::kTurn);  // told why it waits again
+  EXPECT_EQ(h.policy.view(h.now).queue, (std::vector<ClientId>{3, 1}));
+  h.request(1);  // asking again while queued changes nothing
+  EXPECT_EQ(h.policy.view(h.now).queue, (std::vector<ClientId>{3, 1}));
+}
+
+}  // namespace
+}  // namespace nvshare::policy::testing
