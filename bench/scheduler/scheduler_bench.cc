@@ -1,0 +1,545 @@
+// scheduler_bench: the real nvshare-scheduler under a node's worth of clients.
+//
+// Starts the daemon binary with its sockets in a temporary directory, connects N clients (default
+// 1,000) spread over G GPUs (default 8) from one epoll-driven load generator, and runs a realistic
+// mix for a fixed time: each client requests the GPU, reports its usage when granted, holds for a
+// while, releases, thinks, and requests again; every client also pings periodically. Half of the
+// GPUs are "roomy" (all their clients fit together, so a request is granted at once); on the other
+// half only a few clients fit at a time, so most grants are handed over by a release (memory waits
+// and FIFO hand-offs).
+//
+// Reported (a table on stdout, JSON in --out):
+//  - decision latency measured in the daemon (control API `stats`): from a request or release being
+//  read
+//    off its socket to the grant it caused being written to the next holder's socket;
+//    p50/p90/p99/max;
+//  - request -> grant round trip seen by clients on the roomy GPUs (includes both kernels' socket
+//  hops
+//    and the load generator's own loop);
+//  - messages per second through the daemon (frames in + out, from its counters), and the CPU time
+//  the
+//    daemon used.
+//
+// This is a benchmark, not a test: it asserts nothing. Usage:
+//   scheduler_bench [--clients N] [--gpus G] [--seconds S] [--warmup S] [--hold-ms MS] [--think-ms
+//   MS]
+//                   [--ping-ms MS] [--out FILE] [--scheduler PATH]
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <queue>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json.h"
+#include "common/protocol.h"
+#include "common/unix_socket.h"
+#include "tools/control_client.h"
+
+#ifndef NVSHARE_SCHEDULER_BIN
+#define NVSHARE_SCHEDULER_BIN "nvshare-scheduler"
+#endif
+
+namespace {
+
+using nvshare::Json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+namespace protocol = nvshare::protocol;
+
+constexpr std::uint64_t Mi = 1ull << 20;
+constexpr std::uint64_t Gi = 1ull << 30;
+
+struct Options {
+  int clients = 1000;
+  int gpus = 8;
+  double seconds = 10;
+  double warmup = 2;
+  double hold_ms = 2;    // mean hold time (exponential)
+  double think_ms = 20;  // mean pause between release and the next request (exponential)
+  double ping_ms = 100;  // ping period per client
+  std::string out = "scheduler-bench.json";
+  std::string scheduler = NVSHARE_SCHEDULER_BIN;
+};
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "scheduler_bench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--clients") {
+      o.clients = std::stoi(value());
+    } else if (arg == "--gpus") {
+      o.gpus = std::stoi(value());
+    } else if (arg == "--seconds") {
+      o.seconds = std::stod(value());
+    } else if (arg == "--warmup") {
+      o.warmup = std::stod(value());
+    } else if (arg == "--hold-ms") {
+      o.hold_ms = std::stod(value());
+    } else if (arg == "--think-ms") {
+      o.think_ms = std::stod(value());
+    } else if (arg == "--ping-ms") {
+      o.ping_ms = std::stod(value());
+    } else if (arg == "--out") {
+      o.out = value();
+    } else if (arg == "--scheduler") {
+      o.scheduler = value();
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf(
+          "scheduler_bench [--clients N] [--gpus G] [--seconds S] [--warmup S] [--hold-ms MS]\n"
+          "                [--think-ms MS] [--ping-ms MS] [--out FILE] [--scheduler PATH]\n");
+      std::exit(0);
+    } else {
+      die("unknown argument " + arg);
+    }
+  }
+  if (o.clients < 1 || o.gpus < 1 || o.seconds <= 0) die("bad options");
+  return o;
+}
+
+// ---- the daemon
+// ------------------------------------------------------------------------------------
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string dir;
+  std::string socket;
+  std::string control;
+};
+
+Daemon start_daemon(const Options& o) {
+  Daemon d;
+  char tmpl[] = "/tmp/nvshare-bench-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) die("mkdtemp failed");
+  d.dir = tmpl;
+  d.socket = d.dir + "/scheduler.sock";
+  d.control = d.dir + "/control.sock";
+  // Half of the GPUs are small: 8 GiB, where the 2 GiB clients take turns four at a time.
+  std::string capacity = "80Gi";
+  for (int g = 0; g < o.gpus; ++g) {
+    if (g % 2 == 1) capacity += ",GPU-bench-" + std::to_string(g) + "=8Gi";
+  }
+  std::vector<std::string> args = {o.scheduler, "--socket",   d.socket, "--control-socket",
+                                   d.control,   "--capacity", capacity, "--reserve",
+                                   "0",         "--quantum",  "3600",   "--log-level",
+                                   "warn"};
+  d.pid = ::fork();
+  if (d.pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int log = ::open((d.dir + "/scheduler.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (log >= 0) ::dup2(log, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    if (nvshare::connect_unix(d.control).ok()) return d;
+    std::this_thread::sleep_for(5ms);
+  }
+  die("the scheduler did not start (see " + d.dir + "/scheduler.log)");
+}
+
+double daemon_cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  std::vector<std::string> all;
+  while (fields >> field) all.push_back(field);
+  if (all.size() < 13) return 0;
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return (std::stod(all[11]) + std::stod(all[12])) / ticks;  // utime + stime
+}
+
+Json control(const Daemon& d, const Json& request) {
+  auto response = nvshare::tools::control_call(d.control, request, 10000);
+  if (!response) die(response.error().message);
+  return response.value();
+}
+
+// ---- the load generator
+// -----------------------------------------------------------------------------
+
+enum class Phase { kConnecting, kIdle, kRequested, kHolding, kReleasing };
+
+struct Client {
+  nvshare::UniqueFd fd;
+  protocol::FrameDecoder decoder;
+  std::vector<std::uint8_t> out;
+  int gpu = 0;
+  bool roomy = true;
+  std::uint64_t allocated = 0;
+  Phase phase = Phase::kConnecting;
+  std::uint64_t epoch = 0;
+  Clock::time_point requested_at;
+  Clock::time_point granted_at;
+  bool want_writable = false;
+};
+
+struct Timer {
+  Clock::time_point at;
+  int client;
+  int kind;  // 0: request, 1: release, 2: ping
+  bool operator>(const Timer& o) const { return at > o.at; }
+};
+
+class LoadGenerator {
+ public:
+  LoadGenerator(const Options& o, const Daemon& d) : o_(o), d_(d), rng_(12345) {
+    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+    clients_.resize(static_cast<std::size_t>(o.clients));
+  }
+
+  void connect_all() {
+    for (int i = 0; i < o_.clients; ++i) {
+      Client& c = clients_[static_cast<std::size_t>(i)];
+      auto fd = nvshare::connect_unix(d_.socket);
+      if (!fd) die("connect: " + fd.error().message);
+      c.fd = std::move(fd).value();
+      (void)nvshare::set_nonblocking(c.fd.get());
+      c.gpu = i % o_.gpus;
+      c.roomy = c.gpu % 2 == 0;
+      c.allocated = c.roomy ? 256 * Mi : 2 * Gi;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u32 = static_cast<std::uint32_t>(i);
+      ::epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd.get(), &ev);
+      protocol::Hello hello;
+      hello.pid = static_cast<std::uint32_t>(::getpid());
+      hello.gpu_uuid = "GPU-bench-" + std::to_string(c.gpu);
+      hello.gpu_memory_bytes = 80 * Gi;
+      hello.capabilities = protocol::capability::kSwap | protocol::capability::kIdleRelease |
+                           protocol::capability::kUsageReports;
+      hello.process_name = "bench";
+      send(i, hello);
+    }
+  }
+
+  // Runs until `until`; counts what it saw while `measuring`.
+  void run(Clock::time_point until, bool measuring) {
+    measuring_ = measuring;
+    epoll_event events[256];
+    now_ = Clock::now();
+    while (now_ < until) {
+      int timeout_ms = 1;
+      const auto now = now_;
+      while (!timers_.empty() && timers_.top().at <= now) {
+        const Timer t = timers_.top();
+        timers_.pop();
+        fire(t);
+      }
+      if (!timers_.empty()) {
+        const auto wait =
+            std::chrono::duration_cast<std::chrono::milliseconds>(timers_.top().at - now);
+        timeout_ms = static_cast<int>(std::clamp<long long>(wait.count(), 0, 5));
+      }
+      const int n = ::epoll_wait(epoll_, events, 256, timeout_ms);
+      now_ = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        const int idx = static_cast<int>(events[i].data.u32);
+        if (events[i].events & EPOLLOUT) flush(idx);
+        if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read(idx);
+      }
+    }
+  }
+
+  void close_all() {
+    for (Client& c : clients_) c.fd.reset();
+  }
+
+  std::vector<double> roomy_rtt_us;
+  std::uint64_t grants = 0;
+  std::uint64_t sent_frames = 0;
+  std::uint64_t received_frames = 0;
+  std::uint64_t waits = 0;
+  std::uint64_t registered = 0;
+
+ private:
+  double exponential(double mean_ms) {
+    std::exponential_distribution<double> dist(1.0 / mean_ms);
+    return dist(rng_);
+  }
+  // Relative to the loop iteration's clock reading (one clock read per iteration keeps the
+  // generator cheap enough that it, not the daemon, is never the thing measured).
+  void schedule(int client, int kind, double in_ms) {
+    timers_.push(Timer{now_ + std::chrono::microseconds(static_cast<long long>(in_ms * 1000)),
+                       client, kind});
+  }
+
+  void send(int idx, const protocol::Message& message) {
+    Client& c = clients_[static_cast<std::size_t>(idx)];
+    (void)protocol::encode_to(message, c.out);
+    if (measuring_) ++sent_frames;
+    flush(idx);
+  }
+
+  void flush(int idx) {
+    Client& c = clients_[static_cast<std::size_t>(idx)];
+    while (!c.out.empty()) {
+      const ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out.erase(c.out.begin(), c.out.begin() + n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      die(std::string("send: ") + std::strerror(errno));
+    }
+    const bool want = !c.out.empty();
+    if (want != c.want_writable) {
+      c.want_writable = want;
+      epoll_event ev{};
+      ev.events = EPOLLIN | (want ? EPOLLOUT : 0u);
+      ev.data.u32 = static_cast<std::uint32_t>(idx);
+      ::epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd.get(), &ev);
+    }
+  }
+
+  void fire(const Timer& t) {
+    Client& c = clients_[static_cast<std::size_t>(t.client)];
+    switch (t.kind) {
+      case 0:  // request
+        if (c.phase != Phase::kIdle) return;
+        c.phase = Phase::kRequested;
+        c.requested_at = Clock::now();  // exact: this is what the round trip is measured from
+        send(t.client, protocol::Request{});
+        return;
+      case 1:  // release after holding
+        if (c.phase != Phase::kHolding) return;
+        c.phase = Phase::kIdle;
+        send(t.client,
+             protocol::Released{
+                 c.epoch,
+                 static_cast<std::uint64_t>(
+                     std::chrono::duration_cast<std::chrono::microseconds>(now_ - c.granted_at)
+                         .count()),
+                 0});
+        schedule(t.client, 0, exponential(o_.think_ms));
+        return;
+      case 2:  // ping
+        send(t.client, protocol::Ping{static_cast<std::uint64_t>(t.client)});
+        schedule(t.client, 2, o_.ping_ms);
+        return;
+    }
+  }
+
+  void read(int idx) {
+    Client& c = clients_[static_cast<std::size_t>(idx)];
+    std::uint8_t buffer[16384];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) die("the scheduler closed client " + std::to_string(idx));
+      c.decoder.feed(std::span<const std::uint8_t>(buffer, static_cast<std::size_t>(n)));
+      if (static_cast<std::size_t>(n) < sizeof buffer) break;
+    }
+    for (;;) {
+      auto frame = c.decoder.next();
+      if (!frame) die("malformed frame from the scheduler: " + frame.error().message);
+      if (!frame.value()) break;
+      if (measuring_) ++received_frames;
+      handle(idx, frame.value()->message);
+    }
+  }
+
+  void handle(int idx, const protocol::Message& message) {
+    Client& c = clients_[static_cast<std::size_t>(idx)];
+    if (std::holds_alternative<protocol::Welcome>(message)) {
+      ++registered;
+      c.phase = Phase::kIdle;
+      send(idx, protocol::Usage{c.allocated, 0, 0});
+      schedule(idx, 0, exponential(o_.think_ms));
+      schedule(idx, 2, o_.ping_ms * (static_cast<double>(idx % 100) / 100.0));
+    } else if (const auto* grant = std::get_if<protocol::Grant>(&message)) {
+      if (c.phase != Phase::kRequested) return;
+      c.phase = Phase::kHolding;
+      c.epoch = grant->epoch;
+      c.granted_at = Clock::now();
+      if (measuring_) {
+        ++grants;
+        if (c.roomy) {
+          roomy_rtt_us.push_back(
+              std::chrono::duration<double, std::micro>(c.granted_at - c.requested_at).count());
+        }
+      }
+      send(idx, protocol::Usage{c.allocated, c.allocated, 0});
+      schedule(idx, 1, exponential(o_.hold_ms));
+    } else if (const auto* revoke = std::get_if<protocol::Revoke>(&message)) {
+      if (c.phase == Phase::kHolding && revoke->epoch == c.epoch) {
+        c.phase = Phase::kIdle;
+        send(idx, protocol::Released{c.epoch, 0, 0});
+        schedule(idx, 0, exponential(o_.think_ms));
+      }
+    } else if (std::holds_alternative<protocol::Wait>(message)) {
+      if (measuring_) ++waits;
+    }
+  }
+
+  const Options& o_;
+  const Daemon& d_;
+  std::mt19937_64 rng_;
+  int epoll_ = -1;
+  std::vector<Client> clients_;
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  bool measuring_ = false;
+  Clock::time_point now_;
+};
+
+double percentile(std::vector<double>& values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+double number(const Json* object, const char* key) {
+  const Json* v = object ? object->find(key) : nullptr;
+  return v && v->as_double() ? *v->as_double() : 0;
+}
+
+std::string machine_description() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  std::string model = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " logical CPUs";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
+  ::signal(SIGPIPE, SIG_IGN);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+
+  Daemon daemon = start_daemon(o);
+  LoadGenerator load(o, daemon);
+  load.connect_all();
+  load.run(Clock::now() +
+               std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup)),
+           false);
+  if (load.registered != static_cast<std::uint64_t>(o.clients)) {
+    die("only " + std::to_string(load.registered) + " of " + std::to_string(o.clients) +
+        " registered");
+  }
+
+  (void)control(daemon, Json(Json::Object{{"cmd", "stats"}, {"reset", true}}));
+  const double cpu_before = daemon_cpu_seconds(daemon.pid);
+  const auto started = Clock::now();
+  load.run(started + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(o.seconds)),
+           true);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+  const double cpu = daemon_cpu_seconds(daemon.pid) - cpu_before;
+  const Json stats = control(daemon, Json(Json::Object{{"cmd", "stats"}}));
+  const Json status = control(daemon, Json(Json::Object{{"cmd", "status"}}));
+
+  const Json* latency = stats.find("decision_latency_us");
+  const double frames_in = number(&stats, "frames_in_total");
+  const double frames_out = number(&stats, "frames_out_total");
+  const double msgs_per_s = (frames_in + frames_out) / elapsed;
+  std::vector<double> rtt = load.roomy_rtt_us;
+  const double rtt_p50 = percentile(rtt, 0.50);
+  const double rtt_p99 = percentile(rtt, 0.99);
+  const double rtt_max = rtt.empty() ? 0 : rtt.back();
+  const std::size_t sessions =
+      status.find("scheduler") && status.find("scheduler")->find("client_sessions")
+          ? static_cast<std::size_t>(number(status.find("scheduler"), "client_sessions"))
+          : 0;
+
+  std::printf(
+      "\nnvshare-scheduler benchmark: %d clients over %d GPUs, %.1f s measured (after %.1f s "
+      "warm-up)\n",
+      o.clients, o.gpus, elapsed, o.warmup);
+  std::printf("machine: %s\n\n", machine_description().c_str());
+  std::printf("  %-58s %12s\n", "metric", "value");
+  std::printf("  %-58s %12.1f\n", "decision latency p50 (us, in daemon: read -> grant written)",
+              number(latency, "p50"));
+  std::printf("  %-58s %12.1f\n", "decision latency p90 (us)", number(latency, "p90"));
+  std::printf("  %-58s %12.1f\n", "decision latency p99 (us)", number(latency, "p99"));
+  std::printf("  %-58s %12.1f\n", "decision latency max (us)", number(latency, "max"));
+  std::printf("  %-58s %12.0f\n", "decisions measured", number(latency, "count"));
+  std::printf("  %-58s %12.1f\n", "request -> grant round trip p50 (us, clients, roomy GPUs)",
+              rtt_p50);
+  std::printf("  %-58s %12.1f\n", "request -> grant round trip p99 (us)", rtt_p99);
+  std::printf("  %-58s %12.0f\n", "messages/s through the daemon (in + out)", msgs_per_s);
+  std::printf("  %-58s %12.0f\n", "  frames in/s", frames_in / elapsed);
+  std::printf("  %-58s %12.0f\n", "  frames out/s", frames_out / elapsed);
+  std::printf("  %-58s %12.0f\n", "grants/s", static_cast<double>(load.grants) / elapsed);
+  std::printf("  %-58s %12.0f\n", "memory waits/s", static_cast<double>(load.waits) / elapsed);
+  std::printf("  %-58s %12.1f\n", "daemon CPU (% of one core)", 100 * cpu / elapsed);
+  std::printf("  %-58s %12zu\n", "client sessions at the end", sessions);
+
+  Json out = Json::object();
+  out.set("benchmark", "scheduler");
+  out.set("machine", machine_description());
+  out.set("clients", o.clients);
+  out.set("gpus", o.gpus);
+  out.set("seconds", elapsed);
+  out.set("warmup_seconds", o.warmup);
+  out.set("hold_ms_mean", o.hold_ms);
+  out.set("think_ms_mean", o.think_ms);
+  out.set("ping_ms", o.ping_ms);
+  out.set("decision_latency_us", *latency);
+  Json rtt_json = Json::object();
+  rtt_json.set("count", rtt.size());
+  rtt_json.set("p50", rtt_p50);
+  rtt_json.set("p99", rtt_p99);
+  rtt_json.set("max", rtt_max);
+  out.set("request_grant_rtt_us_roomy", std::move(rtt_json));
+  out.set("messages_per_s", msgs_per_s);
+  out.set("frames_in_per_s", frames_in / elapsed);
+  out.set("frames_out_per_s", frames_out / elapsed);
+  out.set("grants_per_s", static_cast<double>(load.grants) / elapsed);
+  out.set("waits_per_s", static_cast<double>(load.waits) / elapsed);
+  out.set("daemon_cpu_percent", 100 * cpu / elapsed);
+  out.set("daemon_stats", stats);
+  std::ofstream(o.out) << out.dump_pretty() << "\n";
+  std::printf("\nwrote %s\n", o.out.c_str());
+
+  load.close_all();
+  ::kill(daemon.pid, SIGTERM);
+  int status_code = 0;
+  ::waitpid(daemon.pid, &status_code, 0);
+  (void)std::system(("rm -rf '" + daemon.dir + "'").c_str());
+  return 0;
+}

@@ -1,0 +1,160 @@
+#include "scheduler/client_session.h"
+
+#include <array>
+#include <type_traits>
+
+#include "common/log.h"
+#include "scheduler/pod_identity.h"
+
+namespace nvshare::scheduler {
+namespace {
+
+// Bytes read per readable event before yielding to other connections (the loop is level-triggered,
+// so whatever is left is read on the next iteration).
+constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
+constexpr int kMaxReadsPerEvent = 4;
+
+}  // namespace
+
+ClientSession::ClientSession(UniqueFd fd, PeerCredentials peer, Scheduler& scheduler,
+                             SessionHost& host, DaemonStats& stats, std::string proc_root)
+    : fd_(std::move(fd)),
+      peer_(peer),
+      scheduler_(scheduler),
+      host_(host),
+      stats_(stats),
+      proc_root_(std::move(proc_root)) {}
+
+void ClientSession::close_with(std::string reason) {
+  if (closing_) return;
+  closing_ = true;
+  close_reason_ = std::move(reason);
+}
+
+void ClientSession::on_readable(MonoTime now) {
+  static thread_local std::array<std::uint8_t, kReadChunk> buffer;
+  for (int i = 0; i < kMaxReadsPerEvent && !closing_; ++i) {
+    auto n = read_some(fd_.get(), buffer);
+    if (!n) {
+      if (would_block(n.error())) return;
+      close_with(n.error().message);
+      return;
+    }
+    if (n.value() == 0) {
+      close_with(decoder_.buffered() > 0 ? "end of stream inside a frame" : "end of stream");
+      return;
+    }
+    stats_.bytes_in += n.value();
+    decoder_.feed(std::span<const std::uint8_t>(buffer.data(), n.value()));
+    for (;;) {
+      auto frame = decoder_.next();
+      if (!frame) {
+        ++stats_.closed_malformed;
+        close_with(frame.error().message);
+        return;
+      }
+      if (!frame.value()) break;
+      handle(*frame.value(), now);
+      if (closing_) return;
+    }
+    if (n.value() < buffer.size()) return;  // drained the socket
+  }
+}
+
+void ClientSession::handle(const protocol::Frame& frame, MonoTime now) {
+  const protocol::MessageType type = protocol::type_of(frame.message);
+  stats_.count_in(type);
+  if (client_ == 0 && type != protocol::MessageType::kHello) {
+    ++stats_.closed_protocol;
+    close_with("expected hello, got " + std::string(protocol::to_string(type)));
+    return;
+  }
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, protocol::Hello>) {
+          if (client_ != 0) {
+            ++stats_.closed_protocol;
+            close_with("second hello on a session");
+            return;
+          }
+          handle_hello(m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Request>) {
+          host_.decision_started(now);
+          scheduler_.request(client_, now);
+          host_.decision_started(std::nullopt);
+        } else if constexpr (std::is_same_v<T, protocol::Released>) {
+          host_.decision_started(now);
+          scheduler_.release(client_, m, now);
+          host_.decision_started(std::nullopt);
+        } else if constexpr (std::is_same_v<T, protocol::Usage>) {
+          scheduler_.usage(client_, m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Ping>) {
+          queue(protocol::Pong{m.nonce});
+        } else if constexpr (std::is_same_v<T, protocol::Pong>) {
+          // Answers to pings we never send are harmless.
+        } else {
+          ++stats_.closed_protocol;
+          close_with("client sent " + std::string(protocol::to_string(type)) +
+                     ", a scheduler-to-client message");
+        }
+      },
+      frame.message);
+}
+
+void ClientSession::handle_hello(const protocol::Hello& hello, MonoTime now) {
+  const auto version = protocol::negotiate_version(hello.min_version, hello.max_version);
+  if (!version) {
+    ++stats_.closed_version;
+    close_with("no common protocol version (client speaks " + std::to_string(hello.min_version) +
+               ".." + std::to_string(hello.max_version) + ", scheduler " +
+               std::to_string(protocol::kMinVersion) + ".." +
+               std::to_string(protocol::kMaxVersion) + ")");
+    return;
+  }
+  if (hello.gpu_uuid.empty()) {
+    ++stats_.closed_protocol;
+    close_with("hello names no GPU");
+    return;
+  }
+  ClientIdentity identity;
+  identity.pid = peer_.pid;
+  identity.uid = peer_.uid;
+  if (peer_.pid > 0) {
+    auto pod = read_pod_identity(peer_.pid, proc_root_);
+    if (pod) {
+      identity.pod_uid = pod.value().pod_uid;
+      identity.container_id = pod.value().container_id;
+    } else {
+      NVSHARE_DEBUG("pid %d: %s", static_cast<int>(peer_.pid), pod.error().message.c_str());
+    }
+  }
+  version_ = *version;
+  client_ = scheduler_.next_client_id();
+  host_.bind(client_, *this);
+  queue(protocol::Welcome{version_, client_, 0});
+  if (Status s = scheduler_.register_client(client_, identity, hello, now); !s) {
+    ++stats_.closed_protocol;
+    close_with(s.error().message);
+  }
+}
+
+void ClientSession::queue(const protocol::Message& message) {
+  // Every message the scheduler sends fits the protocol's limits, so encoding cannot fail here.
+  (void)protocol::encode_to(message, outbox_.buffer(), version_);
+  stats_.count_out(protocol::type_of(message));
+  host_.output_queued(*this);
+}
+
+void ClientSession::mark_decision(MonoTime started) {
+  marks_.push_back(Mark{outbox_.appended_total(), started});
+}
+
+void ClientSession::collect_written(LatencyHistogram& histogram, MonoTime now) {
+  while (!marks_.empty() && marks_.front().end <= outbox_.sent_total()) {
+    histogram.record(now - marks_.front().started);
+    marks_.pop_front();
+  }
+}
+
+}  // namespace nvshare::scheduler

@@ -1,0 +1,104 @@
+// ClientSession: one connection of the client library (one process on one GPU).
+//
+// Lifecycle: accepted -> hello -> (versions overlap) welcome with a client id -> frames until
+// either side closes. The session decodes frames with protocol::FrameDecoder and turns each into a
+// Scheduler call; the Scheduler's answers come back through the daemon's ClientChannel and land in
+// queue().
+//
+// Contract
+//  - Malformed input (the decoder fails), a frame out of place (anything before hello, a second
+//  hello,
+//    a scheduler->client message type) or a hello without a common version makes the session ask to
+//    be closed: closing() turns true with a reason, and no further frame of it is handled. Other
+//    sessions are unaffected. The owner closes it and reports the disconnect to the Scheduler.
+//  - Identity is the peer's: pid and uid from SO_PEERCRED (taken at accept), pod from
+//  /proc/<pid>/cgroup.
+//  - Output is only queued here (never written): the owner flushes it without blocking and drops
+//  the
+//    session when the pending output exceeds its limit.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+
+#include "common/clock.h"
+#include "common/protocol.h"
+#include "common/unix_socket.h"
+#include "scheduler/daemon_stats.h"
+#include "scheduler/outbox.h"
+#include "scheduler/scheduler.h"
+
+namespace nvshare::scheduler {
+
+class ClientSession;
+
+// What a session needs from its owner.
+class SessionHost {
+ public:
+  virtual ~SessionHost() = default;
+  // From now on, frames for `client` go to `session` (called before the Scheduler learns the
+  // client).
+  virtual void bind(ClientId client, ClientSession& session) = 0;
+  // The session queued output.
+  virtual void output_queued(ClientSession& session) = 0;
+  // A request or release read at `at` is being handled (nullopt: done); grants it causes are timed.
+  virtual void decision_started(std::optional<MonoTime> at) = 0;
+};
+
+class ClientSession {
+ public:
+  ClientSession(UniqueFd fd, PeerCredentials peer, Scheduler& scheduler, SessionHost& host,
+                DaemonStats& stats, std::string proc_root);
+  ClientSession(const ClientSession&) = delete;
+  ClientSession& operator=(const ClientSession&) = delete;
+
+  int fd() const { return fd_.get(); }
+  ClientId client() const { return client_; }
+  const PeerCredentials& peer() const { return peer_; }
+
+  // Reads what the socket has (bounded per call, the loop is level-triggered) and handles every
+  // complete frame. End of stream or a read error also ends the session.
+  void on_readable(MonoTime now);
+
+  // Encodes a frame into the output buffer in the session's protocol version.
+  void queue(const protocol::Message& message);
+  Outbox& outbox() { return outbox_; }
+
+  bool closing() const { return closing_; }
+  const std::string& close_reason() const { return close_reason_; }
+  void close_with(std::string reason);
+
+  // Latency bookkeeping: a grant caused by a decision that started at `started` was just queued.
+  void mark_decision(MonoTime started);
+  // Records, for every marked grant now written to the socket, its latency up to `now`.
+  void collect_written(LatencyHistogram& histogram, MonoTime now);
+
+  // Owner's bookkeeping for its flush list and EPOLLOUT interest.
+  bool in_flush_list = false;
+  bool wants_writable = false;
+
+ private:
+  void handle(const protocol::Frame& frame, MonoTime now);
+  void handle_hello(const protocol::Hello& hello, MonoTime now);
+
+  UniqueFd fd_;
+  PeerCredentials peer_;
+  Scheduler& scheduler_;
+  SessionHost& host_;
+  DaemonStats& stats_;
+  std::string proc_root_;
+  protocol::FrameDecoder decoder_;
+  Outbox outbox_;
+  ClientId client_ = 0;
+  std::uint16_t version_ = protocol::kMaxVersion;
+  bool closing_ = false;
+  std::string close_reason_;
+  struct Mark {
+    std::uint64_t end;  // absolute output offset just past the grant frame
+    MonoTime started;
+  };
+  std::deque<Mark> marks_;
+};
+
+}  // namespace nvshare::scheduler

@@ -1,0 +1,142 @@
+#include "scheduler/control_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "scheduler/control_api.h"
+
+namespace nvshare::scheduler {
+
+ControlServer::ControlServer(Reactor& reactor, DaemonStats& stats, LineHandler handler)
+    : reactor_(reactor), stats_(stats), handler_(std::move(handler)) {}
+
+ControlServer::~ControlServer() {
+  for (auto& [fd, connection] : connections_) reactor_.remove(fd);
+  if (listener_.valid()) reactor_.remove(listener_.get());
+}
+
+Status ControlServer::listen(const std::string& path) {
+  auto listener = listen_unix(path, 0600);
+  if (!listener) return listener.error();
+  listener_ = std::move(listener).value();
+  if (Status s = set_nonblocking(listener_.get()); !s) return s;
+  return reactor_.add(listener_.get(), EPOLLIN, [this](std::uint32_t) { accept_all(); });
+}
+
+void ControlServer::accept_all() {
+  for (int i = 0; i < 16; ++i) {
+    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        NVSHARE_WARN("control socket: accept: %s", std::strerror(errno));
+      }
+      return;
+    }
+    auto peer = peer_credentials(fd.get());
+    const uid_t self = ::geteuid();
+    std::string refusal;
+    if (!peer) {
+      refusal = "cannot identify the peer: " + peer.error().message;
+    } else if (peer.value().uid != self && peer.value().uid != 0) {
+      refusal = "permission denied: uid " + std::to_string(peer.value().uid) +
+                " may not use the control socket (only uid " + std::to_string(self) + " and root)";
+    } else if (connections_.size() >= kMaxConnections) {
+      refusal = "too many control connections (" + std::to_string(kMaxConnections) + ")";
+    }
+    if (!refusal.empty()) {
+      ++stats_.control_refused;
+      NVSHARE_WARN("control socket: refused pid %d: %s",
+                   peer ? static_cast<int>(peer.value().pid) : -1, refusal.c_str());
+      std::string line = error_response(refusal).dump() + "\n";
+      // Best effort: a fresh socket's buffer takes one short line; the peer learns why either way.
+      (void)::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      continue;  // fd closes here
+    }
+    const int raw = fd.get();
+    auto connection = std::make_unique<Connection>();
+    connection->fd = std::move(fd);
+    if (Status s = reactor_.add(raw, EPOLLIN,
+                                [this, raw](std::uint32_t events) { on_event(raw, events); });
+        !s) {
+      NVSHARE_WARN("control socket: %s", s.error().message.c_str());
+      continue;
+    }
+    connections_.emplace(raw, std::move(connection));
+  }
+}
+
+void ControlServer::on_event(int fd, std::uint32_t events) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  Connection& connection = *it->second;
+  if (events & EPOLLOUT) {
+    if (!flush(fd)) return;
+  }
+  if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || connection.close_when_flushed) return;
+
+  std::array<char, 16384> buffer;
+  const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    close(fd);
+    return;
+  }
+  connection.input.append(buffer.data(), static_cast<std::size_t>(n));
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t newline = connection.input.find('\n', start);
+    if (newline == std::string::npos) break;
+    const std::string_view line(connection.input.data() + start, newline - start);
+    start = newline + 1;
+    if (line.empty() || line == "\r") continue;
+    respond(connection, handler_(line));
+  }
+  connection.input.erase(0, start);
+  if (connection.input.size() > kMaxControlLine) {
+    respond(connection, error_response("request line longer than " +
+                                       std::to_string(kMaxControlLine) + " bytes"));
+    connection.input.clear();
+    connection.close_when_flushed = true;
+  }
+  flush(fd);
+}
+
+void ControlServer::respond(Connection& connection, const Json& response) {
+  std::string line;
+  response.dump_to(line);
+  line += '\n';
+  connection.output.append(line);
+}
+
+bool ControlServer::flush(int fd) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return false;
+  Connection& connection = *it->second;
+  auto done = connection.output.flush(fd);
+  if (!done) {
+    close(fd);
+    return false;
+  }
+  if (done.value() && connection.close_when_flushed) {
+    close(fd);
+    return false;
+  }
+  const bool wants = !done.value();
+  if (wants != connection.wants_writable) {
+    connection.wants_writable = wants;
+    (void)reactor_.set_events(fd, wants ? (EPOLLIN | EPOLLOUT) : EPOLLIN);
+  }
+  return true;
+}
+
+void ControlServer::close(int fd) {
+  reactor_.remove(fd);
+  connections_.erase(fd);
+}
+
+}  // namespace nvshare::scheduler

@@ -1,0 +1,65 @@
+// ControlServer: the control socket's connections (nvsharectl, the device plugin).
+//
+// The socket file is created mode 0600, and each accepted peer is checked again with SO_PEERCRED:
+// only the scheduler's own uid and root are served (a socket file's mode can be loosened by anyone
+// who owns it; the credential check cannot). A refused peer gets one error line and is closed.
+//
+// Framing: one JSON request per line, one JSON response line per request, in order. A request that
+// is not valid JSON gets an error response and the connection stays open; a line longer than
+// kMaxControlLine gets an error response and the connection is closed (the rest of the line cannot
+// be told from the next request). Output is buffered and written without blocking, like client
+// output.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "common/json.h"
+#include "common/unix_socket.h"
+#include "scheduler/daemon_stats.h"
+#include "scheduler/outbox.h"
+#include "scheduler/reactor.h"
+
+namespace nvshare::scheduler {
+
+class ControlServer {
+ public:
+  using LineHandler = std::function<Json(std::string_view line)>;
+  static constexpr std::size_t kMaxConnections = 64;
+
+  ControlServer(Reactor& reactor, DaemonStats& stats, LineHandler handler);
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+  ~ControlServer();
+
+  // Creates the socket at `path` (mode 0600) and starts accepting.
+  Status listen(const std::string& path);
+
+ private:
+  struct Connection {
+    UniqueFd fd;
+    std::string input;
+    Outbox output;
+    bool close_when_flushed = false;
+    bool wants_writable = false;
+  };
+
+  void accept_all();
+  void on_event(int fd, std::uint32_t events);
+  void respond(Connection& connection, const Json& response);
+  // Writes what it can; closes the connection when it is done or broken. Returns false if closed.
+  bool flush(int fd);
+  void close(int fd);
+
+  Reactor& reactor_;
+  DaemonStats& stats_;
+  LineHandler handler_;
+  UniqueFd listener_;
+  std::unordered_map<int, std::unique_ptr<Connection>> connections_;
+};
+
+}  // namespace nvshare::scheduler

@@ -1,0 +1,96 @@
+// Daemon: nvshare-scheduler assembled. One Reactor owns the client socket, the control socket, the
+// timer, the signals, every session and the Scheduler; this unit wires them together.
+//
+// One loop iteration: handle the ready sockets; a session's input is decoded into Scheduler calls
+// whose frames are queued on the sessions they address and written as soon as that input is handled
+// (so a grant never waits for the rest of the batch), and sessions that asked to be closed are
+// closed (their Disconnected may queue more frames: repeat). Before sleeping: feed due deadlines,
+// write whatever is still queued (control commands, deadlines), and arm the timer at the earliest
+// policy deadline.
+//
+// Contract
+//  - create() listens on both sockets (client 0666, control 0600) or fails with the reason.
+//  - run() returns after SIGTERM or SIGINT (or stop()); the destructor closes every connection and
+//    removes both socket files.
+//  - A session whose pending output exceeds config.client_buffer_limit is dropped; a slow client
+//  never
+//    blocks the loop. A malformed frame closes only its own session.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "common/unix_socket.h"
+#include "scheduler/client_session.h"
+#include "scheduler/control_server.h"
+#include "scheduler/daemon_stats.h"
+#include "scheduler/knobs.h"
+#include "scheduler/reactor.h"
+#include "scheduler/scheduler.h"
+
+namespace nvshare::scheduler {
+
+class Daemon final : public ClientChannel, public SessionHost {
+ public:
+  struct Options {
+    bool handle_signals = true;       // SIGTERM/SIGINT stop run(); off for in-process use
+    std::string proc_root = "/proc";  // where pids' cgroup files are read
+  };
+
+  static Result<std::unique_ptr<Daemon>> create(DaemonConfig config, Options options);
+  ~Daemon() override;
+
+  Status run();
+  void stop() { reactor_->stop(); }
+
+  // ClientChannel
+  void send(ClientId client, const protocol::Message& message) override;
+  // SessionHost
+  void bind(ClientId client, ClientSession& session) override;
+  void output_queued(ClientSession& session) override;
+  void decision_started(std::optional<MonoTime> at) override { decision_started_ = at; }
+
+ private:
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+  };
+  static FileId file_id(const std::string& path);
+  static void remove_socket_file(const std::string& path, FileId created);
+
+  Daemon(DaemonConfig config, Options options);
+
+  void accept_clients();
+  void on_session_event(int fd, std::uint32_t events);
+  void before_sleep();
+  void flush_sessions(MonoTime now);
+  void close_pending(MonoTime now);
+  void close_session(int fd, MonoTime now);
+
+  DaemonConfig config_;
+  Options options_;
+  const Clock& clock_;
+  MonoTime started_;
+  std::unique_ptr<Reactor> reactor_;
+  DaemonStats stats_;
+  Scheduler scheduler_;
+  UniqueFd listener_;
+  bool listener_paused_ = false;
+  std::unique_ptr<ControlServer> control_;
+  std::unordered_map<int, std::unique_ptr<ClientSession>> sessions_;  // by fd
+  std::unordered_map<ClientId, ClientSession*> by_client_;
+  std::vector<int> flush_list_;  // sessions with queued output
+  std::vector<int> close_list_;  // sessions that asked to be closed
+  std::optional<MonoTime> decision_started_;
+  FileId socket_file_;  // the socket files as created, so shutdown removes only those
+  FileId control_file_;
+};
+
+}  // namespace nvshare::scheduler

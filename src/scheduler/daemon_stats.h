@@ -1,0 +1,35 @@
+// DaemonStats: counters the reactor keeps about its own traffic (control API `stats`, the
+// benchmark, and later metrics). Plain data, touched only on the reactor thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "common/protocol.h"
+#include "scheduler/latency_histogram.h"
+
+namespace nvshare::scheduler {
+
+struct DaemonStats {
+  static constexpr std::size_t kTypes = static_cast<std::size_t>(protocol::MessageType::kPong) + 1;
+
+  std::array<std::uint64_t, kTypes> frames_in{};  // indexed by MessageType
+  std::array<std::uint64_t, kTypes> frames_out{};
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t sessions_opened = 0;
+  std::uint64_t sessions_closed = 0;
+  std::uint64_t closed_malformed = 0;  // a frame failed to decode
+  std::uint64_t closed_protocol = 0;  // a valid frame out of place (no hello, wrong direction, ...)
+  std::uint64_t closed_version = 0;   // no common protocol version
+  std::uint64_t closed_slow = 0;      // output buffer over the limit
+  std::uint64_t control_requests = 0;
+  std::uint64_t control_refused = 0;  // peers refused by uid
+  // From a request or release being read to the grant it caused being written to the socket.
+  LatencyHistogram decision_latency;
+
+  void count_in(protocol::MessageType type) { ++frames_in[static_cast<std::size_t>(type)]; }
+  void count_out(protocol::MessageType type) { ++frames_out[static_cast<std::size_t>(type)]; }
+};
+
+}  // namespace nvshare::scheduler

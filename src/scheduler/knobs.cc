@@ -1,0 +1,453 @@
+#include "scheduler/knobs.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/default_paths.h"
+#include "common/quantity.h"
+
+namespace nvshare::scheduler {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- value parsers shared by the knobs ----------------------------------------------------------
+
+Result<double> parse_decimal(std::string_view text, double min, double max, std::string_view unit) {
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    return make_error("\"" + std::string(text) + "\" is not a decimal number");
+  }
+  if (value < min || value > max) {
+    char range[96];
+    std::snprintf(range, sizeof range, "%g..%g", min, max);
+    return make_error(std::string(text) + " is outside " + range + std::string(unit));
+  }
+  return value;
+}
+
+Result<Duration> parse_seconds(std::string_view text, double min, double max) {
+  auto seconds = parse_decimal(text, min, max, " seconds");
+  if (!seconds) return seconds.error();
+  return Duration(static_cast<std::int64_t>(std::llround(seconds.value() * 1e9)));
+}
+
+Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std::int64_t max) {
+  std::int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return make_error("\"" + std::string(text) + "\" is not an integer");
+  }
+  if (value < min || value > max) {
+    return make_error(std::string(text) + " is outside " + std::to_string(min) + ".." +
+                      std::to_string(max));
+  }
+  return value;
+}
+
+Result<bool> parse_bool(std::string_view text) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  return make_error("\"" + std::string(text) + "\" is not a boolean (true or false)");
+}
+
+Result<CapacitySpec> parse_capacity(std::string_view text) {
+  CapacitySpec spec;
+  if (!text.empty() && text.back() == ',') {
+    return make_error("empty item in capacity list \"" + std::string(text) + "\"");
+  }
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty())
+      return make_error("empty item in capacity list \"" + std::string(text) + "\"");
+    const std::size_t eq = item.find('=');
+    const std::string_view quantity = eq == std::string_view::npos ? item : item.substr(eq + 1);
+    auto bytes = parse_memory_quantity(quantity);
+    if (!bytes) return bytes.error();
+    if (bytes.value() == 0) return make_error("capacity \"" + std::string(item) + "\" is zero");
+    if (eq == std::string_view::npos) {
+      if (spec.all)
+        return make_error("capacity for all GPUs given twice in \"" + std::string(text) + "\"");
+      spec.all = bytes.value();
+    } else {
+      const std::string uuid(item.substr(0, eq));
+      if (uuid.empty()) return make_error("capacity \"" + std::string(item) + "\" has no GPU UUID");
+      if (!spec.by_gpu.emplace(uuid, bytes.value()).second) {
+        return make_error("capacity for " + uuid + " given twice");
+      }
+    }
+  }
+  return spec;
+}
+
+Result<LogLevel> parse_log_level(std::string_view text) {
+  if (text == "error") return LogLevel::kError;
+  if (text == "warn" || text == "warning") return LogLevel::kWarn;
+  if (text == "info") return LogLevel::kInfo;
+  if (text == "debug") return LogLevel::kDebug;
+  if (text == "trace") return LogLevel::kTrace;
+  return make_error("\"" + std::string(text) + "\" is not one of error, warn, info, debug, trace");
+}
+
+// ---- the table ----------------------------------------------------------------------------------
+
+// Each apply function parses its text and stores it; the caller prefixes errors with the knob's
+// name.
+template <typename T, typename Store>
+Status store(Result<T> parsed, Store&& assign) {
+  if (!parsed) return parsed.error();
+  assign(std::move(parsed).value());
+  return Status::Ok();
+}
+
+constexpr double kMaxSeconds = 86400;
+
+const Knob kKnobs[] = {
+    {"socket", kDefaultSocketPath, "a filesystem path",
+     "Unix socket the client library connects to. Created mode 0666 so processes of any uid in any "
+     "container can reach it.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       if (v.empty()) return make_error("the path is empty");
+       c.socket_path = std::string(v);
+       return Status::Ok();
+     }},
+    {"control-socket", kDefaultControlSocketPath, "a filesystem path",
+     "Unix socket of the control API (line-delimited JSON; nvsharectl, the device plugin). Created "
+     "mode 0600; peers whose uid is neither the scheduler's nor root are refused.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       if (v.empty()) return make_error("the path is empty");
+       c.control_socket_path = std::string(v);
+       return Status::Ok();
+     }},
+    {"mode", "auto", "`auto`, `exclusive`, `serial` (an alias of exclusive)",
+     "`auto` runs clients whose working sets fit in memory together and takes turns otherwise; "
+     "`exclusive` gives the GPU to one client at a time.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(policy::parse_mode(v), [&](policy::Mode m) { c.policy.mode = m; });
+     }},
+    {"reserve", "10", "0..90 (percent)",
+     "Share of each GPU's capacity kept free when deciding which clients fit together (driver "
+     "context, fragmentation, allocations not yet reported).",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       std::string_view text = v;
+       if (!text.empty() && text.back() == '%') text.remove_suffix(1);
+       return store(parse_decimal(text, 0, 90, " percent"),
+                    [&](double p) { c.policy.reserve_fraction = p / 100; });
+     }},
+    {"capacity", "", "empty, or a comma-separated list of `QUANTITY` and `UUID=QUANTITY` items",
+     "Virtual memory capacity per GPU: a quantity (`24Gi`) applies to every GPU, `GPU-...=16Gi` to "
+     "one (it wins over the plain quantity). Empty: the memory the GPU's clients report.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_capacity(v), [&](CapacitySpec s) { c.capacity = std::move(s); });
+     }},
+    {"quantum", "auto", "`auto`, or 0.01..86400 (seconds)",
+     "How long a client runs before it yields to a waiting client it cannot run beside. `auto`: "
+     "quantum-k times the estimated swap time of the memory that must move, within "
+     "[quantum-min, quantum-max].",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       if (v == "auto") {
+         c.policy.fixed_quantum.reset();
+         return Status::Ok();
+       }
+       return store(parse_seconds(v, 0.01, kMaxSeconds),
+                    [&](Duration d) { c.policy.fixed_quantum = d; });
+     }},
+    {"quantum-k", "5", "0.1..1000",
+     "Multiple of the estimated swap time that an `auto` quantum lasts, so swapping takes at most "
+     "about 1/k of the GPU's time.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_decimal(v, 0.1, 1000, ""),
+                    [&](double k) { c.policy.quantum_swap_multiple = k; });
+     }},
+    {"quantum-min", "5", "0.01..86400 (seconds)", "Lower bound of an `auto` quantum.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.01, kMaxSeconds),
+                    [&](Duration d) { c.policy.quantum_min = d; });
+     }},
+    {"quantum-max", "300", "0.01..86400 (seconds)", "Upper bound of an `auto` quantum.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.01, kMaxSeconds),
+                    [&](Duration d) { c.policy.quantum_max = d; });
+     }},
+    {"quota-window", "2000", "10..3600000 (milliseconds)",
+     "Window of the compute caps: the depth of each capped client's token bucket and the period "
+     "over which the effective share is shown.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_integer(v, 10, 3'600'000), [&](std::int64_t ms) {
+         c.policy.quota_window = std::chrono::milliseconds(ms);
+       });
+     }},
+    {"revoke-grace", "10", "0.1..3600 (seconds)",
+     "How long a holder may take to release after a revoke before it stops blocking other clients.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.1, 3600), [&](Duration d) { c.policy.revoke_grace = d; });
+     }},
+    {"swap-bandwidth", "2G", "1M..1T (bytes per second, a quantity)",
+     "Swap bandwidth assumed for the `auto` quantum until a client reports a measured one.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       auto bytes = parse_memory_quantity(v);
+       if (!bytes) return bytes.error();
+       if (bytes.value() < 1'000'000 || bytes.value() > 1'000'000'000'000) {
+         return make_error(std::string(v) + " is outside 1M..1T");
+       }
+       c.policy.default_swap_bytes_per_s = bytes.value();
+       return Status::Ok();
+     }},
+    {"trust-client-limits", "false", "`true`, `false`",
+     "Honour the limits and pod UID a client declares in its hello (local mode, nvshare-run). Off "
+     "on "
+     "Kubernetes nodes, where limits come from the control API and the pod from the cgroup.",
+     KnobScope::kDaemon, true,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_bool(v), [&](bool b) { c.trust_client_limits = b; });
+     }},
+    {"client-buffer-limit", "1Mi", "64Ki..1Gi (a quantity)",
+     "Output a client may leave unread before the scheduler drops its connection, so a stuck "
+     "client can never stall the scheduler or grow its memory.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       auto bytes = parse_memory_quantity(v);
+       if (!bytes) return bytes.error();
+       if (bytes.value() < std::uint64_t{64} * 1024 || bytes.value() > (1ull << 30)) {
+         return make_error(std::string(v) + " is outside 64Ki..1Gi");
+       }
+       c.client_buffer_limit = bytes.value();
+       return Status::Ok();
+     }},
+    {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
+     "Least severe log records written to stderr.", KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_log_level(v), [&](LogLevel l) { c.log_level = l; });
+     }},
+};
+
+std::string upper_snake(std::string_view name) {
+  std::string out;
+  for (char ch : name) out += ch == '-' ? '_' : static_cast<char>(std::toupper(ch));
+  return out;
+}
+
+// Splits `text` into lines of at most `width` columns (words are never broken).
+std::string wrap(std::string_view text, std::size_t width, std::string_view indent) {
+  std::string out;
+  std::size_t column = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view word = text.substr(start, end - start);
+    start = end + 1;
+    if (word.empty()) continue;
+    if (column == 0) {
+      out += indent;
+      column = indent.size();
+    } else if (column + 1 + word.size() > width) {
+      out += '\n';
+      out += indent;
+      column = indent.size();
+    } else {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+  }
+  out += '\n';
+  return out;
+}
+
+std::string strip_backticks(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch != '`') out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> CapacitySpec::for_gpu(const std::string& uuid) const {
+  if (auto it = by_gpu.find(uuid); it != by_gpu.end()) return it->second;
+  return all;
+}
+
+std::string CapacitySpec::to_string() const {
+  const auto quantity = [](std::uint64_t bytes) {
+    std::string text = format_bytes(bytes);
+    auto back = parse_memory_quantity(text);
+    return back.ok() && back.value() == bytes ? text : std::to_string(bytes);
+  };
+  std::string out;
+  if (all) out = quantity(*all);
+  for (const auto& [uuid, bytes] : by_gpu) {
+    if (!out.empty()) out += ',';
+    out += uuid + "=" + quantity(bytes);
+  }
+  return out;
+}
+
+std::span<const Knob> knobs() { return kKnobs; }
+
+const Knob* find_knob(std::string_view name) {
+  for (const Knob& knob : kKnobs) {
+    if (knob.name == name) return &knob;
+  }
+  return nullptr;
+}
+
+std::string flag_name(const Knob& knob) { return "--" + std::string(knob.name); }
+std::string env_name(const Knob& knob) { return "NVSHARE_" + upper_snake(knob.name); }
+
+std::string set_policy_member(const Knob& knob) {
+  if (knob.scope != KnobScope::kPolicy) return "";
+  if (knob.name == "quota-window") return "quota_window_ms";
+  std::string member(knob.name);
+  for (char& ch : member) {
+    if (ch == '-') ch = '_';
+  }
+  return member;
+}
+
+const Knob* knob_for_set_policy_member(std::string_view member) {
+  for (const Knob& knob : kKnobs) {
+    if (knob.scope == KnobScope::kPolicy &&
+        (set_policy_member(knob) == member || knob.name == member)) {
+      return &knob;
+    }
+  }
+  return nullptr;
+}
+
+Status apply_knob(const Knob& knob, std::string_view value, DaemonConfig& config) {
+  if (Status s = knob.apply(value, config); !s) {
+    return make_error(std::string(knob.name) + ": " + s.error().message);
+  }
+  return Status::Ok();
+}
+
+DaemonConfig default_config() {
+  DaemonConfig config;
+  for (const Knob& knob : kKnobs) {
+    // The defaults are literals of this file; a unit test proves each one parses.
+    (void)apply_knob(knob, knob.default_value, config);
+  }
+  return config;
+}
+
+Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv) {
+  CommandLine command_line;
+  command_line.config = default_config();
+  DaemonConfig& config = command_line.config;
+
+  for (const Knob& knob : kKnobs) {
+    const std::string env = env_name(knob);
+    const char* value = getenv(env.c_str());
+    if (value == nullptr || *value == '\0') continue;
+    if (Status s = knob.apply(value, config); !s) {
+      return make_error("environment variable " + env + ": " + s.error().message);
+    }
+  }
+
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      command_line.help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      command_line.version = true;
+      continue;
+    }
+    if (arg == "--print-config-doc") {
+      command_line.print_config_doc = true;
+      continue;
+    }
+    if (arg.substr(0, 2) != "--") {
+      return make_error("unexpected argument \"" + std::string(arg) + "\" (see --help)");
+    }
+    const std::size_t eq = arg.find('=');
+    const std::string_view name = arg.substr(2, eq == std::string_view::npos ? arg.npos : eq - 2);
+    const Knob* knob = find_knob(name);
+    if (knob == nullptr) return make_error("unknown flag --" + std::string(name) + " (see --help)");
+    std::string_view value;
+    if (eq != std::string_view::npos) {
+      value = arg.substr(eq + 1);
+    } else if (knob->is_switch) {
+      value = "true";
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return make_error("flag --" + std::string(name) + " needs a value (see --help)");
+    }
+    if (Status s = knob->apply(value, config); !s) {
+      return make_error("flag --" + std::string(name) + ": " + s.error().message);
+    }
+  }
+
+  if (Status s = policy::validate(config.policy); !s) {
+    return make_error("invalid policy settings: " + s.error().message);
+  }
+  return command_line;
+}
+
+std::string help_text(std::string_view program) {
+  std::string out = "Usage: " + std::string(program) + " [FLAGS]\n\n";
+  out += wrap(
+      "nvshare-scheduler arbitrates each GPU of this node between the processes that share it. "
+      "Every "
+      "flag can also be set by its environment variable; flags win over the environment.",
+      100, "");
+  out += "\nFlags:\n";
+  for (const Knob& knob : kKnobs) {
+    out += "  " + flag_name(knob) + (knob.is_switch ? "[=BOOL]" : " VALUE") + "  (env " +
+           env_name(knob) + ")\n";
+    out += wrap(strip_backticks(knob.meaning), 100, "      ");
+    const std::string shown_default =
+        knob.default_value.empty() ? "(empty)" : std::string(knob.default_value);
+    out += wrap("Default: " + shown_default + ". Range: " + strip_backticks(knob.range) + ".", 100,
+                "      ");
+  }
+  out += "  --help             print this text\n";
+  out += "  --version          print the version\n";
+  out += "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n";
+  return out;
+}
+
+std::string config_doc_table() {
+  std::string out =
+      "| knob | flag | environment variable | default | range | set-policy member | meaning |\n"
+      "|---|---|---|---|---|---|---|\n";
+  for (const Knob& knob : kKnobs) {
+    const std::string shown_default =
+        knob.default_value.empty() ? "(empty)" : "`" + std::string(knob.default_value) + "`";
+    out +=
+        "| " + std::string(knob.name) + " | `" + flag_name(knob) + "` | `" + env_name(knob) +
+        "` | " + shown_default + " | " + std::string(knob.range) + " | " +
+        (knob.scope == KnobScope::kPolicy ? "`" + set_policy_member(knob) + "`" : "(start only)") +
+        " | " + std::string(knob.meaning) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace nvshare::scheduler

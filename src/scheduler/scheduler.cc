@@ -1,0 +1,542 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "common/log.h"
+
+namespace nvshare::scheduler {
+namespace {
+
+double to_ms_value(Duration d) { return static_cast<double>(d.count()) / 1e6; }
+
+// Rounds to 0.1 so that status output stays readable.
+double tenths(double value) { return std::round(value * 10) / 10; }
+
+Json optional_string(const std::optional<std::string>& value) {
+  return value ? Json(*value) : Json();
+}
+
+void apply_change(const FieldChange& change, std::optional<std::uint64_t>& field) {
+  switch (change.op) {
+    case FieldChange::Op::kKeep:
+      break;
+    case FieldChange::Op::kSet:
+      field = change.value;
+      break;
+    case FieldChange::Op::kInherit:
+      field.reset();
+      break;
+  }
+}
+
+void apply_change(const FieldChange& change, std::optional<std::uint8_t>& field) {
+  switch (change.op) {
+    case FieldChange::Op::kKeep:
+      break;
+    case FieldChange::Op::kSet:
+      field = static_cast<std::uint8_t>(change.value);
+      break;
+    case FieldChange::Op::kInherit:
+      field.reset();
+      break;
+  }
+}
+
+Json layer_json(const LimitsLayer& layer) {
+  Json out = Json::object();
+  out.set("memory_limit_bytes", layer.memory_bytes ? Json(*layer.memory_bytes) : Json());
+  out.set("core_limit_percent",
+          layer.core_percent ? Json(static_cast<int>(*layer.core_percent)) : Json());
+  return out;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(DaemonConfig config, ClientChannel& channel)
+    : config_(std::move(config)), channel_(channel) {}
+
+policy::PolicyConfig Scheduler::config_for(const std::string& uuid) const {
+  if (auto it = gpu_overrides_.find(uuid); it != gpu_overrides_.end()) return it->second;
+  policy::PolicyConfig config = config_.policy;
+  config.capacity_bytes = config_.capacity.for_gpu(uuid);
+  return config;
+}
+
+Scheduler::Gpu& Scheduler::gpu_for(const std::string& uuid, MonoTime) {
+  auto it = gpus_.find(uuid);
+  if (it == gpus_.end()) {
+    it = gpus_.emplace(uuid, std::make_unique<Gpu>(config_for(uuid))).first;
+    NVSHARE_INFO("GPU %s: policy created (mode %s)", uuid.c_str(),
+                 std::string(policy::to_string(it->second->policy.config().mode)).c_str());
+  }
+  return *it->second;
+}
+
+protocol::Limits Scheduler::effective_limits(const Client& client, std::string* source) const {
+  const LimitsLayer* pod = nullptr;
+  if (client.pod_uid) {
+    if (auto it = pods_.find(*client.pod_uid); it != pods_.end()) pod = &it->second.limits;
+  }
+  const LimitsLayer* layers[] = {&client.own, pod, &client.declared};
+  static constexpr const char* kNames[] = {"client", "pod", "declared"};
+  protocol::Limits limits;
+  bool memory_found = false;
+  bool core_found = false;
+  std::string used;
+  for (int i = 0; i < 3; ++i) {
+    const LimitsLayer* layer = layers[i];
+    if (layer == nullptr) continue;
+    bool contributed = false;
+    if (!memory_found && layer->memory_bytes) {
+      limits.memory_bytes = *layer->memory_bytes;
+      memory_found = contributed = true;
+    }
+    if (!core_found && layer->core_percent) {
+      limits.core_percent = *layer->core_percent;
+      core_found = contributed = true;
+    }
+    if (contributed) used += used.empty() ? kNames[i] : std::string("+") + kNames[i];
+  }
+  if (source != nullptr) *source = used.empty() ? "none" : used;
+  return limits;
+}
+
+void Scheduler::send_limits_if_needed(Client& client) {
+  const bool needed = client.last_sent ? *client.last_sent != client.effective
+                                       : client.effective != protocol::Limits{};
+  if (!needed) return;
+  channel_.send(client.id, protocol::SetLimits{client.effective});
+  client.last_sent = client.effective;
+}
+
+void Scheduler::refresh_limits(Client& client, MonoTime now) {
+  const protocol::Limits limits = effective_limits(client);
+  if (limits == client.effective) return;
+  client.effective = limits;
+  NVSHARE_INFO("client %llu: limits now memory %llu bytes, core %u%%",
+               static_cast<unsigned long long>(client.id),
+               static_cast<unsigned long long>(limits.memory_bytes), limits.core_percent);
+  feed(client.gpu, policy::LimitsChanged{client.id, limits}, now);
+  // The policy forwards LimitsChanged as SendLimits; this covers it if it chose not to.
+  if (auto it = clients_.find(client.id); it != clients_.end()) send_limits_if_needed(it->second);
+}
+
+void Scheduler::feed(const std::string& gpu, const policy::Event& event, MonoTime now) {
+  auto it = gpus_.find(gpu);
+  if (it == gpus_.end()) return;
+  route(it->second->policy.handle(event, now));
+}
+
+void Scheduler::route(const std::vector<policy::Action>& actions) {
+  for (const policy::Action& action : actions) {
+    std::visit(
+        [this](const auto& a) {
+          using T = std::decay_t<decltype(a)>;
+          if constexpr (std::is_same_v<T, policy::SendGrant>) {
+            channel_.send(a.client, protocol::Grant{a.epoch});
+          } else if constexpr (std::is_same_v<T, policy::SendRevoke>) {
+            channel_.send(a.client, protocol::Revoke{a.epoch, a.reason, a.swap_out});
+          } else if constexpr (std::is_same_v<T, policy::SendWait>) {
+            channel_.send(a.client, protocol::Wait{a.reason});
+          } else if constexpr (std::is_same_v<T, policy::SendLimits>) {
+            channel_.send(a.client, protocol::SetLimits{a.limits});
+            if (auto it = clients_.find(a.client); it != clients_.end())
+              it->second.last_sent = a.limits;
+          } else if constexpr (std::is_same_v<T, policy::HolderUnresponsive>) {
+            NVSHARE_WARN(
+                "client %llu did not release grant %llu within the revoke grace period; "
+                "it no longer blocks other clients",
+                static_cast<unsigned long long>(a.client),
+                static_cast<unsigned long long>(a.epoch));
+          }
+        },
+        action);
+  }
+}
+
+Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
+                                  const protocol::Hello& hello, MonoTime now) {
+  if (hello.gpu_uuid.empty()) return make_error("hello names no GPU");
+  Client client;
+  client.id = id;
+  client.gpu = hello.gpu_uuid;
+  client.identity = identity;
+  client.pod_uid = identity.pod_uid;
+  if (!client.pod_uid && config_.trust_client_limits && !hello.pod_uid.empty()) {
+    client.pod_uid = hello.pod_uid;
+  }
+  client.process_name = hello.process_name;
+  client.capabilities = hello.capabilities;
+  client.connected_at = now;
+  if (config_.trust_client_limits) {
+    if (hello.declared.memory_bytes != 0)
+      client.declared.memory_bytes = hello.declared.memory_bytes;
+    if (hello.declared.core_percent != 100)
+      client.declared.core_percent = hello.declared.core_percent;
+    client.last_sent = hello.declared;  // it enforces these already
+  }
+  std::string source;
+  client.effective = effective_limits(client, &source);
+  NVSHARE_INFO("client %llu registered on %s: pid %d uid %u pod %s process \"%s\" limits %s",
+               static_cast<unsigned long long>(id), client.gpu.c_str(),
+               static_cast<int>(identity.pid), static_cast<unsigned>(identity.uid),
+               client.pod_uid ? client.pod_uid->c_str() : "-", client.process_name.c_str(),
+               source.c_str());
+  Gpu& gpu = gpu_for(client.gpu, now);
+  const policy::Registered event{id, hello.gpu_memory_bytes, client.effective};
+  clients_.emplace(id, std::move(client));
+  route(gpu.policy.handle(event, now));
+  if (auto it = clients_.find(id); it != clients_.end()) send_limits_if_needed(it->second);
+  return Status::Ok();
+}
+
+void Scheduler::request(ClientId client, MonoTime now) {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  feed(it->second.gpu, policy::Requested{client}, now);
+}
+
+void Scheduler::release(ClientId client, const protocol::Released& released, MonoTime now) {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  feed(it->second.gpu,
+       policy::Released{client, released.epoch,
+                        std::chrono::microseconds(static_cast<std::int64_t>(
+                            std::min<std::uint64_t>(released.held_us, INT64_MAX / 1000))),
+                        std::chrono::microseconds(static_cast<std::int64_t>(
+                            std::min<std::uint64_t>(released.drain_us, INT64_MAX / 1000)))},
+       now);
+}
+
+void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime now) {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  feed(it->second.gpu,
+       policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
+                             usage.swap_bytes_per_s},
+       now);
+}
+
+void Scheduler::disconnect(ClientId client, MonoTime now) {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  const std::string gpu = it->second.gpu;
+  NVSHARE_INFO("client %llu disconnected from %s", static_cast<unsigned long long>(client),
+               gpu.c_str());
+  // The record goes first: frames the policy addresses to the departed client are dropped.
+  clients_.erase(it);
+  feed(gpu, policy::Disconnected{client}, now);
+}
+
+std::optional<MonoTime> Scheduler::next_deadline() const {
+  std::optional<MonoTime> earliest;
+  for (const auto& [uuid, gpu] : gpus_) {
+    const auto deadline = gpu->policy.next_deadline();
+    if (deadline && (!earliest || *deadline < *earliest)) earliest = deadline;
+  }
+  return earliest;
+}
+
+void Scheduler::run_due(MonoTime now) {
+  for (auto& [uuid, gpu] : gpus_) {
+    const auto deadline = gpu->policy.next_deadline();
+    if (deadline && *deadline <= now) route(gpu->policy.handle(policy::DeadlineReached{}, now));
+  }
+}
+
+Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const LimitsChange& change,
+                                               MonoTime now) {
+  const int kinds = (selector.client ? 1 : 0) + (selector.pid ? 1 : 0) +
+                    ((selector.pod_uid || selector.pod_namespace || selector.pod_name) ? 1 : 0);
+  if (kinds != 1) {
+    return make_error(
+        "the selector must name exactly one of client, pid, pod_uid or namespace/name");
+  }
+  if (selector.pod_namespace.has_value() != selector.pod_name.has_value()) {
+    return make_error("namespace and name go together");
+  }
+  if (change.core.op == FieldChange::Op::kSet &&
+      (change.core.value < 1 || change.core.value > 100)) {
+    return make_error("core " + std::to_string(change.core.value) + " is outside 1..100");
+  }
+
+  SetLimitsOutcome outcome;
+  std::vector<ClientId> affected;
+  if (selector.client || selector.pid) {
+    for (auto& [id, client] : clients_) {
+      if ((selector.client && id == *selector.client) ||
+          (selector.pid && client.identity.pid == *selector.pid)) {
+        affected.push_back(id);
+      }
+    }
+    if (affected.empty()) {
+      return make_error(selector.client ? "no client with id " + std::to_string(*selector.client)
+                                        : "no client with pid " + std::to_string(*selector.pid));
+    }
+    for (ClientId id : affected) {
+      Client& client = clients_.at(id);
+      apply_change(change.memory, client.own.memory_bytes);
+      apply_change(change.core, client.own.core_percent);
+    }
+  } else {
+    std::vector<std::string> uids;
+    if (selector.pod_uid) {
+      if (selector.pod_uid->empty()) return make_error("pod_uid is empty");
+      if (pods_.count(*selector.pod_uid) == 0 && pods_.size() >= kMaxPods) {
+        return make_error("too many remembered pods (" + std::to_string(kMaxPods) +
+                          "); forget-pod the ones that are gone");
+      }
+      Pod& pod = pods_[*selector.pod_uid];
+      if (selector.pod_namespace) {
+        pod.pod_namespace = selector.pod_namespace;
+        pod.pod_name = selector.pod_name;
+      }
+      uids.push_back(*selector.pod_uid);
+    } else {
+      for (const auto& [uid, pod] : pods_) {
+        if (pod.pod_namespace == selector.pod_namespace && pod.pod_name == selector.pod_name) {
+          uids.push_back(uid);
+        }
+      }
+      if (uids.empty()) {
+        return make_error("no known pod " + *selector.pod_namespace + "/" + *selector.pod_name +
+                          " (the scheduler learns pod names from set-limits with pod_uid and "
+                          "namespace/name)");
+      }
+    }
+    for (const std::string& uid : uids) {
+      Pod& pod = pods_.at(uid);
+      apply_change(change.memory, pod.limits.memory_bytes);
+      apply_change(change.core, pod.limits.core_percent);
+      outcome.remembered_pods.push_back(uid);
+      for (auto& [id, client] : clients_) {
+        if (client.pod_uid == uid) affected.push_back(id);
+      }
+    }
+  }
+  std::sort(affected.begin(), affected.end());
+  for (ClientId id : affected) {
+    if (auto it = clients_.find(id); it != clients_.end()) refresh_limits(it->second, now);
+  }
+  outcome.clients = std::move(affected);
+  return outcome;
+}
+
+Status Scheduler::forget_pod(const std::string& pod_uid, MonoTime now) {
+  if (pods_.erase(pod_uid) == 0) return make_error("no remembered pod " + pod_uid);
+  std::vector<ClientId> affected;
+  for (auto& [id, client] : clients_) {
+    if (client.pod_uid == pod_uid) affected.push_back(id);
+  }
+  for (ClientId id : affected) {
+    if (auto it = clients_.find(id); it != clients_.end()) refresh_limits(it->second, now);
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> Scheduler::set_policy(
+    const std::optional<std::string>& gpu,
+    const std::vector<std::pair<const Knob*, std::string>>& values, MonoTime now) {
+  for (const auto& [knob, text] : values) {
+    if (knob == nullptr || knob->scope != KnobScope::kPolicy) {
+      return make_error("not a policy knob: " +
+                        (knob ? std::string(knob->name) : std::string("?")));
+    }
+  }
+  // Applies the values to one GPU's settings, reading capacity as that GPU's own.
+  const auto apply_to_gpu = [&](const std::string& uuid,
+                                policy::PolicyConfig base) -> Result<policy::PolicyConfig> {
+    DaemonConfig scratch = config_;
+    scratch.policy = base;
+    scratch.capacity = CapacitySpec{base.capacity_bytes, {}};
+    for (const auto& [knob, text] : values) {
+      if (Status s = apply_knob(*knob, text, scratch); !s) return s.error();
+    }
+    scratch.policy.capacity_bytes = scratch.capacity.for_gpu(uuid);
+    if (Status s = policy::validate(scratch.policy); !s)
+      return make_error(uuid + ": " + s.error().message);
+    return scratch.policy;
+  };
+
+  std::vector<std::string> changed;
+  if (gpu) {
+    auto updated = apply_to_gpu(*gpu, config_for(*gpu));
+    if (!updated) return updated.error();
+    gpu_overrides_[*gpu] = updated.value();
+    if (auto it = gpus_.find(*gpu); it != gpus_.end()) {
+      route(it->second->policy.reconfigure(updated.value(), now));
+      changed.push_back(*gpu);
+    }
+    return changed;
+  }
+
+  DaemonConfig next = config_;
+  for (const auto& [knob, text] : values) {
+    if (Status s = apply_knob(*knob, text, next); !s) return s.error();
+  }
+  if (Status s = policy::validate(next.policy); !s) return s.error();
+  std::map<std::string, policy::PolicyConfig> overrides;
+  for (const auto& [uuid, config] : gpu_overrides_) {
+    auto updated = apply_to_gpu(uuid, config);
+    if (!updated) return updated.error();
+    overrides.emplace(uuid, updated.value());
+  }
+  config_ = std::move(next);
+  gpu_overrides_ = std::move(overrides);
+  for (auto& [uuid, entry] : gpus_) {
+    route(entry->policy.reconfigure(config_for(uuid), now));
+    changed.push_back(uuid);
+  }
+  return changed;
+}
+
+Result<Explanation> Scheduler::explain(ClientId client, MonoTime now) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return make_error("no client with id " + std::to_string(client));
+  const auto gpu = gpus_.find(it->second.gpu);
+  if (gpu == gpus_.end()) return make_error("client " + std::to_string(client) + " has no GPU");
+  Explanation explanation;
+  explanation.client = client;
+  explanation.gpu = it->second.gpu;
+  const policy::GpuView view = gpu->second->policy.view(now);
+  for (const policy::ClientView& c : view.clients) {
+    if (c.client == client) {
+      explanation.state = c.state;
+      explanation.waiting_for = c.waiting_for;
+    }
+  }
+  explanation.text = gpu->second->policy.explain(client, now);
+  return explanation;
+}
+
+StatusSnapshot Scheduler::snapshot(MonoTime now) const {
+  StatusSnapshot snapshot;
+  snapshot.taken = now;
+  for (const auto& [uuid, gpu] : gpus_) {
+    GpuStatus status;
+    status.uuid = uuid;
+    status.config = gpu->policy.config();
+    status.view = gpu->policy.view(now);
+    for (const policy::ClientView& view : status.view.clients) {
+      auto it = clients_.find(view.client);
+      if (it == clients_.end()) continue;
+      const Client& client = it->second;
+      ClientStatus c;
+      c.id = client.id;
+      c.pid = client.identity.pid;
+      c.uid = client.identity.uid;
+      c.pod_uid = client.pod_uid;
+      if (client.pod_uid) {
+        if (auto pod = pods_.find(*client.pod_uid); pod != pods_.end()) {
+          c.pod_namespace = pod->second.pod_namespace;
+          c.pod_name = pod->second.pod_name;
+        }
+      }
+      c.container_id = client.identity.container_id;
+      c.process_name = client.process_name;
+      c.capabilities = client.capabilities;
+      c.limits = effective_limits(client, &c.limits_source);
+      c.connected_for = now - client.connected_at;
+      c.view = view;
+      status.clients.push_back(std::move(c));
+    }
+    snapshot.gpus.push_back(std::move(status));
+  }
+  for (const auto& [uid, pod] : pods_) {
+    PodStatus status;
+    status.pod_uid = uid;
+    status.pod_namespace = pod.pod_namespace;
+    status.pod_name = pod.pod_name;
+    status.limits = pod.limits;
+    for (const auto& [id, client] : clients_) {
+      if (client.pod_uid == uid) ++status.clients;
+    }
+    snapshot.pods.push_back(std::move(status));
+  }
+  return snapshot;
+}
+
+Json to_json(const StatusSnapshot& snapshot) {
+  Json gpus = Json::array();
+  for (const GpuStatus& gpu : snapshot.gpus) {
+    Json g = Json::object();
+    g.set("uuid", gpu.uuid);
+    g.set("mode", std::string(policy::to_string(gpu.config.mode)));
+    g.set("capacity_bytes", gpu.view.capacity_bytes);
+    g.set("capacity_virtual", gpu.config.capacity_bytes.has_value());
+    g.set("usable_bytes", gpu.view.usable_bytes);
+    g.set("running_bytes", gpu.view.running_bytes);
+    g.set("reserve_percent", tenths(gpu.config.reserve_fraction * 100));
+    g.set("quantum_ms", tenths(to_ms_value(gpu.view.quantum)));
+    g.set("quantum_fixed", gpu.config.fixed_quantum.has_value());
+    g.set("quota_window_ms", tenths(to_ms_value(gpu.config.quota_window)));
+    g.set("last_epoch", gpu.view.last_epoch);
+    g.set("unresponsive_holders", gpu.view.unresponsive_holders);
+    g.set("swap_bytes_per_s", gpu.view.swap_bytes_per_s);
+    g.set("swap_measured", gpu.view.swap_measured);
+    Json queue = Json::array();
+    for (ClientId id : gpu.view.queue) queue.push_back(id);
+    g.set("queue", std::move(queue));
+    Json clients = Json::array();
+    for (const ClientStatus& c : gpu.clients) {
+      Json j = Json::object();
+      j.set("id", c.id);
+      j.set("pid", static_cast<long long>(c.pid));
+      j.set("uid", static_cast<long long>(c.uid));
+      j.set("pod_uid", optional_string(c.pod_uid));
+      j.set("namespace", optional_string(c.pod_namespace));
+      j.set("pod", optional_string(c.pod_name));
+      j.set("container_id", optional_string(c.container_id));
+      j.set("process", c.process_name);
+      j.set("state", std::string(policy::to_string(c.view.state)));
+      j.set("waiting_for", c.view.waiting_for
+                               ? Json(std::string(protocol::to_string(*c.view.waiting_for)))
+                               : Json());
+      j.set("epoch", c.view.epoch);
+      j.set("allocated_bytes", c.view.allocated_bytes);
+      j.set("resident_bytes", c.view.resident_bytes);
+      j.set("memory_limit_bytes",
+            c.limits.memory_bytes != 0 ? Json(c.limits.memory_bytes) : Json());
+      j.set("core_limit_percent", static_cast<int>(c.limits.core_percent));
+      j.set("limits_source", c.limits_source);
+      j.set("effective_cap_percent", tenths(c.view.effective_cap_percent));
+      j.set("share_percent", tenths(c.view.share_percent));
+      j.set("held_ms", tenths(to_ms_value(c.view.held_total)));
+      j.set("waited_ms", tenths(to_ms_value(c.view.waited_total)));
+      j.set("state_for_ms", tenths(to_ms_value(snapshot.taken - c.view.state_since)));
+      j.set("connected_ms", tenths(to_ms_value(c.connected_for)));
+      // Present only when they apply: a capped client's bucket, a runner's turn end, a revoked
+      // holder's grace deadline (all relative to the snapshot).
+      j.set("budget_left_ms",
+            c.view.budget_left ? Json(tenths(to_ms_value(*c.view.budget_left))) : Json());
+      j.set("turn_ends_in_ms", c.view.turn_ends
+                                   ? Json(tenths(to_ms_value(*c.view.turn_ends - snapshot.taken)))
+                                   : Json());
+      j.set("unresponsive_in_ms",
+            c.view.unresponsive_at
+                ? Json(tenths(to_ms_value(*c.view.unresponsive_at - snapshot.taken)))
+                : Json());
+      j.set("capabilities", c.capabilities);
+      clients.push_back(std::move(j));
+    }
+    g.set("clients", std::move(clients));
+    gpus.push_back(std::move(g));
+  }
+  Json pods = Json::array();
+  for (const PodStatus& pod : snapshot.pods) {
+    Json p = layer_json(pod.limits);
+    p.set("pod_uid", pod.pod_uid);
+    p.set("namespace", optional_string(pod.pod_namespace));
+    p.set("name", optional_string(pod.pod_name));
+    p.set("clients", pod.clients);
+    pods.push_back(std::move(p));
+  }
+  Json out = Json::object();
+  out.set("gpus", std::move(gpus));
+  out.set("pods", std::move(pods));
+  return out;
+}
+
+}  // namespace nvshare::scheduler

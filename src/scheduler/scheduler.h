@@ -1,0 +1,239 @@
+// Scheduler: the daemon's state, without its sockets. One GpuPolicy per GPU UUID (created when the
+// first client registers on it), the registry of clients and what is known about them, the limits
+// set through the control API, and the routing of policy actions to frames.
+//
+// The reactor turns socket input into calls here and the calls' output reaches clients through
+// ClientChannel, so everything in this unit can be driven by tests with a fake channel and a manual
+// clock. It is single-threaded by design (the reactor's thread owns it).
+//
+// Limits are layered per field (memory, core), the higher layer winning where it is set:
+//   client  set-limits by client id or pid; lives as long as the session
+//   pod     set-limits by pod UID (or namespace/name of a pod whose UID is known); remembered, so a
+//           process that registers later from that pod gets them (the device plugin pushes limits
+//           before the pod's processes start)
+//   declared  the client's own hello.declared, only with --trust-client-limits
+// A layer's field may be "none" (memory 0, core 100), which is a value: it overrides lower layers.
+// Whenever a client's effective limits change, it receives a limits frame (the policy forwards
+// LimitsChanged; the scheduler sends the frame itself if the policy did not).
+//
+// Identity: pid and uid come from SO_PEERCRED and the pod UID from the pid's cgroup; hello.pod_uid
+// is used only when trusted and no cgroup names a pod.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/protocol.h"
+#include "common/result.h"
+#include "scheduler/knobs.h"
+#include "scheduler/policy/gpu_policy.h"
+
+namespace nvshare::scheduler {
+
+using policy::ClientId;
+
+// Where frames for clients go. send() must not block and must tolerate unknown clients.
+class ClientChannel {
+ public:
+  virtual ~ClientChannel() = default;
+  virtual void send(ClientId client, const protocol::Message& message) = 0;
+};
+
+struct ClientIdentity {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::optional<std::string> pod_uid;  // from the cgroup
+  std::optional<std::string> container_id;
+};
+
+// One layer of limits: nullopt fields inherit from the layer below.
+struct LimitsLayer {
+  std::optional<std::uint64_t> memory_bytes;  // 0: no memory limit
+  std::optional<std::uint8_t> core_percent;   // 100: uncapped
+  bool empty() const { return !memory_bytes && !core_percent; }
+};
+
+// A change to one field of a layer.
+struct FieldChange {
+  enum class Op { kKeep, kSet, kInherit };
+  Op op = Op::kKeep;
+  std::uint64_t value = 0;  // with kSet: bytes (0 = none) or percent (100 = uncapped)
+};
+
+struct LimitsChange {
+  FieldChange memory;
+  FieldChange core;
+};
+
+// Which clients or pods a set-limits applies to. Exactly one of client, pid, pod_uid or
+// namespace/name; pod_uid may come with namespace/name, which is then remembered for display.
+struct Selector {
+  std::optional<ClientId> client;
+  std::optional<pid_t> pid;
+  std::optional<std::string> pod_uid;
+  std::optional<std::string> pod_namespace;
+  std::optional<std::string> pod_name;
+};
+
+struct SetLimitsOutcome {
+  std::vector<ClientId> clients;             // live clients whose limits were recomputed
+  std::vector<std::string> remembered_pods;  // pod UIDs whose record was updated
+};
+
+struct ClientStatus {
+  ClientId id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::optional<std::string> pod_uid;
+  std::optional<std::string> pod_namespace;
+  std::optional<std::string> pod_name;
+  std::optional<std::string> container_id;
+  std::string process_name;
+  std::uint64_t capabilities = 0;
+  protocol::Limits limits;    // effective
+  std::string limits_source;  // which layers contributed: "client", "pod", "declared", "none"
+  Duration connected_for{0};
+  policy::ClientView view;
+};
+
+struct GpuStatus {
+  std::string uuid;
+  policy::PolicyConfig config;
+  policy::GpuView view;
+  std::vector<ClientStatus> clients;
+};
+
+struct PodStatus {
+  std::string pod_uid;
+  std::optional<std::string> pod_namespace;
+  std::optional<std::string> pod_name;
+  LimitsLayer limits;
+  std::size_t clients = 0;
+};
+
+// An immutable picture of the scheduler, for status, nvsharectl and (later) metrics.
+struct StatusSnapshot {
+  MonoTime taken{};
+  std::vector<GpuStatus> gpus;
+  std::vector<PodStatus> pods;
+};
+
+Json to_json(const StatusSnapshot& snapshot);
+
+struct Explanation {
+  ClientId client = 0;
+  std::string gpu;
+  policy::ClientState state = policy::ClientState::kIdle;
+  std::optional<protocol::WaitReason> waiting_for;
+  std::string text;
+};
+
+class Scheduler {
+ public:
+  // At most this many pods are remembered; set-limits for a new pod beyond it fails.
+  static constexpr std::size_t kMaxPods = 100'000;
+
+  Scheduler(DaemonConfig config, ClientChannel& channel);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // ---- sessions: the reactor calls these for each decoded frame
+  // -------------------------------------
+
+  // The id for a session about to register (ids are never reused).
+  ClientId next_client_id() { return next_id_++; }
+  // Registers a client whose welcome has been queued: resolves its pod and limits, creates the
+  // GPU's policy when it is the first client there, and feeds Registered. Fails (the session is to
+  // be closed) when the hello names no GPU.
+  Status register_client(ClientId id, const ClientIdentity& identity, const protocol::Hello& hello,
+                         MonoTime now);
+  void request(ClientId client, MonoTime now);
+  void release(ClientId client, const protocol::Released& released, MonoTime now);
+  void usage(ClientId client, const protocol::Usage& usage, MonoTime now);
+  void disconnect(ClientId client, MonoTime now);
+
+  // ---- time
+  // --------------------------------------------------------------------------------------
+
+  // The earliest deadline over all GPUs.
+  std::optional<MonoTime> next_deadline() const;
+  // Feeds DeadlineReached to every GPU whose deadline is at or before `now`.
+  void run_due(MonoTime now);
+
+  // ---- control API
+  // --------------------------------------------------------------------------------
+
+  Result<SetLimitsOutcome> set_limits(const Selector& selector, const LimitsChange& change,
+                                      MonoTime now);
+  // Forgets a remembered pod; its live clients fall back to their other layers.
+  Status forget_pod(const std::string& pod_uid, MonoTime now);
+  // Applies policy knobs (name, text) to one GPU, or to every GPU and the defaults for GPUs to
+  // come. All values are checked before anything changes. Returns the GPUs whose policy was
+  // reconfigured.
+  Result<std::vector<std::string>> set_policy(
+      const std::optional<std::string>& gpu,
+      const std::vector<std::pair<const Knob*, std::string>>& values, MonoTime now);
+  Result<Explanation> explain(ClientId client, MonoTime now) const;
+  StatusSnapshot snapshot(MonoTime now) const;
+
+  const DaemonConfig& config() const { return config_; }
+  std::size_t client_count() const { return clients_.size(); }
+  bool has_client(ClientId client) const { return clients_.count(client) != 0; }
+
+ private:
+  struct Client {
+    ClientId id = 0;
+    std::string gpu;
+    ClientIdentity identity;
+    std::optional<std::string> pod_uid;  // effective (cgroup, or trusted hello)
+    std::string process_name;
+    std::uint64_t capabilities = 0;
+    LimitsLayer declared;  // only filled when client limits are trusted
+    LimitsLayer own;       // set-limits by client id or pid
+    protocol::Limits effective;
+    std::optional<protocol::Limits> last_sent;  // the last limits frame queued for it
+    MonoTime connected_at{};
+  };
+
+  struct Pod {
+    std::optional<std::string> pod_namespace;
+    std::optional<std::string> pod_name;
+    LimitsLayer limits;
+  };
+
+  struct Gpu {
+    explicit Gpu(policy::PolicyConfig config) : policy(config) {}
+    policy::GpuPolicy policy;
+  };
+
+  policy::PolicyConfig config_for(const std::string& uuid) const;
+  Gpu& gpu_for(const std::string& uuid, MonoTime now);
+  protocol::Limits effective_limits(const Client& client, std::string* source = nullptr) const;
+  // Recomputes a client's effective limits and tells the policy (and so the client) when they
+  // change.
+  void refresh_limits(Client& client, MonoTime now);
+  void feed(const std::string& gpu, const policy::Event& event, MonoTime now);
+  void route(const std::vector<policy::Action>& actions);
+  void send_limits_if_needed(Client& client);
+
+  DaemonConfig config_;
+  ClientChannel& channel_;
+  ClientId next_id_ = 1;
+  std::unordered_map<ClientId, Client> clients_;
+  std::map<std::string, std::unique_ptr<Gpu>> gpus_;
+  // Per-GPU policy settings made through set-policy with a GPU named; other GPUs follow config_.
+  std::map<std::string, policy::PolicyConfig> gpu_overrides_;
+  std::map<std::string, Pod> pods_;
+};
+
+}  // namespace nvshare::scheduler

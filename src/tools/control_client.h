@@ -1,0 +1,41 @@
+// ControlClient: one connection to the scheduler's control socket (docs/control-api.md).
+//
+// Sends one JSON request per line and reads one JSON response line per request. Every failure is a
+// value with a message a user can act on: the scheduler not running (no socket, connection
+// refused), the socket not being ours to use (permission), no answer within the timeout, or an
+// answer that is not JSON. Used by nvsharectl and by tests; the device plugin speaks the same
+// lines.
+#pragma once
+
+#include <string>
+
+#include "common/json.h"
+#include "common/result.h"
+#include "common/unix_socket.h"
+
+namespace nvshare::tools {
+
+class ControlClient {
+ public:
+  // Connects to the control socket at `path`.
+  static Result<ControlClient> connect(const std::string& path, int timeout_ms = 5000);
+
+  // Sends `request` and returns the scheduler's response (which may itself say {"ok":false,...}).
+  Result<Json> call(const Json& request);
+
+ private:
+  Result<Json> read_response(int timeout_ms);
+
+  ControlClient(UniqueFd fd, std::string path, int timeout_ms)
+      : fd_(std::move(fd)), path_(std::move(path)), timeout_ms_(timeout_ms) {}
+
+  UniqueFd fd_;
+  std::string path_;
+  int timeout_ms_;
+  std::string pending_;  // bytes read past the last response line
+};
+
+// Connects, sends one request, returns the response.
+Result<Json> control_call(const std::string& path, const Json& request, int timeout_ms = 5000);
+
+}  // namespace nvshare::tools

@@ -1,0 +1,151 @@
+#include "tools/status_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "common/quantity.h"
+
+namespace nvshare::tools {
+namespace {
+
+using Row = std::vector<std::string>;
+
+std::string text_of(const Json* value) {
+  if (value == nullptr || value->is_null()) return "-";
+  if (const std::string* s = value->as_string()) return s->empty() ? "-" : *s;
+  return value->dump();
+}
+
+std::string bytes_of(const Json* value) {
+  if (value == nullptr) return "-";
+  const auto n = value->as_int64();
+  if (!n || *n < 0) return "-";
+  return format_bytes(static_cast<std::uint64_t>(*n));
+}
+
+std::string percent_of(const Json* value) {
+  if (value == nullptr) return "-";
+  const auto d = value->as_double();
+  if (!d) return "-";
+  char out[32];
+  if (*d == static_cast<double>(static_cast<long long>(*d))) {
+    std::snprintf(out, sizeof out, "%lld%%", static_cast<long long>(*d));
+  } else {
+    std::snprintf(out, sizeof out, "%.1f%%", *d);
+  }
+  return out;
+}
+
+std::string duration_ms_of(const Json* value) {
+  if (value == nullptr) return "-";
+  const auto d = value->as_double();
+  if (!d) return "-";
+  char out[32];
+  if (*d >= 1000) {
+    std::snprintf(out, sizeof out, "%gs", *d / 1000);
+  } else {
+    std::snprintf(out, sizeof out, "%gms", *d);
+  }
+  return out;
+}
+
+std::string pod_of(const Json& client) {
+  const Json* ns = client.find("namespace");
+  const Json* name = client.find("pod");
+  if (ns && name && ns->is_string() && name->is_string())
+    return *ns->as_string() + "/" + *name->as_string();
+  const Json* uid = client.find("pod_uid");
+  if (uid && uid->is_string()) return *uid->as_string();
+  return "-";
+}
+
+void render_rows(const std::vector<Row>& rows, std::string& out, const std::string& indent) {
+  if (rows.empty()) return;
+  std::vector<std::size_t> widths(rows.front().size(), 0);
+  for (const Row& row : rows) {
+    for (std::size_t i = 0; i < row.size() && i < widths.size(); ++i) {
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  }
+  for (const Row& row : rows) {
+    std::string line = indent;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+}
+
+}  // namespace
+
+std::string render_status_table(const Json& status) {
+  std::string out;
+  const Json* gpus = status.find("gpus");
+  const Json::Array* gpu_list = gpus ? gpus->as_array() : nullptr;
+  if (gpu_list == nullptr || gpu_list->empty()) {
+    out += "no GPU has clients yet\n";
+  } else {
+    for (const Json& gpu : *gpu_list) {
+      const Json* virtual_capacity = gpu.find("capacity_virtual");
+      const bool is_virtual = virtual_capacity && virtual_capacity->as_bool().value_or(false);
+      out += "GPU " + text_of(gpu.find("uuid")) + "  mode " + text_of(gpu.find("mode")) +
+             "  capacity " + bytes_of(gpu.find("capacity_bytes")) +
+             (is_virtual ? " (virtual)" : "") + "  usable " + bytes_of(gpu.find("usable_bytes")) +
+             "  running " + bytes_of(gpu.find("running_bytes")) + "  quantum " +
+             duration_ms_of(gpu.find("quantum_ms")) + "  epoch " + text_of(gpu.find("last_epoch")) +
+             "\n";
+      std::vector<Row> rows;
+      rows.push_back({"CLIENT", "PID", "POD", "PROCESS", "STATE", "WAITING", "MEMORY (ALLOC/LIMIT)",
+                      "CORE (CAP/SHARE)"});
+      const Json* clients = gpu.find("clients");
+      if (clients && clients->as_array()) {
+        for (const Json& c : *clients->as_array()) {
+          const Json* limit = c.find("memory_limit_bytes");
+          const std::string memory_limit =
+              (limit == nullptr || limit->is_null()) ? "none" : bytes_of(limit);
+          const Json* core = c.find("core_limit_percent");
+          const std::string cap = (core && core->as_int64() == 100) ? "none" : percent_of(core);
+          rows.push_back({text_of(c.find("id")), text_of(c.find("pid")), pod_of(c),
+                          text_of(c.find("process")), text_of(c.find("state")),
+                          text_of(c.find("waiting_for")),
+                          bytes_of(c.find("allocated_bytes")) + " / " + memory_limit,
+                          cap + " / " + percent_of(c.find("share_percent"))});
+        }
+      }
+      if (rows.size() == 1) {
+        out += "  no clients\n";
+      } else {
+        render_rows(rows, out, "  ");
+      }
+    }
+  }
+  const Json* pods = status.find("pods");
+  if (pods && pods->as_array() && !pods->as_array()->empty()) {
+    out += "\nPods with limits set through the control API:\n";
+    std::vector<Row> rows;
+    rows.push_back({"POD UID", "NAME", "MEMORY LIMIT", "CORE LIMIT", "CLIENTS"});
+    for (const Json& pod : *pods->as_array()) {
+      const Json* ns = pod.find("namespace");
+      const Json* name = pod.find("name");
+      const std::string display = (ns && name && ns->is_string() && name->is_string())
+                                      ? *ns->as_string() + "/" + *name->as_string()
+                                      : "-";
+      const Json* memory = pod.find("memory_limit_bytes");
+      const Json* core = pod.find("core_limit_percent");
+      std::string memory_text = "-";
+      if (memory && !memory->is_null())
+        memory_text = memory->as_int64() == 0 ? "none" : bytes_of(memory);
+      std::string core_text = "-";
+      if (core && !core->is_null()) core_text = core->as_int64() == 100 ? "none" : percent_of(core);
+      rows.push_back({text_of(pod.find("pod_uid")), display, memory_text, core_text,
+                      text_of(pod.find("clients"))});
+    }
+    render_rows(rows, out, "  ");
+  }
+  return out;
+}
+
+}  // namespace nvshare::tools

@@ -1,0 +1,56 @@
+// DaemonProcess: the real nvshare-scheduler binary, started for one test with its sockets in a
+// fresh temporary directory, and helpers to run other programs (nvsharectl) and capture their
+// output.
+//
+// start() returns once both sockets accept connections; the destructor kills the daemon if it is
+// still running and removes the directory. The daemon's stderr goes to <dir>/scheduler.log, which
+// log() returns, so a failing test can print what the daemon said.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace nvshare::testing {
+
+class DaemonProcess {
+ public:
+  static Result<std::unique_ptr<DaemonProcess>> start(const std::vector<std::string>& flags,
+                                                      const std::string& binary);
+  ~DaemonProcess();
+
+  const std::string& dir() const { return dir_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& control_socket() const { return control_socket_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const;
+
+  // Sends `signal` and waits up to `timeout` for the exit. Returns the exit status (the code, or
+  // 128 + signal when killed by one), or an error on timeout.
+  Result<int> stop(int signal, std::chrono::milliseconds timeout);
+
+ private:
+  DaemonProcess() = default;
+
+  std::string dir_;
+  std::string socket_;
+  std::string control_socket_;
+  pid_t pid_ = -1;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs argv[0] with the arguments, waits for it (up to `timeout`), and captures stdout and stderr.
+Result<CommandResult> run_command(const std::vector<std::string>& argv,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+}  // namespace nvshare::testing
