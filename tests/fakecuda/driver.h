@@ -1,0 +1,206 @@
+// Process-local state of the fake driver: initialization, devices, handles, allocations and each
+// thread's context stack. The api_*.cc files implement the exported functions on top of it.
+//
+// Contract:
+//  - Handles (CUcontext, CUstream, CUevent, CUmodule, CUfunction) point at the structs defined here
+//  and
+//    are looked up in registries before use, so a stale or garbage handle yields
+//    CUDA_ERROR_INVALID_HANDLE / CUDA_ERROR_INVALID_CONTEXT instead of a crash. Lookups return
+//    shared_ptrs, which keep an object alive while a call uses it.
+//  - A context is immutable once created; destroying it (or releasing a primary context to zero)
+//  drains
+//    its queue, frees its memory and modules, and gives its slot in the shared state back.
+//  - The Driver is never destroyed: worker threads may still run while the process exits. At exit
+//  every
+//    live context's slot is released, so the shared state never keeps a finished process's memory.
+//  - Device memory, managed memory and pinned host memory are anonymous private mappings: pointers
+//  are
+//    real and CUdeviceptr is the address.
+//  - Nothing blocks while holding Driver::mu or Driver::alloc_mu.
+//  - In a child forked after cuInit every call fails with CUDA_ERROR_NOT_INITIALIZED, as with the
+//  real
+//    driver (the child has no worker threads and its parent's slots are not its own).
+//  - Exported functions run their body inside guarded(): no exception crosses the C ABI.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config.h"
+#include "cuda_api.h"
+#include "shared_state.h"
+#include "work_queue.h"
+
+struct CUctx_st {
+  std::uint64_t id = 0;
+  int device = 0;
+  bool primary = false;
+  unsigned flags = 0;
+  fakecuda::SlotRef slot;
+  std::shared_ptr<fakecuda::WorkQueue> queue;
+  std::atomic<bool> live{true};
+  // Managed bytes of this context that sit on the host and that the next kernel would fault in.
+  std::atomic<std::uint64_t> faultable_host_bytes{0};
+};
+
+struct CUstream_st {
+  std::shared_ptr<CUctx_st> ctx;
+  unsigned flags = 0;
+  int priority = 0;
+  std::uint64_t id = 0;
+  std::atomic<std::uint64_t> last_seq{0};  // sequence number of its latest operation in ctx->queue
+};
+
+struct CUevent_st : fakecuda::EventState {
+  using EventState::EventState;
+};
+
+struct CUfunc_st;
+
+struct CUmod_st {
+  std::shared_ptr<CUctx_st> ctx;
+  std::string
+      ptx;  // the image when it is PTX text (empty for binaries): tells which kernels take params
+  std::map<std::string, std::shared_ptr<CUfunc_st>> functions;  // guarded by Driver::mu
+};
+
+struct CUfunc_st {
+  CUmod_st* module = nullptr;
+  std::string name;
+  bool has_params = true;  // false only when the PTX shows an entry without parameters
+};
+
+namespace fakecuda {
+
+enum class MemoryKind { kDevice, kManaged, kHost };
+
+struct Allocation {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  std::size_t mapped_size = 0;
+  MemoryKind kind = MemoryKind::kDevice;
+  std::shared_ptr<CUctx_st> ctx;      // null for host memory
+  std::uint64_t device_resident = 0;  // managed: bytes on the device (the rest is on the host)
+  bool prefer_host = false;           // managed: cuMemAdvise preferred location is the CPU
+  std::uint64_t buffer_id = 0;
+  unsigned flags = 0;
+};
+
+struct Device {
+  Device(int index, const DeviceConfig& config, DeviceRecord* record)
+      : ordinal(index), uuid(config.uuid), uuid_bytes(config.uuid_bytes), sim(record) {}
+  int ordinal;
+  std::string uuid;
+  UuidBytes uuid_bytes;
+  SimDevice sim;
+  // Primary context (guarded by Driver::primary_mu): the live one, its retain count and its flags.
+  std::shared_ptr<CUctx_st> primary;
+  int primary_refs = 0;
+  unsigned primary_flags = 0;
+};
+
+class Driver {
+ public:
+  static Driver& instance();
+
+  CUresult init(unsigned flags);
+  bool initialized() const { return initialized_.load(std::memory_order_acquire); }
+  const FakeConfig& config() const { return config_; }
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  Device* device(int ordinal) {
+    return ordinal >= 0 && ordinal < device_count() ? devices_[ordinal].get() : nullptr;
+  }
+
+  // Contexts.
+  CUresult create_context(int ordinal, unsigned flags, bool primary,
+                          std::shared_ptr<CUctx_st>* out);
+  void destroy_context(const std::shared_ptr<CUctx_st>& ctx);
+  std::shared_ptr<CUctx_st> find_context(const CUctx_st* ctx);
+  void release_all_slots();  // at exit
+  void forget_after_fork();  // in a forked child: every call fails with NOT_INITIALIZED
+
+  // Guards every Device's primary-context fields. Held across creating or destroying a primary
+  // context (which may wait for its queue to drain); never taken while holding mu.
+  std::mutex primary_mu;
+
+  // Registries, guarded by mu.
+  std::mutex mu;
+  std::unordered_map<const void*, std::shared_ptr<CUctx_st>> contexts;
+  std::unordered_map<const void*, std::shared_ptr<CUstream_st>> streams;
+  std::unordered_map<const void*, std::shared_ptr<CUevent_st>> events;
+  std::unordered_map<const void*, std::shared_ptr<CUmod_st>> modules;
+  std::unordered_map<const void*, std::shared_ptr<CUfunc_st>> functions;
+  std::atomic<std::uint64_t> next_id{1};
+
+  // Allocations by base address, guarded by alloc_mu.
+  std::mutex alloc_mu;
+  std::map<std::uintptr_t, Allocation> allocations;
+  // The allocation containing [address, address + length), if any.
+  std::optional<Allocation> find_allocation(std::uintptr_t address, std::size_t length = 1);
+  // Frees every allocation of ctx (its memory is gone with it).
+  void free_context_memory(const CUctx_st* ctx);
+
+ private:
+  Driver() = default;
+  std::once_flag init_once_;
+  CUresult init_result_ = CUDA_ERROR_NOT_INITIALIZED;
+  std::atomic<bool> initialized_{false};
+  FakeConfig config_;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+// Runs an exported function's body; an exception becomes an error code instead of crossing the C
+// ABI.
+template <typename Body>
+CUresult guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+inline CUresult require_init() {
+  return Driver::instance().initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// The calling thread's context stack (top = current).
+std::vector<CUctx_st*>& context_stack();
+// The current context, or CUDA_ERROR_INVALID_CONTEXT (none, destroyed) / NOT_INITIALIZED.
+CUresult current_context(std::shared_ptr<CUctx_st>* out);
+
+// The queue and stream an API stream argument means. The null stream, CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD mean the current context's default stream (*stream stays null).
+CUresult resolve_stream(CUstream handle, std::shared_ptr<CUctx_st>* ctx,
+                        std::shared_ptr<CUstream_st>* stream);
+// Submits op to the stream's context and records it as the stream's latest operation. *queue and
+// *seq (when given) tell where it went.
+CUresult submit_to_stream(CUstream handle, Op op, std::shared_ptr<WorkQueue>* queue = nullptr,
+                          std::uint64_t* seq = nullptr);
+// Blocks until the stream's work (for a default stream: all of its context's work) has completed.
+CUresult synchronize_stream(CUstream handle);
+// Blocks until all work submitted to the current context has completed (what synchronous copies and
+// frees do first, as the legacy default stream does).
+CUresult synchronize_current_context();
+
+// Anonymous private mapping of at least `bytes` (never 0); nullptr when the host is out of memory.
+void* map_memory(std::size_t bytes, std::size_t* mapped_size);
+void unmap_memory(void* address, std::size_t mapped_size);
+// memset that returns whole pages to the kernel when filling with zeros, so large simulated buffers
+// do not consume host memory.
+void fill_bytes(void* dst, unsigned char value, std::size_t bytes);
+
+// Managed memory: demand faults at kernel start (returns the alone-ns they take) and prefetches.
+std::uint64_t fault_in_managed(const std::shared_ptr<CUctx_st>& ctx);
+
+}  // namespace fakecuda
