@@ -5,7 +5,7 @@ set -euo pipefail
 build=${1:-build}
 seconds=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
-targets=(protocol_decoder_fuzz quantity_fuzz)
+targets=(protocol_decoder_fuzz quantity_fuzz json_fuzz)
 status=0
 for t in "${targets[@]}"; do
   bin="$build/tests/fuzz/$t"

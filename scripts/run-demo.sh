@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The main job (`make run`). Until the scheduler and the client library land it shows the workload they
-# will share: the nvshare-trainer alone, then two trainers at once on the same GPU, on the real GPU when
+# The main job (`make run`). Until the client library lands it shows the workload nvshare will share: the nvshare-trainer alone, then two trainers at once on the same GPU, on the real GPU when
 # one is present and on the simulated GPU otherwise.
 #   scripts/run-demo.sh BUILD_DIR
 set -euo pipefail
@@ -23,8 +22,8 @@ else
 fi
 
 echo "nvshare: running on the $where"
-echo "nvshare: the scheduler and the client library are not built yet, so nothing arbitrates the GPU;"
-echo "nvshare: this shows the workload they will share: one trainer alone, then two at once."
+echo "nvshare: the client library is not built yet, so no process is under the scheduler's control;"
+echo "nvshare: this shows the workload it will share: one trainer alone, then two at once."
 args=(--bytes 256Mi --kernels 100 --kernel-us 10000)
 
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1" | tr -d '"'; }

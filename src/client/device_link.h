@@ -1,0 +1,83 @@
+// The seam between the CUDA-facing half of libnvshare.so (hooks, memory, drain, swap) and its
+// scheduler-facing half (the link thread, the grant state).
+//
+// One DeviceLink exists per GPU the process touches (keyed by UUID). The hooks own a DeviceAgent for that
+// GPU — the CUDA operations the link asks for — and call the DeviceLink on every submission:
+//
+//   hooks (application threads)                     link thread
+//   ---------------------------                     -----------
+//   link.before_submit()  -- fast path: held? ----> (nothing)
+//        slow path: request, block until granted <-- grant (after agent.swap_in() if swapped out)
+//   link.after_submit()   -- counts, no syscall
+//                                                   revoke: stop new submissions, agent.drain(),
+//                                                     agent.swap_out() if asked, send released
+//                                                   idle: agent.idle_for() >= idle time -> release
+//                                                   limits: agent.apply_limits()
+//                                                   usage: agent.usage() sent when it changes
+//
+// Contract
+//  - before_submit() costs one atomic load while the grant is held. Otherwise it registers (first use),
+//    requests and blocks until granted. It never fails and never blocks forever because of the scheduler:
+//    while the scheduler is unreachable the link is open (fail-open: every call returns at once), and a
+//    holder that stops answering is not waited on.
+//  - The link calls the agent only from its own thread, never while an application thread is inside
+//    before_submit() waiting on the agent, so the agent may use the driver freely (it sets the device's
+//    context current on the link thread itself).
+//  - No exception leaves this interface; nothing here calls exit() or abort().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/clock.h"
+#include "common/protocol.h"
+
+namespace nvshare::client {
+
+struct DeviceUsage {
+  std::uint64_t allocated_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  std::uint64_t swap_bytes_per_s = 0;  // measured by the last swap, 0 until one happened
+};
+
+// CUDA-side operations the link thread asks for. Implemented by the hooks' side (src/client/cuda/).
+class DeviceAgent {
+ public:
+  virtual ~DeviceAgent() = default;
+  // Waits until the work submitted so far on this GPU has completed. Must not be called while a stream
+  // is being captured (the agent waits for the capture to end first). Returns how long it waited.
+  virtual Duration drain() = 0;
+  // Moves this process's managed allocations on the GPU to host memory in bulk; returns bytes moved.
+  virtual std::uint64_t swap_out() = 0;
+  // Moves them back to the GPU in bulk; returns bytes moved.
+  virtual std::uint64_t swap_in() = 0;
+  // Time since the last submission if all submitted work has completed; zero while work is in flight.
+  virtual Duration idle_for() = 0;
+  virtual DeviceUsage usage() = 0;
+  // New limits from the scheduler (memory 0 = unlimited; core is informational for the client).
+  virtual void apply_limits(const protocol::Limits& limits) = 0;
+};
+
+struct DeviceIdentity {
+  std::string gpu_uuid;               // "GPU-..."
+  std::uint64_t gpu_memory_bytes = 0;  // physical memory as the driver reports it
+};
+
+class DeviceLink {
+ public:
+  virtual ~DeviceLink() = default;
+  // Application threads, before a launch, copy or memset on this GPU.
+  virtual void before_submit() = 0;
+  // Application threads, after the submission returned.
+  virtual void after_submit() = 0;
+  // Allocation or free changed usage: the link reports it (coalesced, from its own thread).
+  virtual void usage_changed() = 0;
+};
+
+// The process-wide link: one background thread, one scheduler session per registered GPU.
+// `agent` must outlive the process (the hooks keep theirs in static storage).
+// Returns the same DeviceLink for the same UUID. Thread-safe.
+DeviceLink& link_device(const DeviceIdentity& identity, DeviceAgent& agent);
+
+}  // namespace nvshare::client
