@@ -16,13 +16,20 @@
 //                                                   usage: agent.usage() sent when it changes
 //
 // Contract
-//  - before_submit() costs one atomic load while the grant is held. Otherwise it registers (first use),
+//  - before_submit() costs one atomic read-modify-write while the grant is held (it counts the thread
+//    as inside a submission, so a revoke can wait for launches already half-way through before it
+//    drains). Every before_submit() is paired with one after_submit(), even when the call failed.
+//    Otherwise before_submit() registers (first use),
 //    requests and blocks until granted. It never fails and never blocks forever because of the scheduler:
 //    while the scheduler is unreachable the link is open (fail-open: every call returns at once), and a
 //    holder that stops answering is not waited on.
 //  - The link calls the agent only from its own thread, never while an application thread is inside
 //    before_submit() waiting on the agent, so the agent may use the driver freely (it sets the device's
 //    context current on the link thread itself).
+//  - One link thread serves every GPU of the process, so a long swap on one GPU delays the others'
+//    sessions. The agent calls the real driver functions, never the hooked ones.
+//  - Declared limits (NVSHARE_MEMORY_LIMIT) reach the agent through apply_limits() right after
+//    link_device(); the scheduler's limits frame replaces them.
 //  - No exception leaves this interface; nothing here calls exit() or abort().
 #pragma once
 

@@ -96,6 +96,8 @@ struct BadRequest {
   const char* message_part;
 };
 
+void PrintTo(const BadRequest& r, std::ostream* os) { *os << r.name; }
+
 class ControlApiRejects : public ControlApiTest,
                           public ::testing::WithParamInterface<BadRequest> {};
 

@@ -148,6 +148,8 @@ struct BadInput {
   const char* message_part;
 };
 
+void PrintTo(const BadInput& b, std::ostream* os) { *os << b.message_part; }
+
 class KnobsReject : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(KnobsReject, WithAMessageNamingTheKnob) {

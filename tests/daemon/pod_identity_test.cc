@@ -21,6 +21,8 @@ struct Case {
   std::optional<std::string> container_id;  // expected
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class PodIdentityParse : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PodIdentityParse, FindsThePodUid) {

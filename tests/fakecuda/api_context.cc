@@ -231,14 +231,22 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   });
 }
 
+// Synchronizing a context while one of its streams captures is illegal: the capture is invalidated.
 CUresult CUDAAPI cuCtxSynchronize(void) {
-  return guarded([&] { return fakecuda::synchronize_current_context(); });
+  return guarded([&] {
+    std::shared_ptr<CUctx_st> found;
+    if (CUresult rc = current_context(&found); rc != CUDA_SUCCESS) return rc;
+    if (fakecuda::invalidate_captures(found.get())) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    found->queue->drain();
+    return CUDA_SUCCESS;
+  });
 }
 
 CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
   return guarded([&] {
     std::shared_ptr<CUctx_st> found;
     if (CUresult rc = context_or_current(ctx, &found); rc != CUDA_SUCCESS) return rc;
+    if (fakecuda::invalidate_captures(found.get())) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     found->queue->drain();
     return CUDA_SUCCESS;
   });

@@ -19,9 +19,8 @@ CUresult checked_device(CUdevice dev, fakecuda::Device** out) {
   return *out != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-// H100 SXM-like values; attributes not listed are 0. VMM and memory pools read as unsupported
-// because the fake does not implement cuMemCreate / cuMemAllocAsync, and frameworks check these
-// before use.
+// H100 SXM-like values; attributes not listed are 0. VMM and memory pools read as supported: the
+// fake implements cuMemCreate/cuMemMap and cuMemAllocAsync (api_vmm.cc, api_memory.cc).
 int attribute_value(CUdevice_attribute attribute, int ordinal) {
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
@@ -113,13 +112,13 @@ int attribute_value(CUdevice_attribute attribute, int ordinal) {
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
       return 1;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-      return 0;
+      return 1;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
       return 32;
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
       return 1024;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-      return 0;
+      return 1;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
       return 1;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT:

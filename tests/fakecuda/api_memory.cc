@@ -40,6 +40,10 @@ std::size_t attribute_size(CUpointer_attribute attribute) {
   }
 }
 
+}  // namespace
+
+namespace fakecuda {
+
 std::uintptr_t register_allocation(Allocation allocation) {
   Driver& driver = Driver::instance();
   allocation.buffer_id = driver.next_id.fetch_add(1);
@@ -69,7 +73,6 @@ CUresult allocate_device(const std::shared_ptr<CUctx_st>& ctx, std::size_t bytes
   return CUDA_SUCCESS;
 }
 
-// Removes the allocation based exactly at `base` with one of the kinds in `kinds`.
 std::optional<Allocation> take_allocation(std::uintptr_t base,
                                           std::initializer_list<MemoryKind> kinds) {
   Driver& driver = Driver::instance();
@@ -81,6 +84,21 @@ std::optional<Allocation> take_allocation(std::uintptr_t base,
   driver.allocations.erase(it);
   return a;
 }
+
+void free_device_allocation(const Allocation& allocation) {
+  Driver::instance()
+      .device(allocation.ctx->device)
+      ->sim.release_device_memory(allocation.ctx->slot, allocation.size);
+  unmap_memory(reinterpret_cast<void*>(allocation.base), allocation.mapped_size);
+}
+
+}  // namespace fakecuda
+
+namespace {
+
+using fakecuda::allocate_device;
+using fakecuda::register_allocation;
+using fakecuda::take_allocation;
 
 CUresult allocate_host(void** pp, std::size_t bytes, unsigned flags) {
   if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
@@ -208,6 +226,73 @@ CUresult prefetch_to_location(CUdeviceptr ptr, std::size_t count, CUmemLocation 
   int target = 0;
   if (CUresult rc = location_target(location, &target); rc != CUDA_SUCCESS) return rc;
   return prefetch(ptr, count, target, stream);
+}
+
+// Stream-ordered allocation: device memory at once (the fake has no pool to grow), counted like
+// cuMemAlloc; the stream only has to be valid.
+CUresult allocate_async(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) {
+  std::shared_ptr<CUctx_st> ctx;
+  std::shared_ptr<CUstream_st> resolved;
+  if (CUresult rc = fakecuda::resolve_stream(stream, &ctx, &resolved); rc != CUDA_SUCCESS)
+    return rc;
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  return allocate_device(ctx, bytes, dptr);
+}
+
+// Stream-ordered free: the memory goes back when the stream's earlier work has run.
+CUresult free_async(CUdeviceptr dptr, CUstream stream) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  auto found = Driver::instance().find_allocation(dptr);
+  if (!found || found->base != dptr || found->kind != MemoryKind::kDevice) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  fakecuda::Op op;
+  op.kind = fakecuda::Op::Kind::kHostAction;
+  op.action = [dptr] {
+    if (auto a = take_allocation(dptr, {MemoryKind::kDevice})) fakecuda::free_device_allocation(*a);
+  };
+  return fakecuda::submit_to_stream(stream, std::move(op));
+}
+
+// cuMemPrefetchBatchAsync: prefetchLocs[k] applies to the operations from prefetchLocIdxs[k] up to
+// the next index (or the end).
+CUresult prefetch_batch(CUdeviceptr* dptrs, std::size_t* sizes, std::size_t count,
+                        CUmemLocation* locations, std::size_t* first_ops,
+                        std::size_t locations_count, unsigned long long flags, CUstream stream) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  if (count == 0 || dptrs == nullptr || sizes == nullptr || locations == nullptr ||
+      first_ops == nullptr || locations_count == 0 || locations_count > count ||
+      first_ops[0] != 0 || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (std::size_t k = 1; k < locations_count; ++k) {
+    if (first_ops[k] <= first_ops[k - 1] || first_ops[k] >= count) return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    while (k + 1 < locations_count && first_ops[k + 1] <= i) ++k;
+    if (CUresult rc = prefetch_to_location(dptrs[i], sizes[i], locations[k], 0, stream);
+        rc != CUDA_SUCCESS) {
+      return rc;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+std::shared_ptr<CUmemPoolHandle_st> find_pool(CUmemoryPool pool) {
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  auto it = driver.pools.find(pool);
+  return it == driver.pools.end() ? nullptr : it->second;
+}
+
+CUmemoryPool make_pool(int device) {
+  auto pool = std::make_shared<CUmemPoolHandle_st>();
+  pool->device = device;
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  driver.pools[pool.get()] = pool;
+  return pool.get();
 }
 
 }  // namespace
@@ -455,6 +540,94 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
       }
     }
     return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                         CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                         size_t numPrefetchLocs, unsigned long long flags,
+                                         CUstream hStream) {
+  return guarded([&] {
+    return prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs,
+                          flags, hStream);
+  });
+}
+
+CUresult CUDAAPI cuMemPrefetchBatchAsync_ptsz(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                              CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                              size_t numPrefetchLocs, unsigned long long flags,
+                                              CUstream hStream) {
+  return guarded([&] {
+    return prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs,
+                          flags, hStream);
+  });
+}
+
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return guarded([&] { return allocate_async(dptr, bytesize, hStream); });
+}
+
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return guarded([&] { return allocate_async(dptr, bytesize, hStream); });
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream) {
+  return guarded([&] {
+    if (!find_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    return allocate_async(dptr, bytesize, hStream);
+  });
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                              CUstream hStream) {
+  return guarded([&] {
+    if (!find_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    return allocate_async(dptr, bytesize, hStream);
+  });
+}
+
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return guarded([&] { return free_async(dptr, hStream); });
+}
+
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  return guarded([&] { return free_async(dptr, hStream); });
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (Driver::instance().device(dev) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    static CUmemoryPool defaults[fakecuda::kMaxConfiguredDevices] = {};
+    static std::mutex mu;
+    std::lock_guard lock(mu);
+    if (defaults[dev] == nullptr) defaults[dev] = make_pool(dev);
+    *pool_out = defaults[dev];
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (pool == nullptr || poolProps == nullptr ||
+        poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        Driver::instance().device(poolProps->location.id) == nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pool = make_pool(poolProps->location.id);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    Driver& driver = Driver::instance();
+    std::lock_guard lock(driver.mu);
+    return driver.pools.erase(pool) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   });
 }
 

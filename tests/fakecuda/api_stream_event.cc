@@ -1,5 +1,4 @@
-// Exported: streams, events and stream capture (capture is not supported; queries say "not
-// capturing").
+// Exported: streams and events (stream capture and graphs are in api_graph.cc).
 //
 // All streams of a context feed its single queue in submission order, so a stream waits for every
 // earlier operation of its context, not only its own: a valid, if conservative, ordering. Event
@@ -121,30 +120,6 @@ CUresult stream_get_flags(CUstream hStream, unsigned* flags) {
   return CUDA_SUCCESS;
 }
 
-CUresult begin_capture(CUstream hStream) {
-  std::shared_ptr<CUctx_st> ctx;
-  std::shared_ptr<CUstream_st> stream;
-  if (CUresult rc = fakecuda::resolve_stream(hStream, &ctx, &stream); rc != CUDA_SUCCESS) return rc;
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-CUresult end_capture(CUstream hStream, CUgraph* phGraph) {
-  std::shared_ptr<CUctx_st> ctx;
-  std::shared_ptr<CUstream_st> stream;
-  if (CUresult rc = fakecuda::resolve_stream(hStream, &ctx, &stream); rc != CUDA_SUCCESS) return rc;
-  if (phGraph != nullptr) *phGraph = nullptr;
-  return CUDA_ERROR_ILLEGAL_STATE;  // no capture can be in progress
-}
-
-CUresult is_capturing(CUstream hStream, CUstreamCaptureStatus* status) {
-  std::shared_ptr<CUctx_st> ctx;
-  std::shared_ptr<CUstream_st> stream;
-  if (CUresult rc = fakecuda::resolve_stream(hStream, &ctx, &stream); rc != CUDA_SUCCESS) return rc;
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
-}
-
 CUresult event_record(CUevent hEvent, CUstream hStream, unsigned flags) {
   if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
   if (flags != CU_EVENT_RECORD_DEFAULT && flags != CU_EVENT_RECORD_EXTERNAL) {
@@ -152,6 +127,9 @@ CUresult event_record(CUevent hEvent, CUstream hStream, unsigned flags) {
   }
   std::shared_ptr<CUevent_st> event;
   if (CUresult rc = find_event(hEvent, &event); rc != CUDA_SUCCESS) return rc;
+  // A record into a capturing stream becomes part of the graph in the real driver; the fake's
+  // graphs hold only work, so such a record does nothing.
+  if (fakecuda::stream_capturing(hStream)) return CUDA_SUCCESS;
   const std::uint64_t id = Driver::instance().next_id.fetch_add(1);
   std::uint64_t previous_seq = 0;
   {
@@ -249,6 +227,19 @@ CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) {
   return guarded([&] { return stream_get_ctx(hStream, pctx); });
 }
+// CUDA 12.5: also the green context, which the fake does not have.
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  return guarded([&] {
+    if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
+    return stream_get_ctx(hStream, pCtx);
+  });
+}
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  return guarded([&] {
+    if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
+    return stream_get_ctx(hStream, pCtx);
+  });
+}
 CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int* priority) {
   return guarded([&] { return stream_get_priority(hStream, priority); });
 }
@@ -260,31 +251,6 @@ CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
 }
 CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
   return guarded([&] { return stream_get_flags(hStream, flags); });
-}
-
-CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream) {
-  return guarded([&] { return begin_capture(hStream); });
-}
-CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
-  return guarded([&] { return begin_capture(hStream); });
-}
-CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode /*mode*/) {
-  return guarded([&] { return begin_capture(hStream); });
-}
-CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode /*mode*/) {
-  return guarded([&] { return begin_capture(hStream); });
-}
-CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
-  return guarded([&] { return end_capture(hStream, phGraph); });
-}
-CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
-  return guarded([&] { return end_capture(hStream, phGraph); });
-}
-CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
-  return guarded([&] { return is_capturing(hStream, captureStatus); });
-}
-CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
-  return guarded([&] { return is_capturing(hStream, captureStatus); });
 }
 
 CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {

@@ -168,6 +168,9 @@ nvshare::Result<FakeConfig> load_config() {
   }
   config.swap_bytes_per_s = swap.value();
   config.fault_bytes_per_s = fault.value();
+  auto context = quantity_from_env("NVSHARE_FAKECUDA_CONTEXT_MEMORY", 0);
+  if (!context.ok()) return context.error();
+  config.context_bytes = context.value();
   return config;
 }
 

@@ -4,7 +4,8 @@
 //  - load_config() reads NVSHARE_FAKECUDA_DEVICES, NVSHARE_FAKECUDA_MEMORY[_<i>],
 //  NVSHARE_FAKECUDA_UUIDS,
 //    NVSHARE_FAKECUDA_NAME, NVSHARE_FAKECUDA_STATE, NVSHARE_FAKECUDA_SWAP_BW and
-//    NVSHARE_FAKECUDA_FAULT_BW (README.md lists meanings and defaults) and returns an error naming
+//    NVSHARE_FAKECUDA_FAULT_BW and NVSHARE_FAKECUDA_CONTEXT_MEMORY (README.md lists meanings and
+//    defaults) and returns an error naming
 //    the variable when one is malformed. It never throws.
 //  - A device count of 0 is valid: it models a machine without GPUs.
 //  - Bandwidths are bytes per second and are never 0.
@@ -36,6 +37,7 @@ struct FakeConfig {
   std::string state_path;
   std::uint64_t swap_bytes_per_s = 0;
   std::uint64_t fault_bytes_per_s = 0;
+  std::uint64_t context_bytes = 0;  // device memory each context takes for itself
 };
 
 nvshare::Result<FakeConfig> load_config();

@@ -85,6 +85,12 @@ CUresult Driver::create_context(int ordinal, unsigned flags, bool primary,
     NVSHARE_ERROR("device %s has no free context slot", d->uuid.c_str());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  // Like a real context, a simulated one takes device memory of its own (0 unless configured).
+  if (config_.context_bytes > 0 &&
+      !d->sim.reserve_device_memory(ctx->slot, config_.context_bytes)) {
+    d->sim.release_slot(ctx->slot);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   ctx->queue = std::make_shared<WorkQueue>(&d->sim, ctx->slot);
   {
     std::lock_guard lock(mu);
@@ -198,6 +204,13 @@ CUresult submit_to_stream(CUstream handle, Op op, std::shared_ptr<WorkQueue>* qu
   std::shared_ptr<CUctx_st> ctx;
   std::shared_ptr<CUstream_st> stream;
   if (CUresult rc = resolve_stream(handle, &ctx, &stream); rc != CUDA_SUCCESS) return rc;
+  if (stream) {
+    std::lock_guard lock(Driver::instance().mu);
+    if (stream->capture) {
+      stream->capture->ops.push_back(std::move(op));
+      return CUDA_SUCCESS;
+    }
+  }
   const std::uint64_t submitted = ctx->queue->submit(std::move(op));
   if (stream) {
     std::uint64_t previous = stream->last_seq.load();
@@ -207,6 +220,28 @@ CUresult submit_to_stream(CUstream handle, Op op, std::shared_ptr<WorkQueue>* qu
   if (queue != nullptr) *queue = ctx->queue;
   if (seq != nullptr) *seq = submitted;
   return CUDA_SUCCESS;
+}
+
+bool invalidate_captures(const CUctx_st* ctx) {
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  bool any = false;
+  for (auto& [key, stream] : driver.streams) {
+    if (stream->ctx.get() == ctx && stream->capture) {
+      stream->capture_invalidated = true;
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool stream_capturing(CUstream handle) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD)
+    return false;
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  auto it = driver.streams.find(handle);
+  return it != driver.streams.end() && it->second->capture != nullptr;
 }
 
 CUresult synchronize_stream(CUstream handle) {

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,12 +52,30 @@ struct CUctx_st {
   std::atomic<std::uint64_t> faultable_host_bytes{0};
 };
 
+struct CUgraph_st;
+
 struct CUstream_st {
   std::shared_ptr<CUctx_st> ctx;
   unsigned flags = 0;
   int priority = 0;
   std::uint64_t id = 0;
   std::atomic<std::uint64_t> last_seq{0};  // sequence number of its latest operation in ctx->queue
+  // Stream capture (guarded by Driver::mu): while `capture` is set, work submitted to the stream is
+  // appended to that graph instead of running.
+  std::shared_ptr<CUgraph_st> capture;
+  bool capture_invalidated = false;
+};
+
+// A captured sequence of operations; instantiating copies it, launching submits the copies.
+struct CUgraph_st {
+  std::vector<fakecuda::Op> ops;
+};
+struct CUgraphExec_st {
+  std::vector<fakecuda::Op> ops;
+};
+// A memory pool: only where its memory lives (stream-ordered allocations are device memory).
+struct CUmemPoolHandle_st {
+  int device = 0;
 };
 
 struct CUevent_st : fakecuda::EventState {
@@ -80,7 +99,16 @@ struct CUfunc_st {
 
 namespace fakecuda {
 
-enum class MemoryKind { kDevice, kManaged, kHost };
+// kMapped: a VMM mapping (cuMemMap) of a cuMemCreate allocation; its memory is counted by the
+// physical allocation, the mapping only makes copies and memsets accept the range.
+enum class MemoryKind { kDevice, kManaged, kHost, kMapped };
+
+// A cuMemCreate allocation: a memfd that cuMemMap maps at reserved addresses.
+struct PhysicalAllocation {
+  int fd = -1;
+  std::size_t size = 0;
+  std::shared_ptr<CUctx_st> ctx;  // whose slot counts it
+};
 
 struct Allocation {
   std::uintptr_t base = 0;
@@ -138,6 +166,11 @@ class Driver {
   std::unordered_map<const void*, std::shared_ptr<CUevent_st>> events;
   std::unordered_map<const void*, std::shared_ptr<CUmod_st>> modules;
   std::unordered_map<const void*, std::shared_ptr<CUfunc_st>> functions;
+  std::unordered_map<const void*, std::shared_ptr<CUgraph_st>> graphs;
+  std::unordered_map<const void*, std::shared_ptr<CUgraphExec_st>> graph_execs;
+  std::unordered_map<const void*, std::shared_ptr<CUmemPoolHandle_st>> pools;
+  std::map<std::uint64_t, PhysicalAllocation> physical;  // cuMemCreate handles
+  std::map<std::uintptr_t, std::size_t> reservations;    // cuMemAddressReserve ranges
   std::atomic<std::uint64_t> next_id{1};
 
   // Allocations by base address, guarded by alloc_mu.
@@ -174,6 +207,24 @@ inline CUresult require_init() {
   return Driver::instance().initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
+// Registers an allocation (assigning its buffer id) and returns its base address.
+std::uintptr_t register_allocation(Allocation allocation);
+// Removes the allocation based exactly at `base` when its kind is one of `kinds`.
+std::optional<Allocation> take_allocation(std::uintptr_t base,
+                                          std::initializer_list<MemoryKind> kinds);
+// Device memory for ctx, counted against its device's capacity (cuMemAlloc, cuMemAllocAsync).
+CUresult allocate_device(const std::shared_ptr<CUctx_st>& ctx, std::size_t bytes,
+                         CUdeviceptr* dptr);
+// Gives back a device allocation taken out of the registry: its accounting and its mapping.
+void free_device_allocation(const Allocation& allocation);
+
+// Stream capture of ctx's streams is invalidated (what the real driver does when a call that is
+// illegal during capture, such as cuCtxSynchronize or cuCtxRecordEvent, meets an open capture).
+// Returns true when some stream of ctx was capturing.
+bool invalidate_captures(const CUctx_st* ctx);
+// Whether `handle` names a stream that is being captured.
+bool stream_capturing(CUstream handle);
+
 // The calling thread's context stack (top = current).
 std::vector<CUctx_st*>& context_stack();
 // The current context, or CUDA_ERROR_INVALID_CONTEXT (none, destroyed) / NOT_INITIALIZED.
@@ -184,7 +235,8 @@ CUresult current_context(std::shared_ptr<CUctx_st>* out);
 CUresult resolve_stream(CUstream handle, std::shared_ptr<CUctx_st>* ctx,
                         std::shared_ptr<CUstream_st>* stream);
 // Submits op to the stream's context and records it as the stream's latest operation. *queue and
-// *seq (when given) tell where it went.
+// *seq (when given) tell where it went. On a capturing stream the op is appended to the capture's
+// graph instead (*queue stays null).
 CUresult submit_to_stream(CUstream handle, Op op, std::shared_ptr<WorkQueue>* queue = nullptr,
                           std::uint64_t* seq = nullptr);
 // Blocks until the stream's work (for a default stream: all of its context's work) has completed.

@@ -640,17 +640,277 @@ TEST_F(FakeCudaTest, ManagedMemoryMigratesByPrefetchAndFaults) {
   EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
 }
 
-TEST_F(FakeCudaTest, StreamCaptureIsReportedAsNotCapturing) {
+TEST_F(FakeCudaTest, StreamCaptureRecordsIntoAGraphThatLaunches) {
   ScopedContext ctx(0);
   CUstream stream = nullptr;
   ASSERT_EQ(cuStreamCreate(&stream, 0), CUDA_SUCCESS);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   EXPECT_EQ(cuStreamIsCapturing(stream, &status), CUDA_SUCCESS);
   EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
-  EXPECT_EQ(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(cuStreamIsCapturing(reinterpret_cast<CUstream>(0x1234), &status),
             CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+
+  // Captured work does not run; the instantiated graph runs it each launch, on simulated time.
+  const std::uint64_t kernels_before = snapshot(kUuid0).kernels;
+  ASSERT_EQ(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamIsCapturing(stream, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+  launch_ns(ctx.spin(), stream, 20'000'000);
+  launch_ns(ctx.spin(), stream, 20'000'000);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+  ASSERT_NE(graph, nullptr);
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot(kUuid0).kernels, kernels_before);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+  ASSERT_EQ(cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&end, 0), CUDA_SUCCESS);
+  launch_ns(ctx.spin(), stream, kLeadNs);
+  ASSERT_EQ(cuEventRecord(start, stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(end, stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_NEAR(elapsed_ms(start, end), 80.0, 0.5);
+  EXPECT_EQ(snapshot(kUuid0).kernels, kernels_before + 5);
+
+  // Synchronizing the context, or recording a context-wide event, during a capture is illegal and
+  // invalidates it, as on a real GPU.
+  ASSERT_EQ(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamIsCapturing(stream, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  CUgraph broken = reinterpret_cast<CUgraph>(0x1);
+  EXPECT_EQ(cuStreamEndCapture(stream, &broken), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(broken, nullptr);
+  ASSERT_EQ(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxRecordEvent(ctx.get(), end), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(cuStreamEndCapture(stream, &broken), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(cuStreamEndCapture(stream, &broken), CUDA_ERROR_ILLEGAL_STATE);
+
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuEventDestroy(start), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(end), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
+}
+
+// cuCtxRecordEvent covers every stream of the context.
+TEST_F(FakeCudaTest, ContextEventCoversAllStreams) {
+  ScopedContext ctx(0);
+  CUstream a = nullptr;
+  CUstream b = nullptr;
+  ASSERT_EQ(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent marker = nullptr;
+  ASSERT_EQ(cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC), CUDA_SUCCESS);
+  launch_ns(ctx.spin(), a, 50'000'000);
+  launch_ns(ctx.spin(), b, 0);
+  ASSERT_EQ(cuCtxRecordEvent(ctx.get(), marker), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(marker), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(cuEventSynchronize(marker), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamQuery(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxRecordEvent(reinterpret_cast<CUcontext>(0x1234), marker),
+            CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuEventDestroy(marker), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(b), CUDA_SUCCESS);
+}
+
+TEST_F(FakeCudaTest, TwoAndThreeDimensionalCopiesAndMemsets) {
+  ScopedContext ctx(0);
+  CUdeviceptr d = 0;
+  size_t pitch = 0;
+  ASSERT_EQ(cuMemAllocPitch(&d, &pitch, 100, 8, 4), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D8(d, pitch, 0x11, 100, 8), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D32(d + 4, pitch, 0xabcdef01, 2, 8), CUDA_SUCCESS);
+  std::vector<unsigned char> host(16 * 8, 0);
+  CUDA_MEMCPY2D copy{};
+  copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  copy.srcDevice = d;
+  copy.srcPitch = pitch;
+  copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+  copy.dstHost = host.data();
+  copy.dstPitch = 16;
+  copy.WidthInBytes = 16;
+  copy.Height = 8;
+  ASSERT_EQ(cuMemcpy2D(&copy), CUDA_SUCCESS);
+  for (int row = 0; row < 8; ++row) {
+    EXPECT_EQ(host[row * 16 + 0], 0x11);
+    EXPECT_EQ(host[row * 16 + 4], 0x01);
+    EXPECT_EQ(host[row * 16 + 11], 0xab);
+    EXPECT_EQ(host[row * 16 + 12], 0x11);
+  }
+  copy.Height = 9;  // one row past the allocation
+  EXPECT_EQ(cuMemcpy2D(&copy), CUDA_ERROR_INVALID_VALUE);
+
+  // 3D: two layers of 2 x 4 bytes out of a device volume into a packed host buffer, asynchronously.
+  CUDA_MEMCPY3D volume{};
+  volume.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  volume.srcDevice = d;
+  volume.srcPitch = pitch;
+  volume.srcHeight = 4;
+  volume.srcXInBytes = 4;
+  volume.dstMemoryType = CU_MEMORYTYPE_HOST;
+  std::vector<unsigned char> packed(16, 0);
+  volume.dstHost = packed.data();
+  volume.dstPitch = 4;
+  volume.dstHeight = 2;
+  volume.WidthInBytes = 4;
+  volume.Height = 2;
+  volume.Depth = 2;
+  ASSERT_EQ(cuMemcpy3DAsync(&volume, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  for (int i = 0; i < 16; i += 4) EXPECT_EQ(packed[i], 0x01) << i;
+
+  // Peer and batch copies move bytes like the plain ones.
+  CUdeviceptr e = 0;
+  ASSERT_EQ(cuMemAlloc(&e, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyPeer(e, ctx.get(), d, ctx.get(), 16), CUDA_SUCCESS);
+  CUdeviceptr dsts[] = {e + 1024, e + 2048};
+  CUdeviceptr srcs[] = {e, d + pitch};
+  size_t sizes[] = {16, 16};
+  size_t fail = 0;
+  CUmemcpyAttributes attrs{};
+  size_t attr_index = 0;
+  // The CUDA 12.8 form (with failIdx) is only reachable by name; cuda.h 13 declares the _v2 form.
+  using Batch12080 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,
+                                  size_t*, size_t, size_t*, CUstream);
+  auto batch_12080 = reinterpret_cast<Batch12080>(dlsym(RTLD_DEFAULT, "cuMemcpyBatchAsync"));
+  ASSERT_NE(batch_12080, nullptr);
+  ASSERT_EQ(batch_12080(dsts, srcs, sizes, 2, &attrs, &attr_index, 1, &fail, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(fail, SIZE_MAX);
+  ASSERT_EQ(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attrs, &attr_index, 1, nullptr),
+            CUDA_SUCCESS);
+  unsigned char check[16] = {};
+  ASSERT_EQ(cuMemcpyDtoH(check, e + 2048, 16), CUDA_SUCCESS);
+  EXPECT_EQ(check[0], 0x11);
+  EXPECT_EQ(check[4], 0x01);
+  EXPECT_EQ(cuMemFree(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+TEST_F(FakeCudaTest, VirtualMemoryMapsOnePhysicalAllocationTwice) {
+  ScopedContext ctx(1);
+  const std::uint64_t before = snapshot(kUuid1).memory.device_bytes;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 1;
+  size_t granularity = 0;
+  ASSERT_EQ(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            CUDA_SUCCESS);
+  ASSERT_EQ(granularity, 2 * kMiB);
+  CUmemGenericAllocationHandle handle = 0;
+  EXPECT_EQ(cuMemCreate(&handle, granularity + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemCreate(&handle, 2 * granularity, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot(kUuid1).memory.device_bytes, before + 2 * granularity);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(cuMemAddressReserve(&va, 4 * granularity, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(va % granularity, 0u);
+  ASSERT_EQ(cuMemMap(va, 2 * granularity, 0, handle, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemMap(va + 2 * granularity, 2 * granularity, 0, handle, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(cuMemSetAccess(va, 4 * granularity, &access, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32(va, 0x5a5a5a5a, 1), CUDA_SUCCESS);
+  std::uint32_t word = 0;
+  ASSERT_EQ(cuMemcpyDtoH(&word, va + 2 * granularity, 4), CUDA_SUCCESS);  // the second mapping
+  EXPECT_EQ(word, 0x5a5a5a5au);
+  EXPECT_EQ(cuMemFree(va), CUDA_ERROR_INVALID_VALUE);  // mapped memory is not cuMemAlloc memory
+  ASSERT_EQ(cuMemUnmap(va, 2 * granularity), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemUnmap(va + 2 * granularity, 2 * granularity), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemRelease(handle), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(snapshot(kUuid1).memory.device_bytes, before);
+  ASSERT_EQ(cuMemAddressFree(va, 4 * granularity), CUDA_SUCCESS);
+}
+
+TEST_F(FakeCudaTest, StreamOrderedAllocationsAreDeviceMemory) {
+  ScopedContext ctx(1);
+  const std::uint64_t before = snapshot(kUuid1).memory.device_bytes;
+  CUstream stream = nullptr;
+  ASSERT_EQ(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUmemoryPool pool = nullptr;
+  ASSERT_EQ(cuDeviceGetDefaultMemPool(&pool, 1), CUDA_SUCCESS);
+  CUdeviceptr a = 0;
+  CUdeviceptr b = 0;
+  ASSERT_EQ(cuMemAllocAsync(&a, 8 * kMiB, stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&b, 4 * kMiB, pool, stream), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot(kUuid1).memory.device_bytes, before + 12 * kMiB);
+  EXPECT_EQ(cuMemAllocAsync(&a, 1024 * kMiB, stream), CUDA_ERROR_OUT_OF_MEMORY);
+  launch_ns(ctx.spin(), stream, 20'000'000);
+  ASSERT_EQ(cuMemFreeAsync(a, stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeAsync(b, stream), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot(kUuid1).memory.device_bytes, before + 12 * kMiB);  // after the kernel
+  ASSERT_EQ(cuStreamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot(kUuid1).memory.device_bytes, before);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 1;
+  CUmemoryPool own = nullptr;
+  ASSERT_EQ(cuMemPoolCreate(&own, &props), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemPoolDestroy(own), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy(stream), CUDA_SUCCESS);
+}
+
+TEST_F(FakeCudaTest, BatchPrefetchMovesEachRangeToItsLocation) {
+  ScopedContext ctx(0);
+  const fakecuda::DeviceSnapshot before = snapshot(kUuid0);
+  CUdeviceptr m[3] = {};
+  for (CUdeviceptr& p : m)
+    ASSERT_EQ(cuMemAllocManaged(&p, 4 * kMiB, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+  CUdeviceptr ptrs[] = {m[0], m[1], m[2]};
+  size_t sizes[] = {4 * kMiB, 4 * kMiB, 4 * kMiB};
+  CUmemLocation locations[] = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, {CU_MEM_LOCATION_TYPE_HOST, 0}};
+  size_t first[] = {0, 2};  // m[0], m[1] to the device; m[2] to the host (where it already is)
+  ASSERT_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locations, first, 2, 0, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot(kUuid0).migrated_to_device - before.migrated_to_device, 8 * kMiB);
+  size_t bad_first[] = {1, 2};
+  EXPECT_EQ(cuMemPrefetchBatchAsync(ptrs, sizes, 3, locations, bad_first, 2, 0, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  for (CUdeviceptr p : m) EXPECT_EQ(cuMemFree(p), CUDA_SUCCESS);
+}
+
+// libnvidia-ml.so.1 beside the fake libcuda reads the same simulated GPUs.
+TEST_F(FakeCudaTest, FakeNvmlReportsTheSimulatedMemory) {
+  void* nvml = dlopen(NVSHARE_FAKECUDA_LIB_DIR "/libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(nvml, nullptr) << dlerror();
+  using InitFn = int (*)();
+  using ByUuidFn = int (*)(const char*, void**);
+  using MemoryFn = int (*)(void*, unsigned long long*);
+  auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
+  auto by_uuid = reinterpret_cast<ByUuidFn>(dlsym(nvml, "nvmlDeviceGetHandleByUUID"));
+  auto memory = reinterpret_cast<MemoryFn>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
+  auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
+  ASSERT_TRUE(init && by_uuid && memory && shutdown);
+  ASSERT_EQ(init(), 0);
+  void* device = nullptr;
+  ASSERT_EQ(by_uuid(kUuid1, &device), 0);
+  unsigned long long info[3] = {};  // total, free, used
+  ASSERT_EQ(memory(device, info), 0);
+  EXPECT_EQ(info[0], 512 * kMiB);
+  const unsigned long long used_before = info[2];
+  ScopedContext ctx(1);
+  CUdeviceptr a = 0;
+  ASSERT_EQ(cuMemAlloc(&a, 32 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(memory(device, info), 0);
+  EXPECT_EQ(info[2], used_before + 32 * kMiB);
+  EXPECT_EQ(info[1], info[0] - info[2]);
+  EXPECT_EQ(cuMemFree(a), CUDA_SUCCESS);
+  EXPECT_EQ(by_uuid("GPU-ffffffff-ffff-4fff-8fff-ffffffffffff", &device), 6);
+  EXPECT_EQ(shutdown(), 0);
 }
 
 using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,

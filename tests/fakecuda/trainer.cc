@@ -13,16 +13,40 @@
 // before the host sleep, so gpu_s excludes --sleep-us. The kernel is PTX (nvshare_spin(.param .u64
 // ns)) that spins on %globaltimer; the simulated driver reads the same parameter as the kernel's
 // duration.
+//
+// Observation flags for end-to-end tests (each adds fields, none changes the ones above). Every
+// timestamp is CLOCK_MONOTONIC in seconds, so a test can line the trainer's events up with its own
+// (a kill, a set-limits call) and with other processes':
+//   --first-kernel-timestamp  "start_s" (main entered), "first_launch_call_s" / "first_kernel_s"
+//                             (just before / after the first cuLaunchKernel returned: under
+//                             nvshare, the moment this process got the GPU)
+//   --progress                one line per iteration on stderr: {"progress":i,"launch_s":..,
+//                             "done_s":..,"gpu_ms":..}: when its kernels were submitted and done
+//   --meminfo-every-ms N      a thread samples cuMemGetInfo every N ms; each sample whose free or
+//                             total differs from the previous one is a line on stderr and an entry
+//                             of "meminfo_changes":[{"t":..,"free":..,"total":..}]
+//   --alloc-after-ms T --alloc-bytes Q
+//                             T ms into the loop (between iterations) tries cuMemAlloc(Q) and
+//                             reports "late_alloc":{"t":..,"bytes":Q,"result":"<CUresult name>"};
+//                             a failure there is a result, not an error of the run
+//   --probe-free              after allocating: read cuMemGetInfo (free F, total T), try to
+//                             allocate F + 1 bytes, then exactly F, then 1 more byte, and report
+//                             each result name in "probe" (the check that a memory limit is exact;
+//                             refused when more than 16Gi is free, so it never fills a real GPU)
 #include <cuda.h>
+#include <time.h>
 
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/quantity.h"
 
@@ -63,6 +87,18 @@ struct Options {
   unsigned threads = 32;
   bool report_meminfo = false;
   bool exit_without_cleanup = false;
+  bool first_kernel_timestamp = false;
+  bool progress = false;
+  long meminfo_every_ms = 0;
+  long alloc_after_ms = -1;
+  std::uint64_t alloc_bytes = 0;
+  bool probe_free = false;
+};
+
+struct MeminfoSample {
+  double t = 0;
+  std::size_t free = 0;
+  std::size_t total = 0;
 };
 
 struct Report {
@@ -78,9 +114,44 @@ struct Report {
   bool have_meminfo = false;
   std::size_t mem_free = 0;
   std::size_t mem_total = 0;
+  // --first-kernel-timestamp
+  bool have_timestamps = false;
+  double start_s = 0;
+  double first_launch_call_s = 0;
+  double first_kernel_s = 0;
+  // --meminfo-every-ms (guarded by meminfo_mutex: the sampler thread appends)
+  bool have_meminfo_changes = false;
+  std::vector<MeminfoSample> meminfo_changes;
+  // --alloc-after-ms
+  bool have_late_alloc = false;
+  double late_alloc_t = 0;
+  std::uint64_t late_alloc_bytes = 0;
+  std::string late_alloc_result;
+  // --probe-free
+  bool have_probe = false;
+  std::size_t probe_total = 0;
+  std::size_t probe_free = 0;
+  std::string probe_over_by_one;
+  std::string probe_exact;
+  std::size_t probe_free_after = 0;
+  std::string probe_one_more;
 };
 
 Report g_report;
+std::mutex g_meminfo_mutex;
+
+// CLOCK_MONOTONIC in seconds: the clock other processes (tests, scripts) can read too.
+double monotonic_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+std::string result_name(CUresult rc) {
+  const char* name = nullptr;
+  if (cuGetErrorName(rc, &name) != CUDA_SUCCESS || name == nullptr) return "CUDA_ERROR_UNKNOWN";
+  return name;
+}
 
 void print_report(const char* result, const std::string& error) {
   const Report& r = g_report;
@@ -91,15 +162,38 @@ void print_report(const char* result, const std::string& error) {
               r.kernels_per_iter, r.kernel_us, r.wall_s, r.gpu_s,
               r.wall_s > 0 ? static_cast<double>(r.iterations) / r.wall_s : 0.0);
   if (r.have_meminfo) std::printf(",\"mem_free\":%zu,\"mem_total\":%zu", r.mem_free, r.mem_total);
+  if (r.have_timestamps) {
+    std::printf(",\"start_s\":%.6f,\"first_launch_call_s\":%.6f,\"first_kernel_s\":%.6f", r.start_s,
+                r.first_launch_call_s, r.first_kernel_s);
+  }
+  if (r.have_meminfo_changes) {
+    std::lock_guard<std::mutex> lock(g_meminfo_mutex);
+    std::printf(",\"meminfo_changes\":[");
+    for (std::size_t i = 0; i < r.meminfo_changes.size(); ++i) {
+      const MeminfoSample& m = r.meminfo_changes[i];
+      std::printf("%s{\"t\":%.6f,\"free\":%zu,\"total\":%zu}", i == 0 ? "" : ",", m.t, m.free,
+                  m.total);
+    }
+    std::printf("]");
+  }
+  if (r.have_late_alloc) {
+    std::printf(",\"late_alloc\":{\"t\":%.6f,\"bytes\":%" PRIu64 ",\"result\":\"%s\"}",
+                r.late_alloc_t, r.late_alloc_bytes, r.late_alloc_result.c_str());
+  }
+  if (r.have_probe) {
+    std::printf(
+        ",\"probe\":{\"total\":%zu,\"free\":%zu,\"over_by_one\":\"%s\",\"exact\":\"%s\","
+        "\"free_after\":%zu,\"one_more\":\"%s\"}",
+        r.probe_total, r.probe_free, r.probe_over_by_one.c_str(), r.probe_exact.c_str(),
+        r.probe_free_after, r.probe_one_more.c_str());
+  }
   if (!error.empty()) std::printf(",\"error\":\"%s\"", error.c_str());
   std::printf(",\"result\":\"%s\"}\n", result);
   std::fflush(stdout);
 }
 
 [[noreturn]] void fail_cuda(CUresult rc, const char* call) {
-  const char* name = nullptr;
-  if (cuGetErrorName(rc, &name) != CUDA_SUCCESS || name == nullptr) name = "CUDA_ERROR_UNKNOWN";
-  print_report("error", std::string(name) + ": " + call);
+  print_report("error", result_name(rc) + ": " + call);
   std::exit(1);
 }
 
@@ -126,6 +220,14 @@ void usage(FILE* out) {
       "  --report-meminfo      include cuMemGetInfo free/total after allocating\n"
       "  --exit-without-cleanup  exit holding the memory, context and module, as crashing or\n"
       "                        careless programs do (the driver must release them)\n"
+      "  --first-kernel-timestamp  report start_s, first_launch_call_s, first_kernel_s\n"
+      "                        (CLOCK_MONOTONIC seconds)\n"
+      "  --progress            one JSON line per iteration on stderr with monotonic timestamps\n"
+      "  --meminfo-every-ms N  sample cuMemGetInfo every N ms; report the changes\n"
+      "  --alloc-after-ms T    T ms into the loop, try allocating --alloc-bytes and report it\n"
+      "  --alloc-bytes Q       size of that allocation, a quantity\n"
+      "  --probe-free          after allocating, try free+1, then free, then 1 more byte\n"
+      "                        (refused when more than 16Gi is free: use it under a limit)\n"
       "  --json                JSON output (the default and only format)\n");
 }
 
@@ -160,13 +262,24 @@ bool parse_options(int argc, char** argv, Options* options) {
       options->exit_without_cleanup = true;
     } else if (arg == "--json") {
       // The only output format; accepted so scripts can be explicit.
-    } else if (arg == "--bytes" && value(&v)) {
+    } else if (arg == "--first-kernel-timestamp") {
+      options->first_kernel_timestamp = true;
+    } else if (arg == "--progress") {
+      options->progress = true;
+    } else if (arg == "--probe-free") {
+      options->probe_free = true;
+    } else if ((arg == "--bytes" || arg == "--alloc-bytes") && value(&v)) {
       auto parsed = nvshare::parse_memory_quantity(v);
       if (!parsed.ok()) {
-        std::fprintf(stderr, "nvshare-trainer: --bytes: %s\n", parsed.error().message.c_str());
+        std::fprintf(stderr, "nvshare-trainer: %s: %s\n", argv[i - 1],
+                     parsed.error().message.c_str());
         return false;
       }
-      options->bytes = parsed.value();
+      (arg == "--bytes" ? options->bytes : options->alloc_bytes) = parsed.value();
+    } else if (arg == "--meminfo-every-ms" && value(&v) && parse_long(v, 1, &number)) {
+      options->meminfo_every_ms = number;
+    } else if (arg == "--alloc-after-ms" && value(&v) && parse_long(v, 0, &number)) {
+      options->alloc_after_ms = number;
     } else if (arg == "--device" && value(&v) && parse_long(v, 0, &number)) {
       options->device = static_cast<int>(number);
     } else if (arg == "--kernels" && value(&v) && parse_long(v, 0, &number)) {
@@ -201,9 +314,82 @@ std::string format_uuid(const CUuuid& uuid) {
   return out;
 }
 
+// Samples cuMemGetInfo every `period` on its own thread (with the context current there, as any
+// application thread would have it) and keeps the samples whose values changed.
+class MeminfoSampler {
+ public:
+  void start(CUcontext ctx, std::chrono::milliseconds period) {
+    g_report.have_meminfo_changes = true;
+    thread_ = std::thread([this, ctx, period] { run(ctx, period); });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void run(CUcontext ctx, std::chrono::milliseconds period) {
+    if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return;
+    MeminfoSample last{0, static_cast<std::size_t>(-1), static_cast<std::size_t>(-1)};
+    auto next = std::chrono::steady_clock::now();
+    while (!stop_.load()) {
+      MeminfoSample sample;
+      if (cuMemGetInfo(&sample.free, &sample.total) == CUDA_SUCCESS) {
+        sample.t = monotonic_s();
+        if (sample.free != last.free || sample.total != last.total) {
+          std::fprintf(stderr, "{\"meminfo\":{\"t\":%.6f,\"free\":%zu,\"total\":%zu}}\n", sample.t,
+                       sample.free, sample.total);
+          std::lock_guard<std::mutex> lock(g_meminfo_mutex);
+          g_report.meminfo_changes.push_back(sample);
+          last = sample;
+        }
+      }
+      // Fixed-rate schedule: a slow cuMemGetInfo does not stretch the sampling period.
+      next += period;
+      std::this_thread::sleep_until(next);
+    }
+  }
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+};
+
+// Tries to allocate `bytes` (freeing it again on success) and returns the result's name.
+std::string try_alloc(std::size_t bytes) {
+  CUdeviceptr ptr = 0;
+  CUresult rc = cuMemAlloc(&ptr, bytes);
+  if (rc == CUDA_SUCCESS) CU_CHECK(cuMemFree, (ptr));
+  return result_name(rc);
+}
+
+// The exactness check of a memory limit: everything cuMemGetInfo calls free can be allocated, and
+// not one byte more.
+void probe_free(Report* report) {
+  CU_CHECK(cuMemGetInfo, (&report->probe_free, &report->probe_total));
+  // It allocates all that is free, which under nvshare becomes managed memory: on a real GPU
+  // without a limit that would oversubscribe it. Meant for runs under a memory limit.
+  constexpr std::size_t kMaxProbe = std::size_t{16} << 30;
+  if (report->probe_free > kMaxProbe) {
+    print_report("error", "--probe-free: " + std::to_string(report->probe_free) +
+                              " bytes free is over 16Gi; run it under a memory limit");
+    std::exit(1);
+  }
+  report->probe_over_by_one = try_alloc(report->probe_free + 1);
+  CUdeviceptr exact = 0;
+  CUresult rc = cuMemAlloc(&exact, report->probe_free);
+  report->probe_exact = result_name(rc);
+  std::size_t total_after = 0;
+  CU_CHECK(cuMemGetInfo, (&report->probe_free_after, &total_after));
+  report->probe_one_more = try_alloc(1);
+  if (rc == CUDA_SUCCESS) CU_CHECK(cuMemFree, (exact));
+  report->have_probe = true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const double start_s = monotonic_s();
   Options options;
   if (!parse_options(argc, argv, &options)) {
     usage(stderr);
@@ -215,6 +401,7 @@ int main(int argc, char** argv) {
   report.managed = options.managed;
   report.kernels_per_iter = options.kernels_per_iter;
   report.kernel_us = options.kernel_us;
+  report.start_s = start_s;
 
   CU_CHECK(cuInit, (0));
   CUdevice device = 0;
@@ -226,6 +413,10 @@ int main(int argc, char** argv) {
   CUcontext ctx = nullptr;
   CU_CHECK(cuDevicePrimaryCtxRetain, (&ctx, device));
   CU_CHECK(cuCtxSetCurrent, (ctx));
+  MeminfoSampler sampler;
+  if (options.meminfo_every_ms > 0) {
+    sampler.start(ctx, std::chrono::milliseconds(options.meminfo_every_ms));
+  }
 
   CUmodule module = nullptr;
   CU_CHECK(cuModuleLoadData, (&module, kSpinPtx));
@@ -252,6 +443,7 @@ int main(int argc, char** argv) {
     CU_CHECK(cuMemGetInfo, (&report.mem_free, &report.mem_total));
     report.have_meminfo = true;
   }
+  if (options.probe_free) probe_free(&report);
 
   CUevent begin = nullptr;
   CUevent end = nullptr;
@@ -260,13 +452,33 @@ int main(int argc, char** argv) {
   std::uint64_t spin_ns = static_cast<std::uint64_t>(options.kernel_us) * 1000;
   void* params[] = {&spin_ns};
 
+  auto late_alloc = [&] {
+    report.late_alloc_t = monotonic_s();
+    report.late_alloc_bytes = options.alloc_bytes;
+    report.late_alloc_result = try_alloc(options.alloc_bytes);
+    report.have_late_alloc = true;
+  };
+
   const auto wall_start = std::chrono::steady_clock::now();
   double gpu_ms = 0;
   for (long iteration = 0; iteration < options.kernels; ++iteration) {
+    if (options.alloc_after_ms >= 0 && !report.have_late_alloc &&
+        std::chrono::steady_clock::now() - wall_start >=
+            std::chrono::milliseconds(options.alloc_after_ms)) {
+      late_alloc();
+    }
     CU_CHECK(cuEventRecord, (begin, stream));
+    double launch_s = 0;
     for (long k = 0; k < options.kernels_per_iter; ++k) {
+      const double call_s = monotonic_s();
       CU_CHECK(cuLaunchKernel,
                (spin, options.blocks, 1, 1, options.threads, 1, 1, 0, stream, params, nullptr));
+      if (k == 0) launch_s = monotonic_s();
+      if (iteration == 0 && k == 0) {
+        report.first_launch_call_s = call_s;
+        report.first_kernel_s = launch_s;
+        report.have_timestamps = options.first_kernel_timestamp;
+      }
     }
     CU_CHECK(cuEventRecord, (end, stream));
     CU_CHECK(cuEventSynchronize, (end));
@@ -274,12 +486,19 @@ int main(int argc, char** argv) {
     CU_CHECK(cuEventElapsedTime, (&ms, begin, end));
     gpu_ms += ms;
     report.iterations = iteration + 1;
+    if (options.progress) {
+      std::fprintf(stderr, "{\"progress\":%ld,\"launch_s\":%.6f,\"done_s\":%.6f,\"gpu_ms\":%.3f}\n",
+                   iteration, launch_s, monotonic_s(), static_cast<double>(ms));
+    }
     if (options.sleep_us > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(options.sleep_us));
   }
   report.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   report.gpu_s = gpu_ms / 1000.0;
+  // A run shorter than --alloc-after-ms still answers the question it was asked.
+  if (options.alloc_after_ms >= 0 && !report.have_late_alloc) late_alloc();
+  sampler.stop();
   if (options.exit_without_cleanup) {
     print_report("ok", "");
     return 0;

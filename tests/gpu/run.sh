@@ -1,60 +1,162 @@
 #!/usr/bin/env bash
-# The real-GPU suite, for a machine with an NVIDIA GPU, the CUDA toolkit, CMake and a compiler (no
-# package registry needed: nothing from the Kubernetes side is built).
+# The real-GPU suite, for a machine with an NVIDIA GPU, the CUDA toolkit, CMake, a compiler and the
+# frameworks (PyTorch, CuPy). Nothing from the Kubernetes side is built, so no package registry is needed.
 #
-#   tests/gpu/run.sh            results under $OUT (or build-gpu/out), a short table printed last
+#   tests/gpu/run.sh            full results in build-gpu/out (and, when $OUT is set, results.tsv,
+#                               machine.txt and gpu-results.tgz of everything under $OUT); a short
+#                               table printed last
 #
-# What it checks today: the nvshare-trainer workload, built here against cuda.h and run on the real
-# driver: one alone (GPU time vs K x D), two at once on GPU 0, and the managed-memory path.
-# Rules it keeps: never asks the GPU for more managed memory than it has free; never touches clocks,
-# power, MIG or compute mode.
+# Every scenario runs the same workload natively and under nvshare (libnvshare.so + nvshare-scheduler) in
+# this one call, so the times are comparable. Rules kept: managed memory asked for stays far below what the
+# GPU has free (small GPUs are emulated with the scheduler's --capacity); clocks, power, MIG and compute
+# mode are never touched.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build="$root/build-gpu"
-out=${OUT:-$build/out}
+out="$build/out"
+rm -rf "$out"
 mkdir -p "$out"
 cd "$root"
+export PYTHONUNBUFFERED=1
+unset LD_LIBRARY_PATH  # the real libcuda.so.1
 
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=index,name,memory.total,memory.free,driver_version --format=csv
   nvcc --version | tail -n 2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } >"$out/machine.txt" 2>&1
 
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVSHARE_BUILD_TESTS=OFF \
-    >"$out/build.log" 2>&1 || ! cmake --build "$build" --target nvshare-trainer >>"$out/build.log" 2>&1; then
+    >"$out/build.log" 2>&1 ||
+   ! cmake --build "$build" --target nvshare nvshare-scheduler nvsharectl nvshare-run nvshare-trainer \
+    >>"$out/build.log" 2>&1; then
   tail -n 40 "$out/build.log"
   echo "gpu: build failed"
   exit 1
 fi
-trainer="$build/tests/fakecuda/nvshare-trainer"
-unset LD_LIBRARY_PATH  # the trainer must find the real libcuda.so.1
+lib="$build/src/client/libnvshare.so"
+sched="$build/src/scheduler/nvshare-scheduler"
+ctl="$build/src/tools/nvsharectl"
+run="$build/src/tools/nvshare-run"
+torch_job="python3 $root/tests/gpu/torch_job.py"
 
 results="$out/results.tsv"
-printf 'case\tjob\twall_s\tgpu_s\texpected_gpu_s\tresult\n' >"$results"
-field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1" | tr -d '"'; }
-record() {  # case job json expected
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(field "$3" wall_s)" "$(field "$3" gpu_s)" "$4" \
-    "$(field "$3" result)" >>"$results"
+printf 'scenario\tjob\tnative_s\tnvshare_s\tratio\tresult\tnote\n' >"$results"
+field() { python3 -c 'import json,sys
+try:
+  d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); v=d.get(sys.argv[2], "")
+  print(f"{v:.3f}" if isinstance(v, float) else v)
+except Exception: print("")' "$1" "$2"; }
+ratio() { python3 -c 'import sys
+try: print(f"{float(sys.argv[2])/float(sys.argv[1]):.3f}")
+except Exception: print("")' "$1" "$2"; }
+record() {  # scenario job native.json nvshare.json key note
+  local n s
+  n=$(field "$3" "$5"); s=$(field "$4" "$5")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$n" "$s" "$(ratio "$n" "$s")" \
+    "$(field "$3" result)/$(field "$4" result)" "$6" >>"$results"
 }
 
-# 1. one trainer alone: 200 kernels of 5 ms -> 1.0 s of GPU time.
-"$trainer" --bytes 1Gi --kernels 200 --kernel-us 5000 --report-meminfo >"$out/alone.json" 2>>"$out/run.log"
-record alone trainer "$out/alone.json" 1.000
+# A private scheduler per scenario: start_scheduler NAME [flags...]; its socket is $sock.
+start_scheduler() {
+  local name=$1
+  shift
+  dir="$out/$name"
+  mkdir -p "$dir"
+  sock="$dir/s.sock"
+  ctl_sock="$dir/c.sock"
+  "$sched" --socket "$sock" --control-socket "$ctl_sock" --trust-client-limits "$@" \
+    >"$dir/scheduler.log" 2>&1 &
+  sched_pid=$!
+  for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+}
+stop_scheduler() {
+  "$ctl" --control-socket "$ctl_sock" status --json >"$dir/status.json" 2>&1 || true
+  kill "$sched_pid" 2>/dev/null
+  wait "$sched_pid" 2>/dev/null
+}
+under() { "$run" --socket "$sock" "$@"; }
 
-# 2. two trainers at once on GPU 0 (no scheduler yet: the driver time-slices them).
-"$trainer" --bytes 1Gi --kernels 200 --kernel-us 5000 >"$out/pair-a.json" 2>>"$out/run.log" &
+# 1. PyTorch, one memory-bound job (z = x + y, 12 GiB of tensors).
+$torch_job --gib 12 --iters 1500 >"$out/single.native.json" 2>"$out/single.native.err"
+start_scheduler single
+under -- $torch_job --gib 12 --iters 1500 >"$out/single.nvshare.json" 2>"$out/single.nvshare.err"
+stop_scheduler
+record single torch "$out/single.native.json" "$out/single.nvshare.json" loop_s "memory-bound loop"
+
+# 2. Two PyTorch jobs at once that fit together.
+$torch_job --gib 8 --iters 1500 >"$out/pair.native.a.json" 2>&1 &
 a=$!
-"$trainer" --bytes 1Gi --kernels 200 --kernel-us 5000 >"$out/pair-b.json" 2>>"$out/run.log" &
+$torch_job --gib 8 --iters 1500 >"$out/pair.native.b.json" 2>&1 &
 b=$!
 wait $a $b
-record pair A "$out/pair-a.json" 1.000
-record pair B "$out/pair-b.json" 1.000
+start_scheduler pair
+under -- $torch_job --gib 8 --iters 1500 >"$out/pair.nvshare.a.json" 2>"$out/pair.nvshare.a.err" &
+a=$!
+under -- $torch_job --gib 8 --iters 1500 >"$out/pair.nvshare.b.json" 2>"$out/pair.nvshare.b.err" &
+b=$!
+wait $a $b
+stop_scheduler
+record pair A "$out/pair.native.a.json" "$out/pair.nvshare.a.json" wall_s "two that fit, run together"
+record pair B "$out/pair.native.b.json" "$out/pair.nvshare.b.json" wall_s "two that fit, run together"
 
-# 3. managed memory placed on the device (2 GiB, far below what the GPU has free).
-"$trainer" --managed --bytes 2Gi --kernels 100 --kernel-us 5000 >"$out/managed.json" 2>>"$out/run.log"
-record managed trainer "$out/managed.json" 0.500
+# 3. Two 14 GiB jobs under a 24 GiB virtual capacity: they cannot run together, so they take turns and
+#    swap (native: the same two jobs at once on the real 141 GB GPU).
+$torch_job --gib 14 --iters 1500 >"$out/turns.native.a.json" 2>&1 &
+a=$!
+$torch_job --gib 14 --iters 1500 >"$out/turns.native.b.json" 2>&1 &
+b=$!
+wait $a $b
+start_scheduler turns --capacity 24Gi --quantum 2
+under -- $torch_job --gib 14 --iters 1500 >"$out/turns.nvshare.a.json" 2>"$out/turns.nvshare.a.err" &
+a=$!
+under -- $torch_job --gib 14 --iters 1500 >"$out/turns.nvshare.b.json" 2>"$out/turns.nvshare.b.err" &
+b=$!
+wait $a $b
+stop_scheduler
+record turns A "$out/turns.native.a.json" "$out/turns.nvshare.a.json" wall_s "24Gi capacity, 2 x 14Gi"
+record turns B "$out/turns.native.b.json" "$out/turns.nvshare.b.json" wall_s "24Gi capacity, 2 x 14Gi"
 
+# 4. A 4Gi memory limit: torch.cuda.mem_get_info reports it and a 5 GiB tensor raises OutOfMemoryError.
+$torch_job --mode limit --gib 5 >"$out/limit.native.json" 2>"$out/limit.native.err"
+start_scheduler limit
+under --memory-limit 4Gi -- $torch_job --mode limit --gib 5 >"$out/limit.nvshare.json" \
+  2>"$out/limit.nvshare.err"
+under --memory-limit 4Gi -- $torch_job --mode limit --gib 3 >"$out/limit3.nvshare.json" \
+  2>"$out/limit3.nvshare.err"
+stop_scheduler
+record limit "total" "$out/limit.native.json" "$out/limit.nvshare.json" mem_total "4Gi = 4294967296"
+record limit "5GiB allocated" "$out/limit.native.json" "$out/limit.nvshare.json" allocated "expect False under 4Gi"
+record limit "3GiB allocated" "$out/limit.native.json" "$out/limit3.nvshare.json" allocated "expect True under 4Gi"
+
+# 5. A 50% compute cap on one job (expect about twice the native loop time).
+start_scheduler cap
+under --core-limit 50 -- $torch_job --gib 12 --iters 3000 >"$out/cap.nvshare.json" 2>"$out/cap.nvshare.err"
+stop_scheduler
+$torch_job --gib 12 --iters 3000 >"$out/cap.native.json" 2>"$out/cap.native.err"
+record cap50 torch "$out/cap.native.json" "$out/cap.nvshare.json" loop_s "expect ratio ~2.0"
+
+# 6. CuPy under the library.
+python3 "$root/tests/gpu/cupy_job.py" --gib 6 --iters 1500 >"$out/cupy.native.json" 2>"$out/cupy.native.err"
+start_scheduler cupy
+under -- python3 "$root/tests/gpu/cupy_job.py" --gib 6 --iters 1500 >"$out/cupy.nvshare.json" \
+  2>"$out/cupy.nvshare.err"
+stop_scheduler
+record cupy cupy "$out/cupy.native.json" "$out/cupy.nvshare.json" loop_s "elementwise loop"
+
+# 7. The driver-API trainer (200 x 5 ms kernels = 1.0 s of GPU time).
+"$build/tests/fakecuda/nvshare-trainer" --bytes 1Gi --kernels 200 --kernel-us 5000 >"$out/trainer.native.json" 2>&1
+start_scheduler trainer
+under -- "$build/tests/fakecuda/nvshare-trainer" --bytes 1Gi --kernels 200 --kernel-us 5000 \
+  >"$out/trainer.nvshare.json" 2>"$out/trainer.nvshare.err"
+stop_scheduler
+record trainer trainer "$out/trainer.native.json" "$out/trainer.nvshare.json" gpu_s "driver API"
+
+if [ -n "${OUT:-}" ]; then
+  cp "$results" "$out/machine.txt" "$OUT/"
+  tar czf "$OUT/gpu-results.tgz" -C "$build" out
+fi
 echo
-cat "$out/machine.txt" | head -n 3
+head -n 5 "$out/machine.txt"
 column -t -s $'\t' "$results" 2>/dev/null || cat "$results"

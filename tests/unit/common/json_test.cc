@@ -57,6 +57,8 @@ struct Rejected {
   const char* message_part;
 };
 
+void PrintTo(const Rejected& r, std::ostream* os) { *os << r.name; }
+
 class JsonRejects : public testing::TestWithParam<Rejected> {};
 
 TEST_P(JsonRejects, WithAClearMessage) {

@@ -11,6 +11,7 @@ struct Accepted {
   const char* text;
   std::uint64_t bytes;
 };
+void PrintTo(const Accepted& a, std::ostream* os) { *os << '"' << a.text << '"'; }
 
 class AcceptedQuantity : public testing::TestWithParam<Accepted> {};
 
@@ -41,6 +42,7 @@ struct Rejected {
   const char* text;
   const char* message_part;
 };
+void PrintTo(const Rejected& r, std::ostream* os) { *os << '"' << r.text << '"'; }
 
 class RejectedQuantity : public testing::TestWithParam<Rejected> {};
 

@@ -1,0 +1,242 @@
+#include "client/config.h"
+
+#include <strings.h>
+#include <sys/un.h>
+
+#include <array>
+#include <charconv>
+#include <cstdlib>
+
+#include "common/default_paths.h"
+#include "common/quantity.h"
+
+namespace nvshare::client {
+namespace {
+
+std::string quoted(std::string_view value) { return "\"" + std::string(value) + "\""; }
+
+Result<bool> parse_switch(std::string_view value) {
+  static constexpr std::array<std::string_view, 4> kTrue = {"1", "true", "yes", "on"};
+  static constexpr std::array<std::string_view, 4> kFalse = {"0", "false", "no", "off"};
+  const std::string text(value);
+  for (std::string_view word : kTrue) {
+    if (strcasecmp(text.c_str(), std::string(word).c_str()) == 0) return true;
+  }
+  for (std::string_view word : kFalse) {
+    if (strcasecmp(text.c_str(), std::string(word).c_str()) == 0) return false;
+  }
+  return make_error(quoted(value) + " is not one of 1, 0, true, false, yes, no, on, off");
+}
+
+Result<Duration> parse_milliseconds(std::string_view value, std::int64_t low, std::int64_t high) {
+  std::int64_t ms = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), ms);
+  if (error != std::errc() || end != value.data() + value.size()) {
+    return make_error(quoted(value) + " is not a whole number of milliseconds");
+  }
+  if (ms < low || ms > high) {
+    return make_error(std::to_string(ms) + " is outside " + std::to_string(low) + ".." +
+                      std::to_string(high) + " (milliseconds)");
+  }
+  return Duration(std::chrono::milliseconds(ms));
+}
+
+Status apply_enable(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_switch(value);
+  if (!parsed) return parsed.error();
+  config.enabled = parsed.value();
+  return Status::Ok();
+}
+
+Status apply_socket(std::string_view value, ClientConfig& config) {
+  if (value.empty()) return make_error("the path is empty");
+  if (value.size() >= sizeof(sockaddr_un::sun_path)) {
+    return make_error("the path is longer than " +
+                      std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  config.socket_path = std::string(value);
+  return Status::Ok();
+}
+
+Status apply_idle_release(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_milliseconds(value, 0, 3'600'000);
+  if (!parsed) return parsed.error();
+  config.idle_release = parsed.value();
+  return Status::Ok();
+}
+
+Status apply_drain_bound(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_milliseconds(value, 1, 60'000);
+  if (!parsed) return parsed.error();
+  config.drain_bound = parsed.value();
+  return Status::Ok();
+}
+
+Status apply_memory_limit(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_memory_quantity(value);
+  if (!parsed) return parsed.error();
+  config.declared_limits.memory_bytes = parsed.value();
+  return Status::Ok();
+}
+
+Status apply_core_limit(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_percent(value);
+  if (!parsed) return parsed.error();
+  config.declared_limits.core_percent = static_cast<std::uint8_t>(parsed.value());
+  return Status::Ok();
+}
+
+Status apply_pod_uid(std::string_view value, ClientConfig& config) {
+  // The hello carries it in a string field of this maximum; longer would make the frame
+  // unencodable.
+  if (value.size() > protocol::kMaxUuidLength) {
+    return make_error("longer than " + std::to_string(protocol::kMaxUuidLength) + " bytes");
+  }
+  config.pod_uid = std::string(value);
+  return Status::Ok();
+}
+
+Status apply_managed(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_switch(value);
+  if (!parsed) return parsed.error();
+  config.managed = parsed.value();
+  return Status::Ok();
+}
+
+Status apply_reconnect_max(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_milliseconds(value, 50, 600'000);
+  if (!parsed) return parsed.error();
+  config.reconnect_max = parsed.value();
+  return Status::Ok();
+}
+
+Status apply_log_level(std::string_view value, ClientConfig& config) {
+  // The same names common/log.cc accepts when it reads the variable for itself.
+  static constexpr std::array<std::string_view, 5> kNames = {"error", "warn", "info", "debug",
+                                                             "trace"};
+  const std::string text(value);
+  for (std::size_t i = 0; i < kNames.size(); ++i) {
+    if (strcasecmp(text.c_str(), std::string(kNames[i]).c_str()) == 0) {
+      config.log_level = static_cast<LogLevel>(i);
+      return Status::Ok();
+    }
+  }
+  if (strcasecmp(text.c_str(), "warning") == 0) {
+    config.log_level = LogLevel::kWarn;
+    return Status::Ok();
+  }
+  return make_error(quoted(value) + " is not one of error, warn, info, debug, trace");
+}
+
+// The one definition of every client knob. Keep meanings to one or two sentences: they are the
+// documentation (docs/configuration.md is generated from them).
+constexpr std::array<ClientKnob, 10> kKnobs = {{
+    {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+     "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
+     "virtualization.",
+     apply_enable},
+    {"socket", kDefaultSocketPath, "a filesystem path (at most 107 bytes)",
+     "The scheduler's client socket. When nothing listens there the process runs unscheduled "
+     "(fail-open) and the library keeps trying to connect.",
+     apply_socket},
+    {"idle-release-ms", "100", "0..3600000 (milliseconds; 0: never)",
+     "A holder that has submitted nothing for this long, with all its work complete, gives the "
+     "grant back by itself and asks again on its next submission.",
+     apply_idle_release},
+    {"drain-bound-ms", "50", "1..60000 (milliseconds)",
+     "GPU work the process may have queued, measured in time, so that a revoke drains within "
+     "about this long.",
+     apply_drain_bound},
+    {"memory-limit", "", "empty, or a quantity (`4Gi`, `512Mi`, `4G`; `0`: none)",
+     "Memory limit the process declares for itself on each GPU. Enforced locally from the start; "
+     "the scheduler honours it only with `--trust-client-limits` (local mode, `nvshare-run`).",
+     apply_memory_limit},
+    {"core-limit", "100", "1..100 (percent; 100: uncapped)",
+     "Compute cap the process declares for itself, honoured only by a scheduler that trusts "
+     "client limits.",
+     apply_core_limit},
+    {"pod-uid", "", "empty, or at most 64 bytes",
+     "Pod identity the process declares. Informational: the scheduler takes the pod from the "
+     "process's cgroup unless it trusts client limits.",
+     apply_pod_uid},
+    {"managed", "1", "`1`, `0`",
+     "`1` turns device allocations into managed memory placed on the GPU, so they can be swapped "
+     "out at a hand-off; `0` keeps them device memory (never swapped, still counted).",
+     apply_managed},
+    {"reconnect-max-ms", "2000", "50..600000 (milliseconds)",
+     "Longest wait between attempts to reach the scheduler again; attempts start at 50 ms and "
+     "double up to this.",
+     apply_reconnect_max},
+    {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
+     "Least severe log records the library writes to the process's stderr.", apply_log_level},
+}};
+
+std::string display_default(const ClientKnob& knob) {
+  return knob.default_value.empty() ? "(empty)" : "`" + std::string(knob.default_value) + "`";
+}
+
+}  // namespace
+
+std::span<const ClientKnob> client_knobs() { return kKnobs; }
+
+const ClientKnob* find_client_knob(std::string_view name) {
+  for (const ClientKnob& knob : kKnobs) {
+    if (knob.name == name) return &knob;
+  }
+  return nullptr;
+}
+
+std::string client_env_name(const ClientKnob& knob) {
+  std::string env = "NVSHARE_";
+  for (char c : knob.name) {
+    env += c == '-' ? '_' : static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  }
+  return env;
+}
+
+ClientConfig default_client_config() {
+  ClientConfig config;
+  for (const ClientKnob& knob : kKnobs) {
+    if (!knob.default_value.empty()) (void)knob.apply(knob.default_value, config);
+  }
+  return config;
+}
+
+ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv) {
+  ParsedClientConfig out{default_client_config(), {}};
+  for (const ClientKnob& knob : kKnobs) {
+    const std::string env = client_env_name(knob);
+    const char* value = getenv ? getenv(env.c_str()) : nullptr;
+    if (value == nullptr || *value == '\0') continue;
+    if (Status applied = knob.apply(value, out.config); !applied) {
+      out.warnings.push_back(
+          env + "=" + quoted(value) + ": " + applied.error().message + "; using the default " +
+          (knob.default_value.empty() ? std::string("(empty)") : std::string(knob.default_value)));
+    }
+  }
+  return out;
+}
+
+const ClientConfig& client_config() {
+  static const ClientConfig config = [] {
+    ParsedClientConfig parsed =
+        parse_client_config([](const char* name) { return std::getenv(name); });
+    for (const std::string& warning : parsed.warnings) NVSHARE_WARN("%s", warning.c_str());
+    return parsed.config;
+  }();
+  return config;
+}
+
+std::string client_config_doc_table() {
+  std::string out =
+      "| knob | environment variable | default | range | meaning |\n"
+      "|---|---|---|---|---|\n";
+  for (const ClientKnob& knob : kKnobs) {
+    out += "| " + std::string(knob.name) + " | `" + client_env_name(knob) + "` | " +
+           display_default(knob) + " | " + std::string(knob.range) + " | " +
+           std::string(knob.meaning) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace nvshare::client

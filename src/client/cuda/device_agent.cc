@@ -1,0 +1,80 @@
+#include "client/cuda/device_agent.h"
+
+#include "client/cuda/device_state.h"
+#include "client/cuda/placement.h"
+#include "client/hooks/hook_table.h"
+#include "common/log.h"
+#include "common/quantity.h"
+
+namespace nvshare::client::cuda {
+
+Duration GpuAgent::drain() { return device_.tracker.drain(); }
+
+Duration GpuAgent::idle_for() { return device_.tracker.idle_for(); }
+
+std::uint64_t GpuAgent::move_managed(bool to_host) {
+  std::vector<ManagedRange> ranges;
+  try {
+    ranges = allocations().managed_ranges(device_.ordinal);
+  } catch (...) {
+    return 0;
+  }
+  std::uint64_t moved = 0;
+  Duration took{};
+  const Clock& clock = SteadyClock::instance();
+  const bool ran = device_.tracker.with_any_context([&](CUcontext, CUstream stream) {
+    const MonoTime start = clock.now();
+    for (const ManagedRange& range : ranges) {
+      const CUresult rc = prefetch(range.address, range.bytes, to_host, device_.ordinal, stream);
+      if (rc == CUDA_SUCCESS) {
+        moved += range.bytes;
+      } else {
+        NVSHARE_DEBUG("swap: prefetch of %s failed: %s", format_bytes(range.bytes).c_str(),
+                      hooks::error_name(rc));
+      }
+    }
+    if (hooks::driver().cuStreamSynchronize != nullptr) hooks::driver().cuStreamSynchronize(stream);
+    took = clock.now() - start;
+  });
+  if (!ran) return 0;
+  if (to_host) {
+    device_.swapped_out.store(true, std::memory_order_release);
+    device_.swapped_bytes.store(moved, std::memory_order_relaxed);
+    if (moved > 0 && took.count() > 0) {
+      device_.swap_bytes_per_s.store(static_cast<std::uint64_t>(static_cast<double>(moved) * 1e9 /
+                                                                static_cast<double>(took.count())),
+                                     std::memory_order_relaxed);
+    }
+  } else {
+    device_.swapped_out.store(false, std::memory_order_release);
+    device_.swapped_bytes.store(0, std::memory_order_relaxed);
+  }
+  NVSHARE_DEBUG("swap %s: %s in %.1f ms", to_host ? "out" : "in", format_bytes(moved).c_str(),
+                to_ms(took));
+  return moved;
+}
+
+std::uint64_t GpuAgent::swap_out() { return move_managed(/*to_host=*/true); }
+
+std::uint64_t GpuAgent::swap_in() { return move_managed(/*to_host=*/false); }
+
+DeviceUsage GpuAgent::usage() {
+  DeviceUsage usage;
+  usage.allocated_bytes = device_.ledger.used();
+  const std::uint64_t swapped = device_.swapped_bytes.load(std::memory_order_relaxed);
+  usage.resident_bytes = usage.allocated_bytes > swapped ? usage.allocated_bytes - swapped : 0;
+  usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
+  return usage;
+}
+
+void GpuAgent::apply_limits(const protocol::Limits& limits) {
+  if (limits.memory_bytes != device_.ledger.limit()) {
+    NVSHARE_INFO(
+        "%s: memory limit %s (was %s)", device_.identity.gpu_uuid.c_str(),
+        limits.memory_bytes != 0 ? format_bytes(limits.memory_bytes).c_str() : "none",
+        device_.ledger.limit() != 0 ? format_bytes(device_.ledger.limit()).c_str() : "none");
+  }
+  device_.ledger.set_limit(limits.memory_bytes);
+}
+
+}  // namespace nvshare::client::cuda

@@ -1,0 +1,190 @@
+#include "client/cuda/device_state.h"
+
+#include <pthread.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <new>
+
+#include "client/config.h"
+#include "client/hooks/hook_table.h"
+#include "common/log.h"
+#include "common/quantity.h"
+
+namespace nvshare::client::cuda {
+namespace {
+
+using hooks::driver;
+using hooks::HookId;
+
+// Replaced (never destroyed) in a forked child: the parent's threads may have held their locks, and
+// the parent's link may still reference the DeviceStates.
+std::atomic<DeviceRegistry*> g_registry{nullptr};
+std::atomic<AllocationTable*> g_allocations{nullptr};
+std::atomic<std::uint64_t> g_context_generation{1};
+
+// 0: not read yet, 1: enabled, 2: disabled.
+std::atomic<int> g_enabled{0};
+
+struct ThreadCache {
+  CUcontext ctx;
+  std::uint64_t generation;
+  DeviceState* device;
+};
+// Trivially constructible, so a thread's first access needs no initialization guard.
+thread_local ThreadCache t_cache{nullptr, 0, nullptr};
+
+template <typename T>
+T& singleton(std::atomic<T*>& slot) {
+  T* existing = slot.load(std::memory_order_acquire);
+  if (existing != nullptr) return *existing;
+  T* created = new T();
+  if (slot.compare_exchange_strong(existing, created, std::memory_order_acq_rel)) return *created;
+  delete created;
+  return *existing;
+}
+
+void after_fork_in_child() {
+  hooks::reset_after_fork();
+  g_registry.store(new (std::nothrow) DeviceRegistry(), std::memory_order_release);
+  g_allocations.store(new (std::nothrow) AllocationTable(), std::memory_order_release);
+  g_context_generation.fetch_add(1, std::memory_order_acq_rel);
+  t_cache = ThreadCache{nullptr, 0, nullptr};
+}
+
+void install_fork_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+}
+
+bool device_uuid(CUdevice ordinal, CUuuid* uuid) {
+  if (driver().cuDeviceGetUuid_v2 != nullptr &&
+      driver().cuDeviceGetUuid_v2(uuid, ordinal) == CUDA_SUCCESS) {
+    return true;
+  }
+  return driver().cuDeviceGetUuid != nullptr &&
+         driver().cuDeviceGetUuid(uuid, ordinal) == CUDA_SUCCESS;
+}
+
+DeviceState* slow_lookup(CUcontext ctx, std::uint64_t generation) {
+  CUdevice ordinal = 0;
+  if (driver().cuCtxGetDevice == nullptr || driver().cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  DeviceState* device = devices().get(ordinal);
+  if (device == nullptr) return nullptr;
+  device->tracker.note_context(ctx);
+  t_cache = ThreadCache{ctx, generation, device};
+  return device;
+}
+
+}  // namespace
+
+DeviceState::DeviceState(int device_ordinal, DeviceIdentity device_identity, bool convert,
+                         std::uint64_t limit, Duration drain_bound)
+    : ordinal(device_ordinal),
+      identity(std::move(device_identity)),
+      convert_to_managed(convert),
+      ledger(limit),
+      tracker(drain_bound, SteadyClock::instance()),
+      agent(*this) {}
+
+DeviceState* DeviceRegistry::get(CUdevice ordinal) {
+  if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
+  DeviceState* existing = slots_[ordinal].load(std::memory_order_acquire);
+  if (existing != nullptr) return existing;
+  if (!hooks::ensure_cuda()) return nullptr;
+
+  std::lock_guard lock(create_mu_);
+  existing = slots_[ordinal].load(std::memory_order_acquire);
+  if (existing != nullptr) return existing;
+  CUuuid uuid{};
+  std::size_t total = 0;
+  auto total_mem = hooks::real<HookId::cuDeviceTotalMem_v2>();
+  if (!device_uuid(ordinal, &uuid) || total_mem == nullptr ||
+      total_mem(&total, ordinal) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  int concurrent_managed = 0;
+  if (driver().cuDeviceGetAttribute != nullptr) {
+    driver().cuDeviceGetAttribute(&concurrent_managed,
+                                  CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, ordinal);
+  }
+  const ClientConfig& config = client_config();
+  // Without concurrent managed access a managed buffer may not be touched by the CPU while any
+  // kernel runs: converting device memory would break correct programs, so it stays device memory.
+  const bool convert = config.managed && concurrent_managed != 0;
+  DeviceIdentity identity{format_uuid(uuid), total};
+  auto* state = new (std::nothrow) DeviceState(
+      ordinal, identity, convert, config.declared_limits.memory_bytes, config.drain_bound);
+  if (state == nullptr) return nullptr;
+  install_fork_handler();
+  state->link = &link_device(state->identity, state->agent);
+  NVSHARE_INFO("device %d %s (%s): memory limit %s, device allocations %s", ordinal,
+               state->identity.gpu_uuid.c_str(), format_bytes(total).c_str(),
+               state->ledger.limit() != 0 ? format_bytes(state->ledger.limit()).c_str() : "none",
+               convert ? "become managed memory" : "stay device memory");
+  slots_[ordinal].store(state, std::memory_order_release);
+  return state;
+}
+
+DeviceState* DeviceRegistry::find(CUdevice ordinal) const {
+  if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
+  return slots_[ordinal].load(std::memory_order_acquire);
+}
+
+DeviceState* DeviceRegistry::find_by_uuid(std::string_view uuid) const {
+  for (const auto& slot : slots_) {
+    DeviceState* state = slot.load(std::memory_order_acquire);
+    if (state != nullptr && state->identity.gpu_uuid == uuid) return state;
+  }
+  return nullptr;
+}
+
+DeviceState* DeviceRegistry::find_by_context(CUcontext ctx) const {
+  for (const auto& slot : slots_) {
+    DeviceState* state = slot.load(std::memory_order_acquire);
+    if (state != nullptr && (state->primary.load() == ctx || state->tracker.knows_context(ctx))) {
+      return state;
+    }
+  }
+  return nullptr;
+}
+
+DeviceRegistry& devices() { return singleton(g_registry); }
+
+AllocationTable& allocations() { return singleton(g_allocations); }
+
+bool library_enabled() {
+  int state = g_enabled.load(std::memory_order_relaxed);
+  if (state == 0) {
+    state = client_config().enabled ? 1 : 2;
+    g_enabled.store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
+}
+
+CurrentDevice current_device() {
+  if (!library_enabled() || !hooks::ensure_cuda() || driver().cuCtxGetCurrent == nullptr) {
+    return {};
+  }
+  CUcontext ctx = nullptr;
+  if (driver().cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return {};
+  const std::uint64_t generation = g_context_generation.load(std::memory_order_acquire);
+  if (ctx == t_cache.ctx && generation == t_cache.generation) return {t_cache.device, ctx};
+  return {slow_lookup(ctx, generation), ctx};
+}
+
+void contexts_changed() { g_context_generation.fetch_add(1, std::memory_order_acq_rel); }
+
+std::string format_uuid(const CUuuid& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
+}  // namespace nvshare::client::cuda

@@ -1,0 +1,101 @@
+// Per-GPU state of the CUDA-facing half, and how an application thread finds it.
+//
+// DeviceState (one per GPU the process touches, created on first use and never destroyed, because
+// the link keeps a reference to its agent) holds the GPU's identity, its memory ledger, its work
+// tracker, the DeviceAgent the link thread drives, and the DeviceLink that gates submissions.
+//
+// current_device() is the hot path of every gated call: the calling thread's current context (one
+// driver TLS read) is compared with a per-thread cache of (context, generation) -> DeviceState; on
+// a hit that is all. The generation moves whenever a context may have ended (destroy, primary
+// release or reset, fork), so a context address reused by a new context on another GPU is never
+// mistaken for the old one. On a miss the device is asked of the driver and the registry.
+//
+// Contract: nothing here is created while the library is disabled (NVSHARE_ENABLE=0). After fork()
+// the child starts with an empty registry and allocation table (the parent's objects are abandoned,
+// not destroyed: the parent's link may still reference them) and re-creates state lazily.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "client/cuda/device_agent.h"
+#include "client/cuda/memory_ledger.h"
+#include "client/cuda/work_tracker.h"
+#include "client/device_link.h"
+#include "client/hooks/cuda_api.h"
+
+namespace nvshare::client::cuda {
+
+inline constexpr int kMaxDevices = 64;
+
+// Counted for the CUDA context when it cannot be measured (no NVML): what a CUDA 13 primary
+// context took on an H200 with driver 580 (526 MiB measured), rounded.
+inline constexpr std::uint64_t kDefaultContextBytes = 512ull << 20;
+// A context-footprint measurement above this is taken for noise from other processes.
+inline constexpr std::uint64_t kMaxContextBytes = 4ull << 30;
+
+struct DeviceState {
+  DeviceState(int device_ordinal, DeviceIdentity device_identity, bool convert, std::uint64_t limit,
+              Duration drain_bound);
+  DeviceState(const DeviceState&) = delete;
+  DeviceState& operator=(const DeviceState&) = delete;
+
+  const int ordinal;
+  const DeviceIdentity identity;
+  // Device allocations become managed memory (NVSHARE_MANAGED and concurrent managed access).
+  const bool convert_to_managed;
+  MemoryLedger ledger;
+  WorkTracker tracker;
+  GpuAgent agent;
+  DeviceLink* link = nullptr;  // set once, right after construction
+
+  // Managed memory moved to the host by the last swap_out (and allocated since, while out).
+  std::atomic<bool> swapped_out{false};
+  std::atomic<std::uint64_t> swapped_bytes{0};
+  std::atomic<std::uint64_t> swap_bytes_per_s{0};
+  // The primary context, once retained through us.
+  std::atomic<CUcontext> primary{nullptr};
+
+  // The context's own memory: charged once, at the first context this process makes on the GPU.
+  std::mutex footprint_mu;
+  std::atomic<bool> footprint_charged{false};
+  std::uint64_t footprint_bytes = 0;  // under footprint_mu
+};
+
+class DeviceRegistry {
+ public:
+  // The state of a GPU by CUdevice ordinal, created on first use (needs cuInit done); null when the
+  // driver cannot describe the device.
+  DeviceState* get(CUdevice ordinal);
+  DeviceState* find(CUdevice ordinal) const;
+  DeviceState* find_by_uuid(std::string_view uuid) const;
+  // The GPU that knows `ctx` (it submitted or allocated there), or null.
+  DeviceState* find_by_context(CUcontext ctx) const;
+
+ private:
+  std::atomic<DeviceState*> slots_[kMaxDevices] = {};
+  std::mutex create_mu_;
+};
+
+DeviceRegistry& devices();
+AllocationTable& allocations();
+
+// Whether the library does anything (NVSHARE_ENABLE); read once.
+bool library_enabled();
+
+struct CurrentDevice {
+  DeviceState* device = nullptr;  // null: no current context, or the library is disabled
+  CUcontext ctx = nullptr;
+};
+CurrentDevice current_device();
+
+// A context may have ended: every thread's cached context -> device mapping is revalidated.
+void contexts_changed();
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+std::string format_uuid(const CUuuid& uuid);
+
+}  // namespace nvshare::client::cuda

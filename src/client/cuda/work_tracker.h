@@ -1,0 +1,179 @@
+// WorkTracker: what this process has queued on one GPU, so that a revoke drains quickly, an idle
+// holder can tell it is idle, and nothing ever synchronizes inside a stream capture.
+//
+// Markers. A submission whose running count reaches the next marker point (one relaxed atomic
+// increment and one load: the whole fast path) records a marker event on the submitting stream
+// (cuEventRecord: cheap, so markers can be frequent). The link thread's own markers, which must
+// cover every stream (idle detection), are context-wide: cuCtxRecordEvent on CUDA 12.5+ drivers,
+// else an event on the legacy default stream. Each context keeps its pending markers in order,
+// each with the number of submissions it covers.
+//
+// Drain bound (the only place besides the grant where an application thread may block), by time:
+// the tracker learns the GPU time one submission takes (tau: measured whenever a thread waits for a
+// marker, from the marker's completion time, as an average), estimates the queued GPU time as the
+// pending markers' submissions times tau, and when recording a marker waits (cuEventSynchronize,
+// outside every lock) for the marker after which at most the drain bound (NVSHARE_DRAIN_BOUND_MS)
+// of work remains. Markers are spaced so that one covers about half the bound (at most kMarkerEvery
+// submissions). Whatever tau says, a thread also waits for every marker older than the bound, and,
+// before tau is measured, when more than kMaxPendingMarkers are pending (at most
+// kFirstMarkerEvery * kMaxPendingMarkers submissions can queue before the first measurement). So a
+// revoke's drain waits for about the bound at most, for short and long kernels alike, while
+// launch-bound work (tiny kernels the GPU keeps up with) never waits.
+//
+// Stream capture. The capture hooks call begin_capture()/end_capture(). While any stream of the GPU
+// is capturing, no marker is recorded or waited for (cuCtxRecordEvent would invalidate the
+// capture), idle_for() reports busy, and drain() waits (bounded by kCaptureWaitBound) for the
+// capture to end before it synchronizes. begin_capture runs the real call under the tracker's lock,
+// so a marker can never race with a capture starting.
+//
+// Contexts. The tracker knows every context that submitted on this GPU (note_context) and keeps,
+// per context, its marker events and a private non-blocking stream for the library's own
+// prefetches. Context destruction runs under the tracker's lock (around_context_end) so the link
+// thread never touches a context that is being destroyed.
+//
+// Threads: submitted(), begin/end_capture(), note_context() and private_stream() are called by
+// application threads; drain(), idle_for() and with_any_context() by the link thread, which pushes
+// the context it needs current and pops it again. Nothing throws (allocation failures lose a
+// marker, never a submission).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "client/hooks/cuda_api.h"
+#include "common/clock.h"
+
+namespace nvshare::client::cuda {
+
+inline constexpr std::uint64_t kMarkerEvery = 32;
+// Until tau is measured: markers every kFirstMarkerEvery submissions (doubling up to kMarkerEvery
+// while each marker completes before the next), at most kMaxPendingMarkers pending, so the first
+// measurement comes early and long kernels cannot pile up before it.
+inline constexpr std::uint64_t kFirstMarkerEvery = 8;
+inline constexpr std::size_t kMaxPendingMarkers = 4;
+inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
+inline constexpr Duration kCaptureWaitBound = std::chrono::seconds(5);
+
+struct TrackerStats {
+  std::uint64_t submissions = 0;
+  double gpu_ns_per_submission = 0;  // tau; 0 until measured
+  std::uint64_t markers = 0;         // marker events recorded
+  std::uint64_t bound_waits = 0;     // times a submitting thread waited for the drain bound
+  std::uint64_t captures_open = 0;   // streams capturing now
+  std::uint64_t contexts = 0;        // contexts known on this GPU
+};
+
+class WorkTracker {
+ public:
+  WorkTracker(Duration drain_bound, const Clock& clock);
+  WorkTracker(const WorkTracker&) = delete;
+  WorkTracker& operator=(const WorkTracker&) = delete;
+
+  // Application thread, after a submission to `ctx` (current on this thread) returned.
+  void submitted(CUcontext ctx, CUstream stream) noexcept {
+    const std::uint64_t n = submissions_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n >= next_marker_.load(std::memory_order_relaxed) &&
+        captures_.load(std::memory_order_acquire) == 0) {
+      record_and_bound(ctx, stream, n);
+    }
+  }
+
+  // Runs the real cuStreamBeginCapture* call; counts the capture when it succeeded.
+  template <typename Call>
+  CUresult begin_capture(CUstream stream, Call&& call) {
+    std::lock_guard lock(mu_);
+    const CUresult rc = call();
+    if (rc == CUDA_SUCCESS) {
+      capturing_.push_back(stream);
+      captures_.store(capturing_.size(), std::memory_order_release);
+    }
+    return rc;
+  }
+  // After the real cuStreamEndCapture* returned (whatever it returned: the capture is over).
+  void end_capture(CUstream stream) noexcept;
+  bool capturing() const { return captures_.load(std::memory_order_acquire) != 0; }
+
+  // Registers a context that submits or allocates on this GPU (cheap when already known).
+  void note_context(CUcontext ctx) noexcept;
+  // Runs the real call that may end `ctx` (destroy, primary release/reset) under the tracker's
+  // lock; forgets the context when `gone()` says it no longer exists afterwards.
+  template <typename Call, typename Gone>
+  CUresult around_context_end(CUcontext ctx, Call&& call, Gone&& gone) {
+    std::lock_guard lock(mu_);
+    const CUresult rc = call();
+    if (rc == CUDA_SUCCESS && gone()) forget_locked(ctx);
+    return rc;
+  }
+  bool knows_context(CUcontext ctx) const;
+
+  // The library's own non-blocking stream in `ctx`, which must be current on the calling thread.
+  // Null when it cannot be created.
+  CUstream private_stream(CUcontext ctx) noexcept;
+
+  // Link thread. Waits for everything queued on this GPU; returns how long it waited.
+  Duration drain() noexcept;
+  // Link thread. Time since the last submission when all of it has completed; zero otherwise.
+  Duration idle_for() noexcept;
+  // Link thread. Runs fn(ctx, stream) with a live context of this GPU current on the calling thread
+  // and that context's private stream; false when the GPU has no live context.
+  bool with_any_context(const std::function<void(CUcontext, CUstream)>& fn) noexcept;
+
+  TrackerStats stats() const;
+
+ private:
+  struct Marker {
+    CUevent event = nullptr;
+    MonoTime recorded{};
+    std::uint64_t submissions = 0;  // covered since the previous marker
+  };
+  struct ContextWork {
+    CUcontext ctx = nullptr;
+    std::deque<Marker> pending;
+    std::vector<CUevent> spare;  // completed marker events, reused
+    CUstream stream = nullptr;   // private stream, created on first use
+    MonoTime last_done{};        // when the newest completed marker was seen complete
+  };
+
+  void record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t count) noexcept;
+  ContextWork* find_locked(CUcontext ctx);
+  ContextWork* add_locked(CUcontext ctx);
+  void forget_locked(CUcontext ctx);
+  // Records a marker; the context must be current on this thread. Context-wide (every stream of
+  // `work.ctx`, cuCtxRecordEvent) or on `stream` only (cuEventRecord).
+  bool record_locked(ContextWork& work, CUstream stream, std::uint64_t count, bool context_wide);
+  // Keeps a completed marker event for reuse (never throws: it is destroyed when that fails).
+  static void recycle(ContextWork& work, CUevent event) noexcept;
+  // Pops completed markers; true when none is pending any more.
+  bool reap_locked(ContextWork& work);
+  // The event to wait for when this context has too much queued (the newest marker that must
+  // complete for the bound to hold again); else null.
+  CUevent over_bound_locked(const ContextWork& work) const;
+  // After waiting for `event` (completed at `done`): pops it and the markers before it, and learns
+  // tau from them.
+  void waited_locked(CUcontext ctx, CUevent event, MonoTime done);
+
+  const Duration drain_bound_;
+  const Clock& clock_;
+  alignas(64) std::atomic<std::uint64_t> submissions_{0};
+  std::atomic<std::uint64_t> next_marker_{kFirstMarkerEvery};
+  std::atomic<std::uint64_t> captures_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable capture_ended_;
+  std::vector<ContextWork> contexts_;
+  std::vector<CUstream> capturing_;  // one entry per open capture (a stream may repeat)
+  std::uint64_t marked_ = 0;         // submissions covered by the newest markers
+  double tau_ns_ = 0;                // GPU time per submission, learnt from waits
+  std::uint64_t unmeasured_spacing_ = kFirstMarkerEvery;  // marker spacing while tau is 0
+  std::uint64_t seen_ = 0;                                // submissions at the last idle check
+  MonoTime last_activity_{};
+  std::uint64_t markers_ = 0;
+  std::atomic<std::uint64_t> bound_waits_{0};
+};
+
+}  // namespace nvshare::client::cuda

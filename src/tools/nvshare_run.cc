@@ -1,0 +1,524 @@
+// nvshare-run: runs a command under libnvshare.so on a workstation or notebook host, starting a
+// local scheduler when none is running.
+//
+//   nvshare-run [--gpu UUID|INDEX] [--memory-limit Q] [--core-limit P] [--socket PATH] -- CMD...
+//
+// What it does, in order:
+//  1. finds libnvshare.so: $NVSHARE_LIBRARY, else next to this executable (../lib, its own
+//     directory), else the build tree (../client relative to src/tools);
+//  2. picks the scheduler socket: --socket, else $NVSHARE_SOCKET, else the system socket as
+//     root and a per-user one otherwise ($XDG_RUNTIME_DIR/nvshare/scheduler.sock or
+//     /tmp/nvshare-$UID/scheduler.sock, in a private directory);
+//  3. when nothing accepts on that socket, starts nvshare-scheduler ($NVSHARE_SCHEDULER_BIN,
+//     else next to this executable, else the build tree, else $PATH) detached from this
+//     process, in local mode (--trust-client-limits: the limits a process declares are
+//     honoured), with its control socket and log file next to the socket, and waits (at most
+//     5 s) until it accepts; a lock file next to the socket keeps two nvshare-runs from
+//     starting two schedulers;
+//  4. runs the command with LD_PRELOAD (the library first), NVSHARE_SOCKET, and the declared limits
+//     (NVSHARE_MEMORY_LIMIT, NVSHARE_CORE_LIMIT) and CUDA_VISIBLE_DEVICES when asked; SIGINT,
+//     SIGTERM, SIGHUP and SIGQUIT sent to nvshare-run are passed on to the command.
+//
+// Exit status: the command's; 128+N when it was killed by signal N; 127 when the command is not
+// found; 126 when it cannot be executed; 125 when nvshare-run itself failed (no library, the
+// scheduler would not start); 2 for a usage error.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/default_paths.h"
+#include "common/quantity.h"
+#include "common/result.h"
+#include "common/unix_socket.h"
+
+#ifndef NVSHARE_VERSION
+#define NVSHARE_VERSION "0.0.0"
+#endif
+
+namespace {
+
+using nvshare::Error;
+using nvshare::make_error;
+using nvshare::Result;
+using nvshare::Status;
+
+constexpr int kExitUsage = 2;
+constexpr int kExitFailed = 125;
+constexpr int kExitCannotExecute = 126;
+constexpr int kExitNotFound = 127;
+constexpr auto kSchedulerStartTimeout = std::chrono::seconds(5);
+
+constexpr const char* kUsage =
+    R"(Usage: nvshare-run [OPTIONS] [--] COMMAND [ARGS...]
+
+Runs COMMAND under libnvshare.so, so that its GPU work is scheduled by nvshare-scheduler; starts a
+local scheduler first when none is running on the socket.
+
+Options:
+  --gpu UUID|INDEX       the GPU the command sees (sets CUDA_VISIBLE_DEVICES)
+  --memory-limit Q       memory limit per GPU, a quantity such as 4Gi or 512Mi
+                         (NVSHARE_MEMORY_LIMIT)
+  --core-limit P         share of GPU time in percent, 1..100 (NVSHARE_CORE_LIMIT)
+  --socket PATH          the scheduler's client socket (default: $NVSHARE_SOCKET; else
+                         /var/run/nvshare/scheduler.sock as root, otherwise
+                         $XDG_RUNTIME_DIR/nvshare/scheduler.sock or
+                         /tmp/nvshare-$UID/scheduler.sock)
+  --help                 this text
+  --version              the version
+
+A scheduler started here runs detached in local mode (--trust-client-limits), with its control
+socket and its log next to the client socket (scheduler.sock: control.sock and scheduler.log). It
+keeps running after the command ends, for the next one.
+
+Environment: NVSHARE_LIBRARY (the library to preload), NVSHARE_SCHEDULER_BIN (the scheduler to
+start); every other NVSHARE_* variable reaches the command's library and the scheduler as is (see
+docs/configuration.md).
+
+Exit status: the command's, 128+N if it was killed by signal N, 127 command not found, 126 command
+not executable, 125 nvshare-run failed, 2 usage error.
+)";
+
+struct Options {
+  std::optional<std::string> gpu;
+  std::optional<std::string> memory_limit;
+  std::optional<std::string> core_limit;
+  std::optional<std::string> socket;
+  std::vector<std::string> command;
+  bool help = false;
+  bool version = false;
+};
+
+// Where the scheduler's files go for one client socket.
+struct SchedulerPaths {
+  std::string socket;
+  std::string control_socket;
+  std::string log;
+  std::string lock;
+};
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "nvshare-run: %s\nRun 'nvshare-run --help' for usage.\n", message.c_str());
+  return kExitUsage;
+}
+
+int failure(const std::string& message) {
+  std::fprintf(stderr, "nvshare-run: %s\n", message.c_str());
+  return kExitFailed;
+}
+
+Result<Options> parse_arguments(int argc, char** argv) {
+  Options options;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;  // the command starts here
+    if (arg == "--help" || arg == "-h") {
+      options.help = true;
+      return options;
+    }
+    if (arg == "--version") {
+      options.version = true;
+      return options;
+    }
+    std::string_view name = arg;
+    std::optional<std::string> value;
+    if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = std::string(arg.substr(eq + 1));
+    }
+    std::optional<std::string>* slot = nullptr;
+    if (name == "--gpu") {
+      slot = &options.gpu;
+    } else if (name == "--memory-limit") {
+      slot = &options.memory_limit;
+    } else if (name == "--core-limit") {
+      slot = &options.core_limit;
+    } else if (name == "--socket") {
+      slot = &options.socket;
+    } else {
+      return make_error("unknown option " + std::string(name));
+    }
+    if (!value) {
+      if (i + 1 >= argc) return make_error("option " + std::string(name) + " needs a value");
+      value = argv[++i];
+    }
+    if (value->empty()) return make_error("option " + std::string(name) + " has an empty value");
+    *slot = *value;
+  }
+  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
+  if (options.memory_limit) {
+    if (auto parsed = nvshare::parse_memory_quantity(*options.memory_limit); !parsed) {
+      return make_error("--memory-limit: " + parsed.error().message);
+    }
+  }
+  if (options.core_limit) {
+    if (auto parsed = nvshare::parse_percent(*options.core_limit); !parsed) {
+      return make_error("--core-limit: " + parsed.error().message);
+    }
+  }
+  return options;
+}
+
+std::string errno_text(int err = errno) { return std::strerror(err); }
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string absolute(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+}
+
+std::string own_directory() {
+  char buffer[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  if (n <= 0) return ".";
+  std::string path(buffer, static_cast<std::size_t>(n));
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Result<std::string> find_library() {
+  if (const char* env = std::getenv("NVSHARE_LIBRARY"); env != nullptr && *env != '\0') {
+    if (!is_file(env)) return make_error("NVSHARE_LIBRARY=" + std::string(env) + " is not a file");
+    return absolute(env);
+  }
+  const std::string dir = own_directory();
+  const std::vector<std::string> candidates = {
+      dir + "/../lib/libnvshare.so", dir + "/libnvshare.so", dir + "/../client/libnvshare.so"};
+  std::string looked;
+  for (const std::string& candidate : candidates) {
+    if (is_file(candidate)) return absolute(candidate);
+    looked += (looked.empty() ? "" : ", ") + candidate;
+  }
+  return make_error("cannot find libnvshare.so (looked at " + looked +
+                    "); set NVSHARE_LIBRARY to its path");
+}
+
+Result<std::string> find_scheduler() {
+  if (const char* env = std::getenv("NVSHARE_SCHEDULER_BIN"); env != nullptr && *env != '\0') {
+    if (!is_executable_file(env)) {
+      return make_error("NVSHARE_SCHEDULER_BIN=" + std::string(env) + " is not an executable file");
+    }
+    return absolute(env);
+  }
+  const std::string dir = own_directory();
+  for (const std::string& candidate :
+       {dir + "/nvshare-scheduler", dir + "/../scheduler/nvshare-scheduler"}) {
+    if (is_executable_file(candidate)) return absolute(candidate);
+  }
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    std::string_view rest = path;
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      std::string entry(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+      if (entry.empty()) entry = ".";
+      if (const std::string candidate = entry + "/nvshare-scheduler";
+          is_executable_file(candidate)) {
+        return absolute(candidate);
+      }
+    }
+  }
+  return make_error(
+      "cannot find nvshare-scheduler (next to nvshare-run or on PATH); set NVSHARE_SCHEDULER_BIN "
+      "to its path");
+}
+
+// Creates `dir` (and missing parents) with `mode`. A per-user directory in a shared place must be
+// ours and private, or another user could plant a socket there.
+Status make_directory(const std::string& dir, mode_t mode, bool must_be_private) {
+  if (dir.empty() || dir == "/" || dir == ".") return Status::Ok();
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (Status parent = make_directory(directory_of(dir), 0755, false); !parent) return parent;
+    if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
+      return make_error("cannot create directory " + dir + ": " + errno_text());
+    }
+    if (::lstat(dir.c_str(), &st) != 0)
+      return make_error("cannot stat " + dir + ": " + errno_text());
+  }
+  if (!S_ISDIR(st.st_mode)) return make_error(dir + " exists and is not a directory");
+  if (must_be_private && (st.st_uid != ::getuid() || (st.st_mode & 0077) != 0)) {
+    return make_error(dir + " must be a directory owned by uid " + std::to_string(::getuid()) +
+                      " and not accessible to others");
+  }
+  return Status::Ok();
+}
+
+Result<SchedulerPaths> scheduler_paths(const Options& options) {
+  SchedulerPaths paths;
+  bool per_user = false;
+  if (options.socket) {
+    paths.socket = *options.socket;
+  } else if (const char* env = std::getenv("NVSHARE_SOCKET"); env != nullptr && *env != '\0') {
+    paths.socket = env;
+  } else if (::geteuid() == 0) {
+    paths.socket = nvshare::kDefaultSocketPath;
+  } else {
+    const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+    struct stat st {};
+    const std::string dir =
+        runtime != nullptr && *runtime == '/' && ::stat(runtime, &st) == 0 && S_ISDIR(st.st_mode)
+            ? std::string(runtime) + "/nvshare"
+            : "/tmp/nvshare-" + std::to_string(::getuid());
+    paths.socket = dir + "/scheduler.sock";
+    per_user = true;
+  }
+  if (paths.socket[0] != '/') {
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return make_error("getcwd: " + errno_text());
+    paths.socket = std::string(cwd) + "/" + paths.socket;
+  }
+  const std::string dir = directory_of(paths.socket);
+  if (Status made = make_directory(dir, per_user ? 0700 : 0755, per_user); !made) {
+    return made.error();
+  }
+  const std::string base = paths.socket.substr(dir.size() + (dir == "/" ? 0 : 1));
+  std::string stem = paths.socket;
+  if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".sock") == 0) {
+    stem.resize(stem.size() - 5);
+  }
+  // The system pair is scheduler.sock + control.sock; keep that naming when the socket has it.
+  paths.control_socket =
+      base == "scheduler.sock" ? (dir == "/" ? "" : dir) + "/control.sock" : stem + ".control.sock";
+  paths.log = stem + ".log";
+  paths.lock = stem + ".lock";
+  return paths;
+}
+
+bool scheduler_accepts(const std::string& socket) { return nvshare::connect_unix(socket).ok(); }
+
+std::string log_tail(const std::string& path) {
+  nvshare::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return {};
+  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  const off_t from = size > 2048 ? size - 2048 : 0;
+  std::string text(static_cast<std::size_t>(size - from), '\0');
+  if (::pread(fd.get(), text.data(), text.size(), from) <= 0) return {};
+  return text;
+}
+
+// Starts the scheduler in its own session, reparented to init (double fork), its output in the log
+// file. A close-on-exec pipe reports an exec failure back.
+Status spawn_scheduler(const std::string& binary, const SchedulerPaths& paths) {
+  nvshare::UniqueFd log(::open(paths.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!log.valid())
+    return make_error("cannot open the scheduler log " + paths.log + ": " + errno_text());
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return make_error("pipe: " + errno_text());
+  nvshare::UniqueFd report_read(pipe_fds[0]);
+  nvshare::UniqueFd report_write(pipe_fds[1]);
+  std::vector<std::string> args = {binary,
+                                   "--socket",
+                                   paths.socket,
+                                   "--control-socket",
+                                   paths.control_socket,
+                                   "--trust-client-limits"};
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  const pid_t first = ::fork();
+  if (first < 0) return make_error("fork: " + errno_text());
+  if (first == 0) {
+    ::setsid();
+    const pid_t second = ::fork();
+    if (second != 0) ::_exit(second < 0 ? 1 : 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_DFL);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(log.get(), STDOUT_FILENO);
+    ::dup2(log.get(), STDERR_FILENO);
+    if (::chdir("/") != 0) {
+      // Staying in the current directory only keeps it busy; not worth failing for.
+    }
+    ::execv(binary.c_str(), argv.data());
+    const int err = errno;
+    [[maybe_unused]] const ssize_t n = ::write(report_write.get(), &err, sizeof err);
+    ::_exit(127);
+  }
+  report_write.reset();
+  int status = 0;
+  while (::waitpid(first, &status, 0) < 0 && errno == EINTR) {
+  }
+  int err = 0;
+  ssize_t n;
+  do {
+    n = ::read(report_read.get(), &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof err)) {
+    return make_error("cannot run " + binary + ": " + errno_text(err));
+  }
+  return Status::Ok();
+}
+
+// Makes sure a scheduler accepts on the socket, starting one when none does.
+Status ensure_scheduler(const SchedulerPaths& paths) {
+  if (scheduler_accepts(paths.socket)) return Status::Ok();
+  // Two nvshare-runs starting at once: the second waits here and then finds the first's scheduler.
+  nvshare::UniqueFd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (lock.valid()) {
+    while (::flock(lock.get(), LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  if (scheduler_accepts(paths.socket)) return Status::Ok();
+  auto binary = find_scheduler();
+  if (!binary) return binary.error();
+  if (Status spawned = spawn_scheduler(binary.value(), paths); !spawned) return spawned;
+  const auto deadline = std::chrono::steady_clock::now() + kSchedulerStartTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (scheduler_accepts(paths.socket)) {
+      std::fprintf(stderr, "nvshare-run: started nvshare-scheduler on %s (log %s)\n",
+                   paths.socket.c_str(), paths.log.c_str());
+      return Status::Ok();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string message = "the scheduler (" + binary.value() + ") did not accept connections on " +
+                        paths.socket + " within 5 s; its log is " + paths.log;
+  if (const std::string tail = log_tail(paths.log); !tail.empty()) {
+    message += ", ending with:\n" + tail;
+  }
+  return make_error(message);
+}
+
+void set_env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
+
+// LD_PRELOAD with the library first, keeping what was there (without a second copy of it).
+std::string preload_value(const std::string& library) {
+  std::string out = library;
+  const char* existing = std::getenv("LD_PRELOAD");
+  if (existing == nullptr) return out;
+  std::string_view rest = existing;
+  while (!rest.empty()) {
+    const auto sep = rest.find_first_of(": ");
+    const std::string_view entry = rest.substr(0, sep);
+    rest = sep == std::string_view::npos ? std::string_view() : rest.substr(sep + 1);
+    if (entry.empty() || entry == library) continue;
+    out += ":";
+    out += entry;
+  }
+  return out;
+}
+
+// Runs the command and waits for it. The signals to pass on are blocked and taken synchronously
+// (sigwaitinfo, with SIGCHLD for the child's end), so none is lost between the fork and the wait
+// and no handler runs in signal context. One the terminal sent (SI_KERNEL) is not passed on: the
+// command, in the same foreground process group, got it already, and a second copy could count as a
+// second Ctrl-C.
+int run_command(const std::vector<std::string>& command) {
+  constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  sigset_t waited;
+  sigset_t previous;
+  sigemptyset(&waited);
+  for (int sig : kForwarded) sigaddset(&waited, sig);
+  sigaddset(&waited, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &waited, &previous);
+
+  std::vector<std::string> args = command;
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    return failure("fork: " + errno_text());
+  }
+  if (child == 0) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    ::execvp(argv[0], argv.data());
+    const int err = errno;
+    if (err == ENOENT) {
+      std::fprintf(stderr, "nvshare-run: %s: command not found\n", argv[0]);
+      ::_exit(kExitNotFound);
+    }
+    std::fprintf(stderr, "nvshare-run: %s: %s\n", argv[0], errno_text(err).c_str());
+    ::_exit(kExitCannotExecute);
+  }
+
+  int status = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(child, &status, WNOHANG);
+    if (done == child) break;
+    if (done < 0 && errno != EINTR) return failure("waitpid: " + errno_text());
+    siginfo_t info{};
+    const int sig = ::sigwaitinfo(&waited, &info);
+    if (sig < 0 || sig == SIGCHLD) continue;
+    if (info.si_code != SI_KERNEL) ::kill(child, sig);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kExitFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = parse_arguments(argc, argv);
+  if (!parsed) return usage_error(parsed.error().message);
+  const Options& options = parsed.value();
+  if (options.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (options.version) {
+    std::printf("nvshare-run %s\n", NVSHARE_VERSION);
+    return 0;
+  }
+  if (options.command.empty()) return usage_error("no command given");
+
+  auto library = find_library();
+  if (!library) return failure(library.error().message);
+  auto paths = scheduler_paths(options);
+  if (!paths) return failure(paths.error().message);
+  if (Status scheduler = ensure_scheduler(paths.value()); !scheduler) {
+    return failure(scheduler.error().message);
+  }
+
+  set_env("LD_PRELOAD", preload_value(library.value()));
+  set_env("NVSHARE_SOCKET", paths.value().socket);
+  if (options.memory_limit) set_env("NVSHARE_MEMORY_LIMIT", *options.memory_limit);
+  if (options.core_limit) set_env("NVSHARE_CORE_LIMIT", *options.core_limit);
+  if (options.gpu) set_env("CUDA_VISIBLE_DEVICES", *options.gpu);
+  return run_command(options.command);
+}

@@ -1,0 +1,458 @@
+// In-process tests of libnvshare.so's CUDA-facing half: the memory ledger and the hook table as
+// plain code, then the DeviceAgent and the gate's bookkeeping against the simulated driver.
+//
+// The CUDA-facing objects are linked into this binary (with test_link.cc in place of the
+// scheduler-facing half), so the test's own calls to hooked names run our wrappers, exactly as an
+// application's calls do under LD_PRELOAD, and the test can drive each GPU's agent as the link
+// thread would. The global environment below configures one simulated GPU of 1 GiB with a fast
+// swap and a 50 ms drain bound before anything reads the configuration. Tests use deltas, so they
+// pass whether ctest runs them one per process or the binary runs them all.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "client/cuda/device_state.h"
+#include "client/cuda/memory_ledger.h"
+#include "client/hooks/cuda_api.h"  // first: the versioned driver names
+#include "client/hooks/hook_table.h"
+#include "shared_state.h"
+#include "test_link.h"
+
+namespace nvshare::client {
+namespace {
+
+using cuda::AllocationKind;
+using cuda::AllocationTable;
+using cuda::MemoryLedger;
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+std::string g_state_path;
+
+class ClientEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    g_state_path = (std::filesystem::temp_directory_path() /
+                    ("client_unit_test." + std::to_string(getpid()) + ".state"))
+                       .string();
+    std::filesystem::remove(g_state_path);
+    setenv("NVSHARE_FAKECUDA_STATE", g_state_path.c_str(), 1);
+    setenv("NVSHARE_FAKECUDA_DEVICES", "1", 1);
+    setenv("NVSHARE_FAKECUDA_MEMORY", "1Gi", 1);
+    setenv("NVSHARE_FAKECUDA_SWAP_BW", "8Gi", 1);
+    setenv("NVSHARE_DRAIN_BOUND_MS", "50", 1);
+    unsetenv("NVSHARE_MEMORY_LIMIT");
+    unsetenv("NVSHARE_ENABLE");
+  }
+  void TearDown() override { std::filesystem::remove(g_state_path); }
+};
+
+const ::testing::Environment* const kEnvironment =
+    ::testing::AddGlobalTestEnvironment(new ClientEnvironment);
+
+// ---- The ledger ----
+
+TEST(MemoryLedger, ChargesUpToExactlyTheLimit) {
+  MemoryLedger ledger(100);
+  EXPECT_TRUE(ledger.try_charge(60));
+  EXPECT_FALSE(ledger.try_charge(41));
+  EXPECT_EQ(ledger.used(), 60u);
+  EXPECT_TRUE(ledger.try_charge(40));
+  EXPECT_FALSE(ledger.try_charge(1));
+  ledger.refund(100);
+  EXPECT_EQ(ledger.used(), 0u);
+  EXPECT_FALSE(ledger.try_charge(101));
+  ledger.refund(5);  // never below zero
+  EXPECT_EQ(ledger.used(), 0u);
+  MemoryLedger unlimited;
+  EXPECT_TRUE(unlimited.try_charge(std::uint64_t{1} << 62));
+}
+
+TEST(MemoryLedger, LowerLimitKeepsWhatIsAllocated) {
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.try_charge(80));
+  ledger.set_limit(50);
+  EXPECT_EQ(ledger.used(), 80u);
+  EXPECT_FALSE(ledger.try_charge(1));
+  ledger.charge(10);  // the context's own memory is counted whatever the limit
+  EXPECT_EQ(ledger.used(), 90u);
+  EXPECT_EQ(ledger.view(1000, 1000).total, 50u);
+  EXPECT_EQ(ledger.view(1000, 1000).free, 0u);
+  ledger.set_limit(0);
+  EXPECT_TRUE(ledger.try_charge(1000));
+}
+
+TEST(MemoryLedger, ViewIsTheLimitAndNeverMoreThanTheDriverHasFree) {
+  EXPECT_EQ(MemoryLedger::view(100, 30, 1000, 1000).total, 100u);
+  EXPECT_EQ(MemoryLedger::view(100, 30, 1000, 1000).free, 70u);
+  EXPECT_EQ(MemoryLedger::view(100, 30, 20, 1000).free, 20u);  // others hold the GPU
+  EXPECT_EQ(MemoryLedger::view(2000, 30, 900, 1000).total, 1000u);
+  EXPECT_EQ(MemoryLedger::view(0, 30, 900, 1000).total, 1000u);
+  EXPECT_EQ(MemoryLedger::view(0, 30, 900, 1000).free, 900u);
+  EXPECT_EQ(MemoryLedger::view(100, 130, 900, 1000).free, 0u);
+}
+
+TEST(AllocationTable, RemembersKindsAndFindsManagedRanges) {
+  AllocationTable table;
+  using Space = AllocationTable::Space;
+  table.add(Space::kDeviceAddress, 0x1000, {0, 10, AllocationKind::kManagedFromDevice});
+  table.add(Space::kDeviceAddress, 0x2000, {0, 20, AllocationKind::kDevice});
+  table.add(Space::kDeviceAddress, 0x3000, {1, 30, AllocationKind::kManaged});
+  table.add(Space::kVmmHandle, 0x1000, {0, 40, AllocationKind::kVmm});  // same key, other space
+  table.add(Space::kDeviceAddress, 0x4000, {0, 50, AllocationKind::kManaged});
+  auto ranges = table.managed_ranges(0);
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].address, 0x1000u);
+  EXPECT_EQ(ranges[1].bytes, 50u);
+  EXPECT_EQ(table.bytes(0, AllocationKind::kVmm), 40u);
+  ASSERT_TRUE(table.remove(Space::kVmmHandle, 0x1000));
+  EXPECT_TRUE(table.find(Space::kDeviceAddress, 0x1000));
+  EXPECT_FALSE(table.remove(Space::kVmmHandle, 0x1000));
+}
+
+// ---- The hook table ----
+
+TEST(HookTable, EveryNameIsFoundAndEveryFormIsDistinct) {
+  std::set<std::string> names;
+  std::set<std::tuple<std::string, int, bool>> forms;
+  for (std::size_t i = 0; i < hooks::kHookCount; ++i) {
+    const hooks::HookInfo& hook = hooks::kHooks[i];
+    EXPECT_TRUE(names.insert(hook.name).second) << hook.name << " listed twice";
+    EXPECT_TRUE(forms.insert({hook.base, hook.version, hook.per_thread}).second)
+        << hook.base << "@" << hook.version << " listed twice";
+    auto found = hooks::find_hook(hook.name);
+    ASSERT_TRUE(found) << hook.name;
+    EXPECT_EQ(static_cast<std::size_t>(*found), i);
+    EXPECT_EQ(hook.per_thread, std::string(hook.name).find("_pt") != std::string::npos)
+        << hook.name;
+  }
+  EXPECT_FALSE(hooks::find_hook("cuMemAlloc"));  // the 32-bit form is not hooked
+  EXPECT_FALSE(hooks::find_hook("dlsym"));
+  EXPECT_GT(hooks::kHookCount, 110u);
+}
+
+// What the .def says each form is must match what driver 580 (CUDA 13.0) answered to the CUDA 13
+// runtimes' own requests: asked for (base, version, flags), it returned the newest hooked form of
+// that base whose version is at most the requested one, per-thread when flags ask for it.
+TEST(HookTable, FormsAgreeWithWhatDriver580Returned) {
+  std::ifstream in(NVSHARE_CUDA13_REQUESTS);
+  ASSERT_TRUE(in.good());
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string field;
+    while (std::getline(ss, field, '\t')) f.push_back(field);
+    if (f.size() < 5 || f[0] != "cuGetProcAddress_v2") continue;
+    auto id = hooks::find_hook(f[4]);
+    if (!id) continue;
+    const hooks::HookInfo& hook = hooks::info(*id);
+    const int version = std::stoi(f[2]);
+    const bool per_thread =
+        (std::stoull(f[3]) & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    EXPECT_EQ(f[1], hook.base) << f[4];
+    EXPECT_LE(hook.version, version) << f[4];
+    EXPECT_TRUE(!hook.per_thread || per_thread) << f[4];
+    for (const hooks::HookInfo& other : hooks::kHooks) {
+      if (&other == &hook || f[1] != other.base || other.per_thread != hook.per_thread) continue;
+      EXPECT_FALSE(other.version > hook.version && other.version <= version)
+          << other.name << " would be the newer form of " << f[1] << "@" << version;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 80);
+}
+
+// ---- The agent and the gate, against the simulated driver ----
+
+constexpr const char kPtx[] = R"(
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry spin(
+    .param .u64 spin_param_0
+)
+{
+    ret;
+}
+)";
+
+fakecuda::DeviceSnapshot snapshot() {
+  static fakecuda::SharedState* state = [] {
+    auto opened = fakecuda::SharedState::open(g_state_path, /*create=*/false);
+    EXPECT_TRUE(opened.ok());
+    return opened.ok() ? opened.value() : nullptr;
+  }();
+  return fakecuda::SimDevice(state->devices().at(0)).snapshot();
+}
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    ASSERT_EQ(cuModuleLoadData(&module_, kPtx), CUDA_SUCCESS);
+    ASSERT_EQ(cuModuleGetFunction(&spin_, module_, "spin"), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    device_ = cuda::devices().get(0);
+    ASSERT_NE(device_, nullptr);
+    link_ = testing::test_link(device_->identity.gpu_uuid);
+    ASSERT_NE(link_, nullptr);
+    agent_ = link_->agent;
+    ASSERT_NE(agent_, nullptr);
+  }
+  void TearDown() override {
+    EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    EXPECT_EQ(cuStreamDestroy_v2(stream_), CUDA_SUCCESS);
+    EXPECT_EQ(cuModuleUnload(module_), CUDA_SUCCESS);
+  }
+
+  CUresult launch(std::uint64_t ns, CUstream stream) {
+    void* params[] = {&ns};
+    return cuLaunchKernel(spin_, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  }
+
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction spin_ = nullptr;
+  CUstream stream_ = nullptr;
+  cuda::DeviceState* device_ = nullptr;
+  testing::TestLink* link_ = nullptr;
+  DeviceAgent* agent_ = nullptr;
+};
+
+TEST_F(GpuTest, TheContextIsMeasuredWithNvmlAndCounted) {
+  // The simulated contexts take no memory of their own here: NVML (the simulated one) says so.
+  EXPECT_TRUE(device_->footprint_charged.load());
+  EXPECT_EQ(device_->footprint_bytes, 0u);
+  EXPECT_EQ(device_->identity.gpu_memory_bytes, 1024 * kMiB);
+}
+
+TEST_F(GpuTest, SubmissionsPassTheGateInPairs) {
+  const std::uint64_t before = link_->before.load();
+  ASSERT_EQ(launch(0, stream_), CUDA_SUCCESS);
+  std::uint32_t word = 0;
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 4096), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32_v2(p, 7, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(&word, p, 4), CUDA_SUCCESS);
+  EXPECT_EQ(word, 7u);
+  EXPECT_EQ(link_->before.load() - before, 3u);  // the allocation is not gated
+  EXPECT_EQ(link_->before.load(), link_->after.load());
+  // A failing submission still leaves the gate.
+  EXPECT_NE(cuLaunchKernel(nullptr, 1, 1, 1, 1, 1, 1, 0, stream_, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(link_->before.load(), link_->after.load());
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+TEST_F(GpuTest, DeviceAllocationsBecomeManagedOnTheDevice) {
+  const fakecuda::DeviceSnapshot before = snapshot();
+  const std::uint64_t reports = link_->usage_reports.load();
+  const std::uint64_t used = device_->ledger.used();
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
+  unsigned managed = 0;
+  ASSERT_EQ(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p), CUDA_SUCCESS);
+  EXPECT_EQ(managed, 1u);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const fakecuda::DeviceSnapshot after = snapshot();
+  EXPECT_EQ(after.memory.managed_resident - before.memory.managed_resident, 64 * kMiB);
+  EXPECT_EQ(after.memory.device_bytes, before.memory.device_bytes);
+  EXPECT_EQ(after.migrated_to_device - before.migrated_to_device, 64 * kMiB);  // prefetched
+  EXPECT_EQ(device_->ledger.used() - used, 64 * kMiB);
+  EXPECT_GT(link_->usage_reports.load(), reports);
+  EXPECT_EQ(agent_->usage().allocated_bytes, device_->ledger.used());
+  ASSERT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(device_->ledger.used(), used);
+}
+
+TEST_F(GpuTest, SwapOutMovesManagedMemoryToTheHostAndBack) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(p, 0x42, 64 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const fakecuda::DeviceSnapshot before = snapshot();
+
+  const std::uint64_t out = agent_->swap_out();
+  EXPECT_GE(out, 64 * kMiB);
+  fakecuda::DeviceSnapshot s = snapshot();
+  EXPECT_EQ(s.migrated_to_host - before.migrated_to_host, out);
+  EXPECT_EQ(s.memory.managed_resident, before.memory.managed_resident - out);
+  DeviceUsage usage = agent_->usage();
+  EXPECT_EQ(usage.resident_bytes, usage.allocated_bytes - out);
+  EXPECT_GT(usage.swap_bytes_per_s, 0u);
+
+  // Allocated while swapped out: stays on the host until swap_in brings it with the rest.
+  CUdeviceptr late = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&late, 16 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot().memory.managed_resident, s.memory.managed_resident);
+  EXPECT_EQ(agent_->usage().resident_bytes, usage.resident_bytes);
+
+  const std::uint64_t in = agent_->swap_in();
+  EXPECT_EQ(in, out + 16 * kMiB);
+  s = snapshot();
+  EXPECT_EQ(s.memory.managed_resident, before.memory.managed_resident + 16 * kMiB);
+  EXPECT_EQ(agent_->usage().resident_bytes, agent_->usage().allocated_bytes);
+  unsigned char byte = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&byte, p + 1234, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x42);
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(late), CUDA_SUCCESS);
+}
+
+TEST_F(GpuTest, DrainWaitsForQueuedWork) {
+  ASSERT_EQ(launch(200'000'000, stream_), CUDA_SUCCESS);
+  const auto start = std::chrono::steady_clock::now();
+  const Duration waited = agent_->drain();
+  const auto wall = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(wall, 150ms);
+  EXPECT_GE(waited, 150ms);
+  EXPECT_EQ(cuStreamQuery(stream_), CUDA_SUCCESS);
+}
+
+// 200 kernels of 5 ms (1 s of GPU time) submitted as fast as possible: the bound keeps about
+// 50 ms queued, so the submitting thread is held back and a drain at the end is short.
+TEST_F(GpuTest, DrainBoundKeepsQueuedWorkNearTheBound) {
+  const cuda::TrackerStats before = device_->tracker.stats();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(launch(5'000'000, stream_), CUDA_SUCCESS);
+  const auto submitted = std::chrono::steady_clock::now() - start;
+  const Duration drained = agent_->drain();
+  const cuda::TrackerStats after = device_->tracker.stats();
+  EXPECT_GT(after.bound_waits, before.bound_waits);
+  EXPECT_NEAR(after.gpu_ns_per_submission, 5e6, 1e6);
+  EXPECT_GE(submitted, 700ms) << "the submitting thread was not held back";
+  EXPECT_LT(drained, 150ms) << "queued work at the end was not bounded";
+}
+
+TEST_F(GpuTest, IdleOnlyWhenAllWorkIsComplete) {
+  ASSERT_EQ(launch(100'000'000, stream_), CUDA_SUCCESS);
+  EXPECT_EQ(agent_->idle_for(), Duration::zero());  // marks the work submitted since the last look
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(agent_->idle_for(), Duration::zero());  // the kernel still runs
+  std::this_thread::sleep_for(120ms);
+  const Duration first = agent_->idle_for();
+  std::this_thread::sleep_for(20ms);
+  const Duration second = agent_->idle_for();
+  EXPECT_GE(second, first);
+  EXPECT_GE(second, 15ms);
+  ASSERT_EQ(launch(0, stream_), CUDA_SUCCESS);
+  EXPECT_EQ(agent_->idle_for(), Duration::zero());  // a new submission: active again
+}
+
+// The simulated driver invalidates a capture when its context is synchronized or a context-wide
+// event is recorded during it, so a capture that ends cleanly proves neither happened; and a
+// drain asked for during the capture waits for it to end.
+TEST_F(GpuTest, NothingSynchronizesOrRecordsIntoAnOpenCapture) {
+  ASSERT_EQ(cuStreamBeginCapture_v2(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  EXPECT_TRUE(device_->tracker.capturing());
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(launch(1'000'000, stream_), CUDA_SUCCESS);
+  EXPECT_EQ(agent_->idle_for(), Duration::zero());
+  std::atomic<bool> drained{false};
+  std::thread drainer([&] {
+    agent_->drain();
+    drained = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(drained.load()) << "drain did not wait for the capture";
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_SUCCESS) << "the capture was invalidated";
+  drainer.join();
+  EXPECT_TRUE(drained.load());
+  EXPECT_FALSE(device_->tracker.capturing());
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(exec, stream_), CUDA_SUCCESS);
+  EXPECT_GE(agent_->drain(), 30ms);  // the graph's 40 ms of kernels
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+}
+
+TEST_F(GpuTest, LowerLimitFailsLaterAllocationsOnly) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
+  const std::uint64_t used = device_->ledger.used();
+  agent_->apply_limits(protocol::Limits{32 * kMiB, 100});
+  ASSERT_EQ(cuMemsetD8_v2(p, 1, 64 * kMiB), CUDA_SUCCESS);  // still there
+  CUdeviceptr q = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&q, 1), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(cuMemAllocManaged(&q, 1, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_OUT_OF_MEMORY);
+  size_t free = 1;
+  size_t total = 0;
+  ASSERT_EQ(cuMemGetInfo_v2(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, 32 * kMiB);
+  EXPECT_EQ(free, 0u);
+  size_t device_total = 0;
+  ASSERT_EQ(cuDeviceTotalMem_v2(&device_total, 0), CUDA_SUCCESS);
+  EXPECT_EQ(device_total, 32 * kMiB);
+  EXPECT_EQ(agent_->usage().allocated_bytes, used);
+  agent_->apply_limits(protocol::Limits{0, 100});
+  EXPECT_EQ(cuMemAlloc_v2(&q, 1), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(q), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+TEST_F(GpuTest, DestroyedContextsAreForgotten) {
+  const std::uint64_t contexts = device_->tracker.stats().contexts;
+  CUcontext extra = nullptr;
+  ASSERT_EQ(cuCtxCreate_v4(&extra, nullptr, 0, 0), CUDA_SUCCESS);
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  ASSERT_EQ(cuModuleLoadData(&module, kPtx), CUDA_SUCCESS);
+  ASSERT_EQ(cuModuleGetFunction(&spin, module, "spin"), CUDA_SUCCESS);
+  std::uint64_t ns = 1'000'000;
+  void* params[] = {&ns};
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_EQ(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(device_->tracker.stats().contexts, contexts + 1);
+  ASSERT_EQ(cuCtxDestroy_v2(extra), CUDA_SUCCESS);
+  EXPECT_EQ(device_->tracker.stats().contexts, contexts);
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  agent_->drain();
+  agent_->idle_for();
+  ASSERT_EQ(launch(0, stream_), CUDA_SUCCESS);
+}
+
+TEST_F(GpuTest, AForkedChildStartsClean) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, kMiB), CUDA_SUCCESS);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The parent's devices are not the child's: nothing registered, nothing charged, and CUDA
+    // calls answer (the driver refuses them in a forked child) without hanging.
+    int failures = 0;
+    if (cuda::devices().find(0) != nullptr) ++failures;
+    size_t free = 0;
+    size_t total = 0;
+    if (cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS) ++failures;
+    if (launch(0, stream_) == CUDA_SUCCESS) ++failures;
+    if (cuMemFree_v2(p) == CUDA_SUCCESS) ++failures;
+    _exit(failures);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+}  // namespace
+}  // namespace nvshare::client

@@ -1,0 +1,744 @@
+// End-to-end behaviour of nvshare on the simulated GPU: real nvshare-trainer processes under the
+// real libnvshare.so (LD_PRELOAD), the real nvshare-scheduler and nvsharectl, the simulated driver
+// (tests/fakecuda) in place of libcuda.so.1. Kernels take simulated time that is shared between
+// contexts at 1/n (generalized processor sharing), so GPU time, turns and hand-offs are measured
+// in wall-clock time the way they would be on a GPU.
+//
+// Each test names its measured numbers on lines starting with "[ MEASURE ]" (ctest -V shows them),
+// and on failure prints every trainer's JSON and stderr, the scheduler's log and the simulated
+// GPU's state.
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "harness.h"
+
+namespace nvshare::e2e {
+namespace {
+
+constexpr double kMi = 1024.0 * 1024.0;
+constexpr double kGi = 1024.0 * kMi;
+
+#define ASSERT_OK(expr)                                            \
+  do {                                                             \
+    const auto& ok_ = (expr);                                      \
+    ASSERT_TRUE(ok_.ok()) << #expr << ": " << ok_.error().message; \
+  } while (0)
+
+bool wait_until(const std::function<bool()>& predicate, double timeout_s, double poll_s = 0.02) {
+  const double deadline = monotonic_s() + timeout_s;
+  for (;;) {
+    if (predicate()) return true;
+    if (monotonic_s() > deadline) return false;
+    sleep_s(poll_s);
+  }
+}
+
+// The first device of nvshare-fakecuda-stat's output.
+const Json* first_device(const Json& stat) {
+  const Json* devices = stat.find("devices");
+  if (devices == nullptr || devices->as_array() == nullptr || devices->as_array()->empty()) {
+    return nullptr;
+  }
+  return &devices->as_array()->front();
+}
+
+// The context slot of `pid` in a device of nvshare-fakecuda-stat's output.
+const Json* context_of(const Json* device, pid_t pid) {
+  if (device == nullptr) return nullptr;
+  const Json* contexts = device->find("contexts");
+  if (contexts == nullptr || contexts->as_array() == nullptr) return nullptr;
+  for (const Json& c : *contexts->as_array()) {
+    if (c.find("pid") != nullptr && c.find("pid")->as_int64() == pid) return &c;
+  }
+  return nullptr;
+}
+
+// Kernel intervals [launch_s, done_s] from --progress lines.
+struct Interval {
+  double begin = 0;
+  double end = 0;
+  int owner = 0;
+};
+
+std::vector<Interval> intervals(const std::vector<Json>& progress, int owner) {
+  std::vector<Interval> out;
+  for (const Json& p : progress) {
+    out.push_back({json_number(&p, "launch_s"), json_number(&p, "done_s"), owner});
+  }
+  return out;
+}
+
+// Seconds during which kernels of both lists were in flight at once.
+double overlap_s(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double total = 0;
+  std::size_t j = 0;
+  for (const Interval& x : a) {
+    while (j < b.size() && b[j].end <= x.begin) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].begin < x.end; ++k) {
+      total += std::max(0.0, std::min(x.end, b[k].end) - std::max(x.begin, b[k].begin));
+    }
+  }
+  return total;
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty()) << "mkdtemp failed";
+    state_ = dir_.path() + "/fakecuda.state";
+    t0_ = monotonic_s();
+  }
+
+  // The scheduler's status; every change in what its clients are doing is added to the timeline
+  // that a failing test prints.
+  Result<Json> poll_status() {
+    auto status = scheduler_->status();
+    if (!status.ok()) return status;
+    std::string summary;
+    const Json* gpus = status.value().find("gpus");
+    for (const Json& gpu : gpus && gpus->as_array() ? *gpus->as_array() : Json::Array{}) {
+      const Json* clients = gpu.find("clients");
+      for (const Json& c : clients && clients->as_array() ? *clients->as_array() : Json::Array{}) {
+        const std::string state = json_string(&c, "state");
+        char entry[160];
+        std::snprintf(entry, sizeof entry,
+                      " | client %.0f (pid %.0f) %s%s%s epoch %.0f alloc %.0fMi",
+                      json_number(&c, "id"), json_number(&c, "pid"), state.c_str(),
+                      state == "waiting" ? ":" : "",
+                      state == "waiting" ? json_string(&c, "waiting_for").c_str() : "",
+                      json_number(&c, "epoch"), json_number(&c, "allocated_bytes", 0) / kMi);
+        summary += entry;
+      }
+    }
+    if (summary != last_summary_) {
+      char when[32];
+      std::snprintf(when, sizeof when, "%+8.3f s", monotonic_s() - t0_);
+      timeline_ += std::string(when) + (summary.empty() ? " | no clients" : summary) + "\n";
+      last_summary_ = summary;
+    }
+    return status;
+  }
+
+  void TearDown() override {
+    for (auto& t : trainers_) {
+      if (t->running()) t->kill(SIGKILL);
+    }
+    if (!HasFailure()) return;
+    std::string out = "\n===== e2e failure context (" + dir_.path() + ") =====\n";
+    for (const auto& t : trainers_) out += t->describe() + "\n";
+    if (!timeline_.empty()) out += "--- scheduler status changes seen by the test:\n" + timeline_;
+    if (scheduler_) out += "--- scheduler log:\n" + tail(scheduler_->log(), 150) + "\n";
+    auto stat = fake_stat();
+    out += "--- nvshare-fakecuda-stat: " + (stat.ok() ? stat.value().dump() : stat.error().message);
+    std::fprintf(stderr, "%s\n", out.c_str());
+  }
+
+  void start_scheduler(std::vector<std::string> flags) {
+    scheduler_ = std::make_unique<Scheduler>(dir_.path(), std::move(flags));
+    ASSERT_OK(scheduler_->start());
+  }
+
+  // The environment every trainer gets: the simulated GPU (one 16Gi device, this test's own state
+  // file) and this test's scheduler.
+  Env trainer_env() const {
+    Env env = {{"LD_LIBRARY_PATH", programs().fakecuda_dir},
+               {"NVSHARE_FAKECUDA_STATE", state_},
+               {"NVSHARE_FAKECUDA_DEVICES", "1"},
+               {"NVSHARE_FAKECUDA_MEMORY", "16Gi"},
+               {"NVSHARE_LOG_LEVEL", client_log_level()}};
+    if (scheduler_) env["NVSHARE_SOCKET"] = scheduler_->socket();
+    for (const auto& [name, value] : extra_env_) env[name] = value;
+    return env;
+  }
+
+  static std::string client_log_level() {
+    const char* level = std::getenv("NVSHARE_E2E_CLIENT_LOG_LEVEL");
+    return level != nullptr ? level : "info";
+  }
+
+  Trainer& add_trainer(TrainerOptions options) {
+    trainers_.push_back(std::make_unique<Trainer>(std::move(options), dir_.path()));
+    return *trainers_.back();
+  }
+
+  // Starts a trainer; a failure to spawn fails the test (check with HasFatalFailure()).
+  Trainer& start_trainer(TrainerOptions options) {
+    Trainer& t = add_trainer(std::move(options));
+    Status started = t.start(trainer_env());
+    EXPECT_TRUE(started.ok()) << (started.ok() ? "" : started.error().message);
+    return t;
+  }
+
+  // Waits for a trainer and returns its report; the test fails when it did not finish with
+  // result "ok".
+  Json finish(Trainer& t, double timeout_s = 60) {
+    auto code = t.wait(timeout_s);
+    EXPECT_TRUE(code.ok()) << t.name() << ": " << (code.ok() ? "" : code.error().message);
+    auto report = t.report();
+    EXPECT_TRUE(report.ok()) << (report.ok() ? "" : report.error().message);
+    if (!report.ok()) return Json();
+    EXPECT_EQ(json_string(&report.value(), "result"), "ok")
+        << "trainer " << t.name() << ": " << report.value().dump();
+    if (code.ok()) EXPECT_EQ(code.value(), 0) << "trainer " << t.name();
+    return report.value();
+  }
+
+  Result<Json> fake_stat() const {
+    auto out = run_command({programs().stat, "--state", state_}, dir_.path());
+    if (!out.ok()) return out.error();
+    if (out.value().exit_code != 0) return make_error("nvshare-fakecuda-stat: " + out.value().err);
+    return parse_json(out.value().out);
+  }
+
+  void measure(const std::string& what, double value, const std::string& unit) {
+    std::printf("[ MEASURE ] %s: %s = %.4g %s\n",
+                ::testing::UnitTest::GetInstance()->current_test_info()->name(), what.c_str(),
+                value, unit.c_str());
+    std::fflush(stdout);
+    RecordProperty(what, std::to_string(value) + " " + unit);
+  }
+
+  TempDir dir_;
+  std::string state_;
+  double t0_ = 0;
+  std::string timeline_;
+  std::string last_summary_;
+  Env extra_env_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Trainer>> trainers_;
+};
+
+// Two trainers whose memory fits together on the GPU (2Gi + 2Gi of 16Gi) are granted at once and
+// share the GPU: each sees the simulated GPU at 1/2 speed, so each takes about twice its work
+// (K x D = 2 s), and the scheduler shows both running at the same time, neither waiting.
+TEST_F(E2eTest, TwoThatFitRunTogether) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  const std::vector<std::string> args = {
+      "--bytes",     "2Gi",   "--kernels",  "100",
+      "--kernel-us", "20000", "--progress", "--first-kernel-timestamp"};
+  const double work_s = 100 * 0.020;
+  Trainer& a = start_trainer({"A", args});
+  Trainer& b = start_trainer({"B", args});
+  ASSERT_FALSE(HasFailure());
+
+  bool both_running = false;
+  std::string table;  // nvsharectl status, as a person would see it, once both run
+  double max_waited_ms = 0;
+  while (a.running() || b.running()) {
+    auto status = poll_status();
+    if (status.ok()) {
+      const Json* ca = find_client(status.value(), a.pid());
+      const Json* cb = find_client(status.value(), b.pid());
+      if (json_string(ca, "state") == "running" && json_string(cb, "state") == "running") {
+        both_running = true;
+        if (table.empty()) {
+          auto out = scheduler_->ctl({"status"});
+          if (out.ok()) table = out.value().out;
+        }
+      }
+      max_waited_ms = std::max(
+          {max_waited_ms, json_number(ca, "waited_ms", 0), json_number(cb, "waited_ms", 0)});
+    }
+    sleep_s(0.05);
+  }
+  Json ra = finish(a);
+  Json rb = finish(b);
+  ASSERT_FALSE(HasFailure());
+
+  EXPECT_TRUE(both_running) << "nvsharectl status never showed both trainers running at once";
+  // The same seen through nvsharectl's table: two client rows (they start with the client id) in
+  // state running.
+  std::size_t running_rows = 0;
+  std::istringstream rows(table);
+  for (std::string row; std::getline(rows, row);) {
+    const std::size_t first = row.find_first_not_of(' ');
+    if (first != std::string::npos && std::isdigit(static_cast<unsigned char>(row[first])) &&
+        row.find(" running ") != std::string::npos) {
+      ++running_rows;
+    }
+  }
+  EXPECT_EQ(running_rows, 2u) << "nvsharectl status:\n" << table;
+  EXPECT_LT(max_waited_ms, 100) << "a trainer that fits waited for the GPU";
+  for (const Json* r : {&ra, &rb}) {
+    const double ratio = json_number(r, "wall_s") / work_s;
+    measure("wall / work (" + std::string(r == &ra ? "A" : "B") + ")", ratio, "x");
+    // Strict 1/n sharing gives 2x; taking turns would give one of them about 1x.
+    EXPECT_GT(ratio, 1.6) << "the trainers did not share the GPU at once";
+    EXPECT_LT(ratio, 2.5) << "sharing cost more than the two trainers' work";
+  }
+  // Their kernels ran concurrently for most of the time.
+  const double overlap = overlap_s(intervals(a.progress(), 0), intervals(b.progress(), 1));
+  measure("kernel time overlapping", overlap, "s");
+  measure("max waited_ms", max_waited_ms, "ms");
+  EXPECT_GT(overlap, 0.7 * 2 * work_s);
+}
+
+// Two trainers that do not fit together (6Gi each under a virtual capacity of 8Gi, of which 90% is
+// usable, on a 16Gi simulated GPU) take turns of 1 s: at most one holds the GPU at any time, and
+// each hand-off swaps the leaving trainer's memory to the host and the next one's back in bulk
+// (the simulated driver counts the bytes moved by prefetches, and demand faults separately).
+TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
+  // 48Gi/s makes one 6Gi swap 125 ms of simulated copy time, so several turns fit in the test.
+  extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "8Gi", "--quantum", "1"}));
+  const std::vector<std::string> args = {"--bytes",     "6Gi",   "--kernels", "100",
+                                         "--kernel-us", "20000", "--progress"};
+  const double start = monotonic_s();
+  Trainer& a = start_trainer({"A", args});
+  Trainer& b = start_trainer({"B", args});
+  ASSERT_FALSE(HasFailure());
+
+  int max_holding = 0;
+  bool saw_memory_wait = false;
+  // Residency in the middle of a turn, once: the runner's buffer on the device, the buffer of the
+  // waiter (which has run before, so it was swapped out) on the host.
+  Json runner_slot;
+  Json waiter_slot;
+  while (a.running() || b.running()) {
+    auto status = poll_status();
+    if (status.ok()) {
+      int holding = 0;
+      const Json* runner = nullptr;
+      const Json* waiter = nullptr;
+      for (const Trainer* t : {&a, &b}) {
+        const Json* c = find_client(status.value(), t->pid());
+        const std::string state = json_string(c, "state");
+        // A trainer that has freed its buffer on its way out occupies no memory any more: the
+        // scheduler may rightly let the other run beside it then.
+        if ((state == "running" || state == "revoking") &&
+            json_number(c, "allocated_bytes", 0) > 0) {
+          ++holding;
+        }
+        if (state == "running" && json_number(c, "state_for_ms") >= 300) runner = c;
+        if (state == "waiting" && json_string(c, "waiting_for") == "memory") {
+          saw_memory_wait = true;
+          if (json_number(c, "epoch") > 0) waiter = c;
+        }
+      }
+      max_holding = std::max(max_holding, holding);
+      if (runner != nullptr && waiter != nullptr && runner_slot.is_null()) {
+        auto stat = fake_stat();
+        if (stat.ok()) {
+          const Json* device = first_device(stat.value());
+          const Json* rs = context_of(device, static_cast<pid_t>(json_number(runner, "pid")));
+          const Json* ws = context_of(device, static_cast<pid_t>(json_number(waiter, "pid")));
+          if (rs != nullptr && ws != nullptr) {
+            runner_slot = *rs;
+            waiter_slot = *ws;
+          }
+        }
+      }
+    }
+    sleep_s(0.02);
+  }
+  Json ra = finish(a);
+  Json rb = finish(b);
+  const double elapsed = monotonic_s() - start;
+  ASSERT_FALSE(HasFailure());
+
+  EXPECT_EQ(max_holding, 1) << "two trainers that do not fit held the GPU at once with their memory";
+  EXPECT_TRUE(saw_memory_wait) << "status never showed a trainer waiting for memory";
+
+  // Turns: order all kernels by launch and count the switches between trainers.
+  std::vector<Interval> ka = intervals(a.progress(), 0);
+  std::vector<Interval> kb = intervals(b.progress(), 1);
+  std::vector<Interval> all = ka;
+  all.insert(all.end(), kb.begin(), kb.end());
+  std::sort(all.begin(), all.end(),
+            [](const Interval& x, const Interval& y) { return x.begin < y.begin; });
+  int switches = 0;
+  for (std::size_t i = 1; i < all.size(); ++i) switches += all[i].owner != all[i - 1].owner;
+  const double overlap = overlap_s(ka, kb);
+  measure("turn switches", switches, "");
+  measure("kernel time overlapping", overlap, "s");
+  measure("elapsed for 2 x 2 s of work", elapsed, "s");
+  // 2 s of work each in 1 s turns: A, B, A, B at least (the first turn may be shorter).
+  EXPECT_GE(switches, 2) << "the trainers did not take turns";
+  EXPECT_LT(overlap, 0.05) << "kernels of trainers that do not fit ran at the same time";
+
+  auto stat = fake_stat();
+  ASSERT_OK(stat);
+  const Json* device = first_device(stat.value());
+  ASSERT_NE(device, nullptr);
+  const double to_host = json_number(device, "migrated_to_host");
+  const double to_device = json_number(device, "migrated_to_device");
+  const double faulted = json_number(device, "faulted_in");
+  measure("bytes swapped to host", to_host / kGi, "GiB");
+  measure("bytes moved to device", to_device / kGi, "GiB");
+  measure("bytes demand-faulted", faulted / kGi, "GiB");
+  EXPECT_GE(to_host, 6 * kGi) << "no trainer's memory was swapped out at a hand-off";
+  EXPECT_GE(to_device, to_host) << "swapped-out memory was not brought back in bulk";
+  EXPECT_EQ(faulted, 0) << "memory came back by demand faults instead of a bulk prefetch";
+
+  ASSERT_FALSE(runner_slot.is_null()) << "never saw a turn with the other trainer swapped out";
+  measure("mid-turn: runner's managed memory on the device",
+          json_number(&runner_slot, "managed_resident") / kGi, "GiB");
+  measure("mid-turn: waiter's managed memory on the host",
+          json_number(&waiter_slot, "managed_host") / kGi, "GiB");
+  EXPECT_EQ(json_number(&runner_slot, "managed_resident"), 6 * kGi) << runner_slot.dump();
+  EXPECT_EQ(json_number(&runner_slot, "managed_host"), 0) << runner_slot.dump();
+  EXPECT_EQ(json_number(&waiter_slot, "managed_host"), 6 * kGi) << waiter_slot.dump();
+  EXPECT_EQ(json_number(&waiter_slot, "managed_resident"), 0) << waiter_slot.dump();
+}
+
+// A memory limit of 1Gi: cuMemGetInfo reports total = 1Gi; allocating all that it calls free
+// succeeds, one byte more fails with CUDA_ERROR_OUT_OF_MEMORY, and so does a single byte after that
+// (the trainer's --probe-free tries free + 1, then free, then 1 more byte). Besides the trainer's
+// own 256Mi the library charges the CUDA context's footprint to the limit (measured with NVML: none
+// on the simulated GPU, about 0.5Gi on a real one; 512Mi assumed without NVML), so
+// free = limit - 256Mi - context, with context at most 512Mi.
+class MemoryLimitTest : public E2eTest {
+ protected:
+  void run_probe(Env env) {
+    Trainer& t =
+        start_trainer({"limited",
+                       {"--bytes", "256Mi", "--report-meminfo", "--probe-free", "--kernels", "2"},
+                       std::move(env)});
+    Json report = finish(t, 30);
+    ASSERT_FALSE(HasFailure());
+    const double limit = 1 * kGi;
+    const double allocated = 256 * kMi;
+    const Json* probe = report.find("probe");
+    ASSERT_NE(probe, nullptr) << report.dump();
+    const double free = json_number(probe, "free");
+    const double context = limit - allocated - free;
+    measure("cuMemGetInfo total", json_number(probe, "total") / kMi, "MiB");
+    measure("cuMemGetInfo free (after 256Mi allocated)", free / kMi, "MiB");
+    measure("charged besides the allocation (context)", context / kMi, "MiB");
+    EXPECT_EQ(json_number(probe, "total"), limit);
+    EXPECT_GT(free, 0) << "nothing can be allocated under the limit";
+    EXPECT_GE(context, 0) << "free is more than the limit leaves";
+    EXPECT_LE(context, 512 * kMi) << "more than a context's footprint is charged";
+    EXPECT_EQ(json_string(probe, "over_by_one"), "CUDA_ERROR_OUT_OF_MEMORY");
+    EXPECT_EQ(json_string(probe, "exact"), "CUDA_SUCCESS");
+    EXPECT_EQ(json_number(probe, "free_after"), 0);
+    EXPECT_EQ(json_string(probe, "one_more"), "CUDA_ERROR_OUT_OF_MEMORY");
+    EXPECT_EQ(json_number(&report, "mem_total"), limit);
+    EXPECT_EQ(json_number(&report, "mem_free"), free);
+  }
+};
+
+// The limit the process declares (NVSHARE_MEMORY_LIMIT; honoured in local mode).
+TEST_F(MemoryLimitTest, ExactDeclared) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  run_probe({{"NVSHARE_MEMORY_LIMIT", "1Gi"}});
+}
+
+// The same limit pushed through the control API for the pod before the process starts, as the
+// device plugin does at admission.
+TEST_F(MemoryLimitTest, ExactFromControlApi) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  auto set = scheduler_->ctl({"set-limits", "--pod-uid", "e2e-pod-1", "--memory", "1Gi"});
+  ASSERT_OK(set);
+  ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
+  run_probe({{"NVSHARE_POD_UID", "e2e-pod-1"}});
+}
+
+// `nvsharectl set-limits --pid P --memory 2Gi` while the trainer runs (512Mi allocated, no limit
+// before): its cuMemGetInfo, sampled every 10 ms by a thread of the trainer, reports total = 2Gi
+// within 1 s of the call (measured from just before nvsharectl starts to the first sample showing
+// it) with free = 2Gi - what it used before; an allocation of 1600Mi after that, which fits the
+// GPU but not the new limit, fails with CUDA_ERROR_OUT_OF_MEMORY.
+TEST_F(E2eTest, SetLimitsTakesEffectWithinOneSecond) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  Trainer& t = start_trainer(
+      {"T",
+       {"--bytes", "512Mi", "--kernels", "150", "--kernel-us", "20000", "--meminfo-every-ms", "10",
+        "--alloc-after-ms", "2000", "--alloc-bytes", "1600Mi", "--progress"}});
+  ASSERT_FALSE(HasFailure());
+  // Registered with the scheduler and running kernels.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto status = poll_status();
+        return status.ok() &&
+               json_string(find_client(status.value(), t.pid()), "state") == "running" &&
+               t.progress().size() >= 5;
+      },
+      10))
+      << "the trainer never showed up running in the scheduler's status";
+
+  const double limit = 2 * kGi;
+  const double before = monotonic_s();
+  auto set = scheduler_->ctl({"set-limits", "--pid", std::to_string(t.pid()), "--memory", "2Gi"});
+  const double after = monotonic_s();
+  ASSERT_OK(set);
+  ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
+  Json report = finish(t);
+  ASSERT_FALSE(HasFailure());
+
+  const Json* changes = report.find("meminfo_changes");
+  ASSERT_TRUE(changes != nullptr && changes->as_array() != nullptr) << report.dump();
+  double seen_at = -1;
+  double free_then = -1;
+  double used_before = -1;
+  for (const Json& sample : *changes->as_array()) {
+    const double t_sample = json_number(&sample, "t");
+    const double total = json_number(&sample, "total");
+    if (t_sample < before) {
+      EXPECT_NE(total, limit) << "the limit was in force before it was set";
+      used_before = total - json_number(&sample, "free");
+    } else if (total == limit && seen_at < 0) {
+      seen_at = t_sample;
+      free_then = json_number(&sample, "free");
+    }
+  }
+  ASSERT_GE(seen_at, 0) << "cuMemGetInfo never reported the new 2Gi limit: " << report.dump();
+  measure("set-limits call (nvsharectl round trip)", (after - before) * 1000, "ms");
+  measure("limit-change latency (call to cuMemGetInfo total = 2Gi)", (seen_at - before) * 1000,
+          "ms");
+  EXPECT_LT(seen_at - before, 1.0) << "the new limit reached the process after more than 1 s";
+  EXPECT_EQ(free_then, limit - used_before) << "used before the change: " << used_before;
+
+  const Json* late = report.find("late_alloc");
+  ASSERT_NE(late, nullptr) << report.dump();
+  EXPECT_GT(json_number(late, "t"), seen_at) << "the late allocation ran before the limit changed";
+  EXPECT_EQ(json_string(late, "result"), "CUDA_ERROR_OUT_OF_MEMORY")
+      << "512Mi allocated + 1600Mi more must not fit under a 2Gi limit";
+}
+
+// A compute-bound trainer alone under a 30% cap (NVSHARE_CORE_LIMIT=30, honoured in local mode)
+// for about 20 s of wall time. Share = GPU time received / wall time = K x D / wall_s: alone on
+// the simulated GPU each kernel takes exactly D of GPU time, and the trainer launches the next
+// kernel as soon as one completes, so all its waiting is the cap's doing. Must be 30% +- 2 points.
+TEST_F(E2eTest, CoreCapThirtyPercent) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const long kernels = 600;
+  const double kernel_s = 0.010;
+  Trainer& t = start_trainer({"capped",
+                              {"--kernels", std::to_string(kernels), "--kernel-us", "10000"},
+                              {{"NVSHARE_CORE_LIMIT", "30"}}});
+  ASSERT_FALSE(HasFailure());
+  Json last_client;
+  while (t.running()) {
+    auto status = poll_status();
+    if (status.ok()) {
+      if (const Json* c = find_client(status.value(), t.pid())) last_client = *c;
+    }
+    sleep_s(0.25);
+  }
+  Json report = finish(t);
+  ASSERT_FALSE(HasFailure());
+
+  const double wall = json_number(&report, "wall_s");
+  const double share = 100.0 * static_cast<double>(kernels) * kernel_s / wall;
+  measure("wall time", wall, "s");
+  measure("GPU share (K x D / wall_s)", share, "%");
+  if (!last_client.is_null()) {
+    measure("scheduler: core_limit_percent", json_number(&last_client, "core_limit_percent"), "%");
+    measure(
+        "scheduler: billed held_ms / connected_ms",
+        100.0 * json_number(&last_client, "held_ms") / json_number(&last_client, "connected_ms"),
+        "%");
+  }
+  EXPECT_EQ(json_number(&last_client, "core_limit_percent"), 30) << last_client.dump();
+  EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap gave " << share << "% of the GPU's time";
+}
+
+// The scheduler is killed with SIGKILL while two trainers that do not fit take turns (one runs,
+// one waits), and restarted 1 s later on the same sockets. While it is down both trainers keep
+// running (fail-open: the waiter is let go); after the restart both register again; both finish
+// with result ok.
+TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
+  extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "8Gi", "--quantum", "1"}));
+  const std::vector<std::string> args = {"--bytes",     "6Gi",   "--kernels", "200",
+                                         "--kernel-us", "20000", "--progress"};
+  Trainer& a = start_trainer({"A", args});
+  Trainer& b = start_trainer({"B", args});
+  ASSERT_FALSE(HasFailure());
+
+  // One running, the other waiting for it.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto status = poll_status();
+        if (!status.ok()) return false;
+        const std::string sa = json_string(find_client(status.value(), a.pid()), "state");
+        const std::string sb = json_string(find_client(status.value(), b.pid()), "state");
+        return (sa == "running" && sb == "waiting") || (sa == "waiting" && sb == "running");
+      },
+      10))
+      << "never saw one trainer running and the other waiting";
+  sleep_s(0.3);
+
+  const double killed_at = monotonic_s();
+  scheduler_->kill_hard();
+  sleep_s(1.0);
+  const double restarted_at = monotonic_s();
+  ASSERT_TRUE(a.running() && b.running()) << "a trainer ended while the scheduler was down";
+  // Both made progress while the scheduler was down: nobody waits for a scheduler that is gone.
+  for (Trainer* t : {&a, &b}) {
+    int done_while_down = 0;
+    for (const Json& p : t->progress()) {
+      const double done = json_number(&p, "done_s");
+      if (done > killed_at + 0.2 && done < restarted_at) ++done_while_down;
+    }
+    measure("iterations done while the scheduler was down (" + t->name() + ")", done_while_down,
+            "");
+    EXPECT_GT(done_while_down, 0) << "trainer " << t->name()
+                                  << " made no progress while the scheduler was down";
+  }
+
+  ASSERT_OK(scheduler_->start());
+  double registered_at = -1;
+  wait_until(
+      [&] {
+        auto status = poll_status();
+        if (status.ok() && find_client(status.value(), a.pid()) != nullptr &&
+            find_client(status.value(), b.pid()) != nullptr) {
+          registered_at = monotonic_s();
+          return true;
+        }
+        return !(a.running() && b.running());
+      },
+      10, 0.01);
+  Json ra = finish(a);
+  Json rb = finish(b);
+  EXPECT_GE(registered_at, 0) << "the trainers did not both register with the restarted scheduler "
+                                 "while they ran";
+  if (registered_at >= 0) {
+    measure("re-registration after restart", (registered_at - restarted_at) * 1000, "ms");
+  }
+}
+
+// A holder killed with SIGKILL: the trainer waiting behind it gets the GPU within 100 ms, measured
+// from just before kill(2) to the instant the waiter's first cuLaunchKernel returned
+// (CLOCK_MONOTONIC in both processes). Run twice: waiting for its turn (exclusive mode) and
+// waiting for memory (64Mi each under a 100Mi virtual capacity).
+class HolderKilledTest : public E2eTest {
+ protected:
+  void run(const std::vector<std::string>& scheduler_flags, const std::string& expected_reason) {
+    ASSERT_NO_FATAL_FAILURE(start_scheduler(scheduler_flags));
+    Trainer& holder = start_trainer(
+        {"holder", {"--bytes", "64Mi", "--kernels", "1000", "--kernel-us", "20000", "--progress"}});
+    ASSERT_FALSE(HasFailure());
+    ASSERT_TRUE(wait_until(
+        [&] {
+          auto status = poll_status();
+          return status.ok() &&
+                 json_string(find_client(status.value(), holder.pid()), "state") == "running" &&
+                 holder.progress().size() >= 2;
+        },
+        10))
+        << "the holder never ran";
+
+    Trainer& waiter = start_trainer({"waiter",
+                                     {"--bytes", "64Mi", "--kernels", "20", "--kernel-us", "10000",
+                                      "--first-kernel-timestamp", "--progress"}});
+    ASSERT_FALSE(HasFailure());
+    std::string reason;
+    ASSERT_TRUE(wait_until(
+        [&] {
+          auto status = poll_status();
+          if (!status.ok()) return false;
+          const Json* c = find_client(status.value(), waiter.pid());
+          reason = json_string(c, "waiting_for");
+          return json_string(c, "state") == "waiting";
+        },
+        10))
+        << "the second trainer never waited for the holder";
+    EXPECT_EQ(reason, expected_reason);
+    sleep_s(0.3);
+    ASSERT_TRUE(waiter.progress().empty())
+        << "the waiter ran kernels while the holder held the GPU";
+
+    const double killed_at = monotonic_s();
+    holder.kill(SIGKILL);
+    Json report = finish(waiter, 30);
+    ASSERT_FALSE(HasFailure());
+    const double first_kernel = json_number(&report, "first_kernel_s");
+    measure("hand-off after SIGKILL (kill to waiter's first kernel)",
+            (first_kernel - killed_at) * 1000, "ms");
+    EXPECT_GT(first_kernel, killed_at) << "the waiter's first kernel came before the kill";
+    EXPECT_LT(first_kernel - killed_at, 0.100)
+        << "the waiter got the GPU more than 100 ms after the holder was killed";
+  }
+};
+
+TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForTurn) {
+  run({"--mode", "exclusive", "--quantum", "30"}, "turn");
+}
+
+TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForMemory) {
+  run({"--capacity", "100Mi", "--quantum", "30"}, "memory");
+}
+
+// NVSHARE_ENABLE=0 with the library preloaded changes nothing: the same trainer output (apart from
+// timings, compared loosely), the same device-memory accounting in the simulated driver (plain
+// cuMemAlloc bytes, nothing converted to managed memory) and no session with the scheduler. A
+// third run with the library enabled shows that the same checks do see the library when it acts.
+TEST_F(E2eTest, EnableZeroChangesNothing) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  const std::vector<std::string> args = {"--bytes",     "256Mi", "--kernels",        "50",
+                                         "--kernel-us", "20000", "--report-meminfo", "--progress"};
+  struct Run {
+    Json report;
+    Json slot;  // the trainer's context in nvshare-fakecuda-stat, mid-run
+    double sessions = -1;
+    bool registered = false;
+  };
+  auto run = [&](TrainerOptions options) -> Run {
+    Run out;
+    Trainer& t = start_trainer(std::move(options));
+    if (HasFailure()) return out;
+    wait_until([&] { return !t.progress().empty() || !t.running(); }, 10);
+    auto stat = fake_stat();
+    if (stat.ok()) {
+      if (const Json* slot = context_of(first_device(stat.value()), t.pid())) out.slot = *slot;
+    }
+    auto status = poll_status();
+    if (status.ok()) {
+      out.sessions = json_number(status.value().find("scheduler"), "client_sessions");
+      out.registered = find_client(status.value(), t.pid()) != nullptr;
+    }
+    out.report = finish(t);
+    return out;
+  };
+  Run plain = run({"plain", args, {}, /*preload=*/false});
+  Run disabled = run({"disabled", args, {{"NVSHARE_ENABLE", "0"}}});
+  Run enabled = run({"enabled", args});
+  ASSERT_FALSE(HasFailure());
+
+  for (const char* key : {"device", "uuid", "bytes", "managed", "iterations", "kernels_per_iter",
+                          "kernel_us", "mem_free", "mem_total", "result"}) {
+    const Json* p = plain.report.find(key);
+    const Json* d = disabled.report.find(key);
+    ASSERT_TRUE(p != nullptr && d != nullptr) << key;
+    EXPECT_EQ(p->dump(), d->dump()) << "field " << key << " differs with NVSHARE_ENABLE=0";
+  }
+  EXPECT_NEAR(json_number(&disabled.report, "gpu_s") / json_number(&plain.report, "gpu_s"), 1,
+              0.05);
+  EXPECT_NEAR(json_number(&disabled.report, "wall_s") / json_number(&plain.report, "wall_s"), 1,
+              0.15);
+  measure("wall_s without the library", json_number(&plain.report, "wall_s"), "s");
+  measure("wall_s with NVSHARE_ENABLE=0", json_number(&disabled.report, "wall_s"), "s");
+  measure("wall_s with the library enabled", json_number(&enabled.report, "wall_s"), "s");
+
+  for (const Run* r : {&plain, &disabled}) {
+    const std::string which = r == &plain ? "without the library" : "with NVSHARE_ENABLE=0";
+    ASSERT_FALSE(r->slot.is_null()) << "no simulated-GPU context seen " << which;
+    EXPECT_EQ(json_number(&r->slot, "allocated"), 256 * kMi) << which << ": " << r->slot.dump();
+    EXPECT_EQ(json_number(&r->slot, "managed_resident"), 0) << which << ": " << r->slot.dump();
+    EXPECT_EQ(json_number(&r->slot, "managed_host"), 0) << which << ": " << r->slot.dump();
+    EXPECT_EQ(r->sessions, 0) << which << ": the scheduler had a client session";
+    EXPECT_FALSE(r->registered) << which << ": the trainer registered with the scheduler";
+  }
+  // The contrast: enabled, the library converts the allocation and registers.
+  ASSERT_FALSE(enabled.slot.is_null());
+  EXPECT_EQ(json_number(&enabled.slot, "allocated"), 0) << enabled.slot.dump();
+  EXPECT_EQ(
+      json_number(&enabled.slot, "managed_resident") + json_number(&enabled.slot, "managed_host"),
+      256 * kMi)
+      << enabled.slot.dump();
+  EXPECT_TRUE(enabled.registered) << "the enabled library never registered with the scheduler";
+}
+
+}  // namespace
+}  // namespace nvshare::e2e

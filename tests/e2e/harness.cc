@@ -1,0 +1,367 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/unix_socket.h"
+#include "tools/control_client.h"
+
+extern char** environ;
+
+namespace nvshare::e2e {
+namespace {
+
+int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// The child's environment: ours without anything that would steer nvshare or the fake from the
+// shell that runs the tests (a developer's NVSHARE_SOCKET, an LD_PRELOAD), then the overrides.
+std::vector<std::string> child_environment(const Env& env) {
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string name(entry.substr(0, eq));
+    if (name.rfind("NVSHARE_", 0) == 0 || name == "LD_PRELOAD") continue;
+    vars[name] = std::string(entry.substr(eq + 1));
+  }
+  for (const auto& [name, value] : env) {
+    if (value) {
+      vars[name] = *value;
+    } else {
+      vars.erase(name);
+    }
+  }
+  std::vector<std::string> out;
+  for (const auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+const Programs& programs() {
+  static const Programs p{NVSHARE_E2E_SCHEDULER, NVSHARE_E2E_CTL,  NVSHARE_E2E_LIBRARY,
+                          NVSHARE_E2E_TRAINER,   NVSHARE_E2E_STAT, NVSHARE_E2E_FAKECUDA_DIR};
+  return p;
+}
+
+double monotonic_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void sleep_s(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/nvshare-e2e-XXXXXX";
+  if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  if (path_.empty() || std::getenv("NVSHARE_KEEP_TEST_DIRS") != nullptr) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string tail(const std::string& text, std::size_t lines) {
+  std::size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (std::size_t seen = 0; pos > 0; --pos) {
+    if (text[pos - 1] == '\n' && ++seen == lines) break;
+  }
+  return (pos > 0 ? "[...]\n" : "") + text.substr(pos);
+}
+
+Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& argv,
+                                                const Env& env, const std::string& stdout_path,
+                                                const std::string& stderr_path, bool append) {
+  // Everything the child needs is built before fork: only async-signal-safe calls after it.
+  std::vector<std::string> args = argv;
+  std::vector<std::string> envs = child_environment(env);
+  std::vector<char*> c_args = c_strings(args);
+  std::vector<char*> c_envs = c_strings(envs);
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+  const int out = ::open(stdout_path.c_str(), flags, 0644);
+  const int err = stderr_path == stdout_path ? out : ::open(stderr_path.c_str(), flags, 0644);
+  if (out < 0 || err < 0) return make_error("open " + stdout_path + ": " + std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Children never outlive the test, whatever happens to it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    ::execve(c_args[0], c_args.data(), c_envs.data());
+    ::_exit(127);
+  }
+  ::close(out);
+  if (err != out) ::close(err);
+  std::unique_ptr<Process> process(new Process());
+  process->pid_ = pid;
+  return process;
+}
+
+Process::~Process() {
+  if (running()) {
+    ::kill(pid_, SIGKILL);
+    (void)wait(5);
+  }
+}
+
+bool Process::running() {
+  if (exit_code_) return false;
+  int status = 0;
+  const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+  if (done == pid_) {
+    exit_code_ = decode_status(status);
+    return false;
+  }
+  return done == 0;
+}
+
+Result<int> Process::wait(double timeout_s) {
+  const double deadline = monotonic_s() + timeout_s;
+  while (running()) {
+    if (monotonic_s() > deadline) {
+      return make_error("pid " + std::to_string(pid_) + " still running after " +
+                        std::to_string(timeout_s) + " s");
+    }
+    sleep_s(0.002);
+  }
+  if (!exit_code_) return make_error("pid " + std::to_string(pid_) + " could not be reaped");
+  return *exit_code_;
+}
+
+void Process::kill(int signal) {
+  if (!exit_code_) ::kill(pid_, signal);
+}
+
+Result<CommandResult> run_command(const std::vector<std::string>& argv, const std::string& dir,
+                                  double timeout_s) {
+  static int counter = 0;
+  const std::string base = dir + "/cmd" + std::to_string(++counter);
+  auto process = Process::spawn(argv, {}, base + ".out", base + ".err");
+  if (!process.ok()) return process.error();
+  auto code = process.value()->wait(timeout_s);
+  if (!code.ok()) return code.error();
+  CommandResult result;
+  result.exit_code = code.value();
+  result.out = read_file(base + ".out");
+  result.err = read_file(base + ".err");
+  std::error_code ignored;
+  std::filesystem::remove(base + ".out", ignored);
+  std::filesystem::remove(base + ".err", ignored);
+  return result;
+}
+
+Scheduler::Scheduler(std::string dir, std::vector<std::string> flags)
+    : dir_(std::move(dir)),
+      flags_(std::move(flags)),
+      socket_(dir_ + "/scheduler.sock"),
+      control_socket_(dir_ + "/control.sock") {}
+
+Scheduler::~Scheduler() = default;
+
+Status Scheduler::start() {
+  std::vector<std::string> argv = {programs().scheduler, "--socket", socket_, "--control-socket",
+                                   control_socket_};
+  argv.insert(argv.end(), flags_.begin(), flags_.end());
+  const std::string log_path = dir_ + "/scheduler.log";
+  {
+    std::ofstream log(log_path, std::ios::app);
+    log << "=== e2e: scheduler start #" << ++lives_ << " at t=" << monotonic_s() << " ===\n";
+  }
+  auto process = Process::spawn(argv, {{"NVSHARE_LOG_LEVEL", "debug"}}, log_path, log_path, true);
+  if (!process.ok()) return process.error();
+  process_ = std::move(process).value();
+  const double deadline = monotonic_s() + 10;
+  while (monotonic_s() < deadline) {
+    if (!process_->running()) {
+      return make_error("nvshare-scheduler exited with status " +
+                        std::to_string(process_->exit_code().value_or(-1)));
+    }
+    if (connect_unix(socket_).ok() && connect_unix(control_socket_).ok()) return Status::Ok();
+    sleep_s(0.005);
+  }
+  return make_error("nvshare-scheduler did not listen within 10 s");
+}
+
+void Scheduler::kill_hard() {
+  if (!process_) return;
+  process_->kill(SIGKILL);
+  (void)process_->wait(5);
+  std::ofstream log(dir_ + "/scheduler.log", std::ios::app);
+  log << "=== e2e: scheduler killed (SIGKILL) at t=" << monotonic_s() << " ===\n";
+}
+
+void Scheduler::stop() {
+  if (!process_) return;
+  process_->kill(SIGTERM);
+  (void)process_->wait(5);
+}
+
+bool Scheduler::running() { return process_ && process_->running(); }
+
+std::string Scheduler::log() const { return read_file(dir_ + "/scheduler.log"); }
+
+Result<Json> Scheduler::status() const {
+  auto response = tools::control_call(control_socket_, Json(Json::Object{{"cmd", "status"}}), 2000);
+  if (!response.ok()) return response.error();
+  const Json* ok = response.value().find("ok");
+  if (ok == nullptr || ok->as_bool() != true) {
+    return make_error("status refused: " + response.value().dump());
+  }
+  return response;
+}
+
+Result<CommandResult> Scheduler::ctl(const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {programs().ctl, "--control-socket", control_socket_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir_);
+}
+
+const Json* find_client(const Json& status, pid_t pid) {
+  const Json* gpus = status.find("gpus");
+  if (gpus == nullptr || gpus->as_array() == nullptr) return nullptr;
+  for (const Json& gpu : *gpus->as_array()) {
+    const Json* clients = gpu.find("clients");
+    if (clients == nullptr || clients->as_array() == nullptr) continue;
+    for (const Json& client : *clients->as_array()) {
+      const Json* p = client.find("pid");
+      if (p != nullptr && p->as_int64() == pid) return &client;
+    }
+  }
+  return nullptr;
+}
+
+double json_number(const Json* object, std::string_view key, double fallback) {
+  if (object == nullptr) return fallback;
+  const Json* member = object->find(key);
+  if (member == nullptr) return fallback;
+  return member->as_double().value_or(fallback);
+}
+
+std::string json_string(const Json* object, std::string_view key) {
+  if (object == nullptr) return "";
+  const Json* member = object->find(key);
+  if (member == nullptr || member->as_string() == nullptr) return "";
+  return *member->as_string();
+}
+
+Trainer::Trainer(TrainerOptions options, std::string dir)
+    : options_(std::move(options)),
+      dir_(std::move(dir)),
+      stdout_path_(dir_ + "/trainer-" + options_.name + ".json"),
+      stderr_path_(dir_ + "/trainer-" + options_.name + ".stderr") {}
+
+Status Trainer::start(const Env& base_env) {
+  Env env = base_env;
+  if (options_.preload) env["LD_PRELOAD"] = programs().library;
+  for (const auto& [name, value] : options_.env) env[name] = value;
+  std::vector<std::string> argv = {programs().trainer};
+  argv.insert(argv.end(), options_.args.begin(), options_.args.end());
+  auto process = Process::spawn(argv, env, stdout_path_, stderr_path_);
+  if (!process.ok()) return process.error();
+  process_ = std::move(process).value();
+  return Status::Ok();
+}
+
+Result<int> Trainer::wait(double timeout_s) {
+  if (!process_) return make_error("trainer " + options_.name + " was not started");
+  return process_->wait(timeout_s);
+}
+
+std::string Trainer::stdout_text() const { return read_file(stdout_path_); }
+std::string Trainer::stderr_text() const { return read_file(stderr_path_); }
+
+Result<Json> Trainer::report() const {
+  const std::string text = stdout_text();
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    auto json = parse_json(line);
+    if (json.ok()) return json;
+  }
+  return make_error("trainer " + options_.name + " printed no JSON report; stdout: \"" + text +
+                    "\"");
+}
+
+std::vector<Json> Trainer::progress() const {
+  std::vector<Json> out;
+  std::istringstream lines(stderr_text());
+  for (std::string line; std::getline(lines, line);) {
+    // The library's own log lines share stderr; only the trainer's progress objects count.
+    if (line.rfind("{\"progress\":", 0) != 0) continue;
+    auto json = parse_json(line);
+    if (json.ok()) out.push_back(std::move(json).value());
+  }
+  return out;
+}
+
+std::string Trainer::describe() const {
+  std::string out = "--- trainer " + options_.name;
+  if (process_) out += " (pid " + std::to_string(process_->pid()) + ")";
+  out += ":";
+  for (const auto& [name, value] : options_.env) {
+    out += " " + name + "=" + value.value_or("(unset)");
+  }
+  out += options_.preload ? " LD_PRELOAD=libnvshare.so" : "";
+  out += " nvshare-trainer";
+  for (const std::string& a : options_.args) out += " " + a;
+  out += "\n    exit: ";
+  auto code = process_ ? process_->exit_code() : std::nullopt;
+  out += code ? std::to_string(*code) : std::string("(running or not started)");
+  out += "\n    stdout: " + stdout_text();
+  std::string err = stderr_text();
+  // Progress lines make stderr long; the library's messages are what a reader needs.
+  std::string filtered;
+  std::size_t progress_lines = 0;
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"progress\":", 0) == 0) {
+      ++progress_lines;
+      continue;
+    }
+    filtered += line + "\n";
+  }
+  out += "\n    stderr (" + std::to_string(progress_lines) + " progress lines omitted):\n" +
+         tail(filtered, 60);
+  return out;
+}
+
+}  // namespace nvshare::e2e

@@ -1,0 +1,170 @@
+// The end-to-end harness: real processes (nvshare-scheduler, nvsharectl, nvshare-trainer under
+// libnvshare.so on the simulated GPU), each test in its own temporary directory with its own
+// sockets and its own simulated-GPU state file, so tests never see each other.
+//
+// Contract
+//  - Every child is started with a clean NVSHARE_* environment (nothing leaks from the shell that
+//    runs ctest) plus the variables the test names, dies with the test process (PDEATHSIG) and is
+//    killed and reaped by its owner's destructor.
+//  - Timestamps are CLOCK_MONOTONIC seconds, the clock the trainer prints, so a test can subtract
+//    its own events (a kill, a set-limits call) from the trainer's.
+//  - A failing test prints what it needs to be understood: the trainers' JSON and stderr, the
+//    scheduler's log and the simulated GPU's state (E2eTest::TearDown).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/json.h"
+#include "common/result.h"
+
+namespace nvshare::e2e {
+
+// Where the programs under test are (compile definitions from tests/e2e/CMakeLists.txt).
+struct Programs {
+  std::string scheduler;
+  std::string ctl;
+  std::string library;  // libnvshare.so
+  std::string trainer;
+  std::string stat;          // nvshare-fakecuda-stat
+  std::string fakecuda_dir;  // holds the simulated libcuda.so.1
+};
+const Programs& programs();
+
+double monotonic_s();
+void sleep_s(double seconds);
+
+// Environment overrides: a value sets the variable, nullopt removes it.
+using Env = std::map<std::string, std::optional<std::string>>;
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();  // removes the directory unless NVSHARE_KEEP_TEST_DIRS is set
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path);
+// The last `lines` lines of `text`.
+std::string tail(const std::string& text, std::size_t lines);
+
+// A child process with stdout and stderr redirected to files.
+class Process {
+ public:
+  static Result<std::unique_ptr<Process>> spawn(const std::vector<std::string>& argv,
+                                                const Env& env, const std::string& stdout_path,
+                                                const std::string& stderr_path,
+                                                bool append = false);
+  ~Process();  // SIGKILL and reap when still running
+
+  pid_t pid() const { return pid_; }
+  // Reaps the child if it has exited; true while it runs.
+  bool running();
+  // Waits up to `timeout_s`. The exit code, 128 + signal when killed, or an error on timeout.
+  Result<int> wait(double timeout_s);
+  void kill(int signal);
+  std::optional<int> exit_code() const { return exit_code_; }
+
+ private:
+  Process() = default;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+// Runs a program to completion (stdout/stderr through files in `dir`).
+Result<CommandResult> run_command(const std::vector<std::string>& argv, const std::string& dir,
+                                  double timeout_s = 10);
+
+// A private nvshare-scheduler: sockets in `dir`, log in <dir>/scheduler.log (appended across
+// restarts so a failure shows every life of the daemon).
+class Scheduler {
+ public:
+  Scheduler(std::string dir, std::vector<std::string> flags);
+  ~Scheduler();
+
+  // Starts the daemon and returns once both sockets accept connections.
+  Status start();
+  // SIGKILL, as a crash or an OOM kill would end it: no cleanup of its sockets.
+  void kill_hard();
+  // SIGTERM and wait.
+  void stop();
+  bool running();
+
+  const std::string& socket() const { return socket_; }
+  const std::string& control_socket() const { return control_socket_; }
+  std::string log() const;
+
+  // The control API's status response (docs/control-api.md).
+  Result<Json> status() const;
+  // nvsharectl --control-socket ... ARGS
+  Result<CommandResult> ctl(const std::vector<std::string>& args) const;
+
+ private:
+  std::string dir_;
+  std::vector<std::string> flags_;
+  std::string socket_;
+  std::string control_socket_;
+  std::unique_ptr<Process> process_;
+  int lives_ = 0;
+};
+
+// The client object of `status` whose pid is `pid` (on any GPU), or nullptr.
+const Json* find_client(const Json& status, pid_t pid);
+// Member `key` of `object` as a number/string, or a fallback.
+double json_number(const Json* object, std::string_view key, double fallback = -1);
+std::string json_string(const Json* object, std::string_view key);
+
+// One nvshare-trainer run.
+struct TrainerOptions {
+  TrainerOptions(std::string name_, std::vector<std::string> args_, Env env_ = {},
+                 bool preload_ = true)
+      : name(std::move(name_)), args(std::move(args_)), env(std::move(env_)), preload(preload_) {}
+
+  std::string name;               // for messages: "A", "holder", ...
+  std::vector<std::string> args;  // nvshare-trainer flags
+  Env env;                        // on top of the test's trainer environment
+  bool preload = true;            // LD_PRELOAD=libnvshare.so
+};
+
+class Trainer {
+ public:
+  Trainer(TrainerOptions options, std::string dir);
+  Status start(const Env& base_env);
+  Result<int> wait(double timeout_s);
+  bool running() { return process_ && process_->running(); }
+  void kill(int signal) { process_->kill(signal); }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
+  const std::string& name() const { return options_.name; }
+
+  std::string stdout_text() const;
+  std::string stderr_text() const;
+  // The final JSON object (the first stdout line that parses), or an error naming what was there.
+  Result<Json> report() const;
+  // The --progress lines seen so far, in order.
+  std::vector<Json> progress() const;
+  std::string describe() const;  // name, command line, exit code, stdout, the end of stderr
+
+ private:
+  TrainerOptions options_;
+  std::string dir_;
+  std::string stdout_path_;
+  std::string stderr_path_;
+  std::unique_ptr<Process> process_;
+};
+
+}  // namespace nvshare::e2e

@@ -1,0 +1,230 @@
+// Exported: the virtual memory management API (cuMemCreate, cuMemAddressReserve, cuMemMap, ...).
+//
+// A physical allocation (cuMemCreate) is a memfd of the requested size, counted against its
+// device's capacity like cuMemAlloc until cuMemRelease. cuMemAddressReserve reserves address space
+// (an inaccessible anonymous mapping); cuMemMap maps the memfd over part of it, shared, so that two
+// mappings of one allocation see the same bytes, and registers the range so copies and memsets
+// accept it. cuMemUnmap puts the reservation back; cuMemSetAccess only checks its arguments (mapped
+// memory is always readable and writable here). The fake requires a current context on the
+// allocation's device, whose slot carries the accounting.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+using fakecuda::Allocation;
+using fakecuda::current_context;
+using fakecuda::Driver;
+using fakecuda::guarded;
+using fakecuda::MemoryKind;
+using fakecuda::require_init;
+
+namespace {
+
+constexpr std::size_t kGranularity = 2 << 20;
+
+bool granular(std::size_t value) { return value % kGranularity == 0; }
+
+CUresult check_prop(const CUmemAllocationProp* prop) {
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Driver::instance().device(prop->location.id) != nullptr ? CUDA_SUCCESS
+                                                                 : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size,
+                const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  if (handle == nullptr || size == 0 || !granular(size) || flags != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult rc = check_prop(prop); rc != CUDA_SUCCESS) return rc;
+  std::shared_ptr<CUctx_st> ctx;
+  if (CUresult rc = current_context(&ctx); rc != CUDA_SUCCESS) return rc;
+  if (ctx->device != prop->location.id) return CUDA_ERROR_INVALID_DEVICE;
+  Driver& driver = Driver::instance();
+  fakecuda::Device* d = driver.device(ctx->device);
+  if (!d->sim.reserve_device_memory(ctx->slot, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    d->sim.release_device_memory(ctx->slot, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const std::uint64_t id = driver.next_id.fetch_add(1);
+  std::lock_guard lock(driver.mu);
+  driver.physical[id] = fakecuda::PhysicalAllocation{fd, size, ctx};
+  *handle = id;
+  return CUDA_SUCCESS;
+}
+
+CUresult release(CUmemGenericAllocationHandle handle) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  Driver& driver = Driver::instance();
+  fakecuda::PhysicalAllocation physical;
+  {
+    std::lock_guard lock(driver.mu);
+    auto it = driver.physical.find(handle);
+    if (it == driver.physical.end()) return CUDA_ERROR_INVALID_VALUE;
+    physical = std::move(it->second);
+    driver.physical.erase(it);
+  }
+  // Mappings that still exist keep the pages; the device's accounting ends here.
+  driver.device(physical.ctx->device)->sim.release_device_memory(physical.ctx->slot, physical.size);
+  close(physical.fd);
+  return CUDA_SUCCESS;
+}
+
+// Whether [ptr, ptr + size) lies inside one reservation.
+bool reserved(std::uintptr_t ptr, std::size_t size) {
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  auto it = driver.reservations.upper_bound(ptr);
+  if (it == driver.reservations.begin()) return false;
+  --it;
+  return ptr >= it->first && ptr - it->first + size <= it->second;
+}
+
+CUresult map(CUdeviceptr ptr, std::size_t size, std::size_t offset,
+             CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  if (size == 0 || !granular(size) || !granular(offset) || !granular(ptr) || flags != 0 ||
+      !reserved(ptr, size)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::instance();
+  int fd = -1;
+  std::shared_ptr<CUctx_st> ctx;
+  {
+    std::lock_guard lock(driver.mu);
+    auto it = driver.physical.find(handle);
+    if (it == driver.physical.end()) return CUDA_ERROR_INVALID_HANDLE;
+    if (offset + size > it->second.size) return CUDA_ERROR_INVALID_VALUE;
+    fd = it->second.fd;
+    ctx = it->second.ctx;
+  }
+  if (driver.find_allocation(ptr, 1) || driver.find_allocation(ptr + size - 1, 1)) {
+    return CUDA_ERROR_ALREADY_MAPPED;
+  }
+  void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 fd, static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Allocation a;
+  a.base = ptr;
+  a.size = size;
+  a.mapped_size = 0;  // the reservation owns the address space
+  a.kind = MemoryKind::kMapped;
+  a.ctx = ctx;
+  fakecuda::register_allocation(std::move(a));
+  return CUDA_SUCCESS;
+}
+
+CUresult unmap(CUdeviceptr ptr, std::size_t size) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  auto a = fakecuda::take_allocation(ptr, {MemoryKind::kMapped});
+  if (!a) return CUDA_ERROR_INVALID_VALUE;
+  if (a->size != size) {
+    fakecuda::register_allocation(std::move(*a));
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                               CUmemAllocationGranularity_flags option) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+        option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (CUresult rc = check_prop(prop); rc != CUDA_SUCCESS) return rc;
+    *granularity = kGranularity;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                             const CUmemAllocationProp* prop, unsigned long long flags) {
+  return guarded([&] { return create(handle, size, prop, flags); });
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
+  return guarded([&] { return release(handle); });
+}
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (ptr == nullptr || size == 0 || !granular(size) || flags != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const std::size_t align = alignment > kGranularity ? alignment : kGranularity;
+    // Over-reserve, then trim to an aligned range.
+    void* p = mmap(addr != 0 ? reinterpret_cast<void*>(addr) : nullptr, size + align, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    const auto raw = reinterpret_cast<std::uintptr_t>(p);
+    const std::uintptr_t base = (raw + align - 1) / align * align;
+    if (base > raw) munmap(p, base - raw);
+    if (raw + size + align > base + size) {
+      munmap(reinterpret_cast<void*>(base + size), raw + size + align - (base + size));
+    }
+    Driver& driver = Driver::instance();
+    std::lock_guard lock(driver.mu);
+    driver.reservations[base] = size;
+    *ptr = base;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    Driver& driver = Driver::instance();
+    {
+      std::lock_guard lock(driver.mu);
+      auto it = driver.reservations.find(ptr);
+      if (it == driver.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+      driver.reservations.erase(it);
+    }
+    munmap(reinterpret_cast<void*>(ptr), size);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  return guarded([&] { return map(ptr, size, offset, handle, flags); });
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return guarded([&] { return unmap(ptr, size); });
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                size_t count) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (desc == nullptr || count == 0 || !reserved(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; ++i) {
+      if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+          Driver::instance().device(desc[i].location.id) == nullptr) {
+        return CUDA_ERROR_INVALID_DEVICE;
+      }
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"

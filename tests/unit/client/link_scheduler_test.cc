@@ -1,0 +1,140 @@
+// The link engine against the real nvshare-scheduler: two clients (two engines, so two sessions,
+// as two processes would have) on one GPU hand the grant over by idle release, by turns, and with a
+// swap when their memory does not fit together.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "client/link/link_engine.h"
+#include "test_support.h"
+
+namespace nvshare::client {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeAgent;
+using testing::SchedulerProcess;
+using testing::TempDir;
+using testing::wait_until;
+
+constexpr std::uint64_t kGpuMemory = 1ull << 30;
+constexpr const char* kGpu = "GPU-00000000-1111-2222-3333-444444444444";
+
+class Client {
+ public:
+  Client(const std::string& socket, Duration idle_release) {
+    LinkOptions options;
+    options.socket_path = socket;
+    options.idle_release = idle_release;
+    options.process_name = "itest";
+    engine_ = std::make_unique<LinkEngine>(options);
+    link_ = &engine_->device({kGpu, kGpuMemory}, agent_);
+  }
+  ~Client() {
+    engine_->stop(1s);  // opens the gate for a thread a failed test left waiting
+    if (pending_.valid()) pending_.wait();
+  }
+  // Starts one submission on another thread.
+  void submit() {
+    pending_ = std::async(std::launch::async, [this] {
+      link_->before_submit();
+      link_->after_submit();
+    });
+  }
+  bool submitted_within(std::chrono::milliseconds timeout) {
+    return pending_.wait_for(timeout) == std::future_status::ready;
+  }
+  GrantState state() const { return static_cast<DeviceChannel*>(link_)->state(); }
+  FakeAgent& agent() { return agent_; }
+
+ private:
+  FakeAgent agent_;
+  std::unique_ptr<LinkEngine> engine_;
+  DeviceLink* link_ = nullptr;
+  std::future<void> pending_;
+};
+
+TEST(LinkWithScheduler, IdleReleaseHandsTheGpuOver) {
+  TempDir dir;
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "60"});
+  ASSERT_TRUE(scheduler.ready()) << scheduler.log();
+  Client a(scheduler.socket(), 50ms);
+  Client b(scheduler.socket(), 50ms);
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
+  EXPECT_EQ(a.state(), GrantState::kHeld);
+  b.submit();
+  EXPECT_FALSE(b.submitted_within(300ms)) << "exclusive mode granted two clients";
+  EXPECT_EQ(b.state(), GrantState::kRequested);
+  a.agent().set_idle(1s);  // a's work is done
+  ASSERT_TRUE(b.submitted_within(3s)) << scheduler.log();
+  EXPECT_EQ(b.state(), GrantState::kHeld);
+  EXPECT_EQ(a.state(), GrantState::kIdle);
+  EXPECT_EQ(a.agent().drains.load(), 0) << "an idle release does not drain";
+}
+
+TEST(LinkWithScheduler, TurnsRevokeDrainAndHandOverBothWays) {
+  TempDir dir;
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "0.2"});
+  ASSERT_TRUE(scheduler.ready()) << scheduler.log();
+  Client a(scheduler.socket(), 0ms);  // no idle release: only revokes move the grant
+  Client b(scheduler.socket(), 0ms);
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
+  b.submit();
+  // After a's quantum the scheduler revokes it: a drains, releases, and b runs.
+  ASSERT_TRUE(b.submitted_within(5s)) << scheduler.log();
+  EXPECT_EQ(a.agent().drains.load(), 1);
+  EXPECT_EQ(a.agent().swap_outs.load(), 0) << "two small clients take turns without swapping";
+  EXPECT_EQ(a.state(), GrantState::kRequested);  // re-queued by the scheduler, no new request
+  // a waits again; after b's quantum it runs.
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(5s)) << scheduler.log();
+  EXPECT_EQ(b.agent().drains.load(), 1);
+}
+
+TEST(LinkWithScheduler, ClientsThatDoNotFitSwapAtTheHandOver) {
+  TempDir dir;
+  SchedulerProcess scheduler(dir, {"--capacity", "1Gi", "--quantum", "0.2"});
+  ASSERT_TRUE(scheduler.ready()) << scheduler.log();
+  Client a(scheduler.socket(), 0ms);
+  Client b(scheduler.socket(), 0ms);
+  a.agent().set_usage({700ull << 20, 700ull << 20, 0});
+  b.agent().set_usage({700ull << 20, 700ull << 20, 0});
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
+  b.submit();
+  EXPECT_FALSE(b.submitted_within(100ms)) << "1.4Gi ran together on a 1Gi GPU";
+  ASSERT_TRUE(b.submitted_within(5s)) << scheduler.log();
+  EXPECT_EQ(a.agent().swap_outs.load(), 1);
+  // a comes back after b's turn, swapping in before it runs again.
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(5s)) << scheduler.log();
+  EXPECT_EQ(a.agent().swap_ins.load(), 1);
+  EXPECT_EQ(b.agent().swap_outs.load(), 1);
+}
+
+TEST(LinkWithScheduler, SchedulerRestartIsSurvived) {
+  TempDir dir;
+  auto scheduler = std::make_unique<SchedulerProcess>(dir, std::vector<std::string>{});
+  ASSERT_TRUE(scheduler->ready());
+  Client a(scheduler->socket(), 0ms);
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(3s));
+  const std::string socket = scheduler->socket();
+  scheduler.reset();  // SIGTERM: the scheduler goes away
+  ASSERT_TRUE(wait_until([&] { return a.state() == GrantState::kOpen; }));
+  a.submit();
+  EXPECT_TRUE(a.submitted_within(1s)) << "fail-open";
+  scheduler = std::make_unique<SchedulerProcess>(dir, std::vector<std::string>{});
+  ASSERT_TRUE(scheduler->ready());
+  // Registered again within the backoff (at most 2 s), closed until granted.
+  ASSERT_TRUE(wait_until([&] { return a.state() == GrantState::kIdle; }, 5000ms))
+      << to_string(a.state());
+  a.submit();
+  EXPECT_TRUE(a.submitted_within(3s)) << scheduler->log();
+  EXPECT_EQ(a.state(), GrantState::kHeld);
+}
+
+}  // namespace
+}  // namespace nvshare::client

@@ -1,0 +1,536 @@
+// The link engine against a scripted scheduler: registration, the gate, revokes, swaps, idle
+// release, limits, usage, liveness, fail-open and reconnection.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <set>
+
+#include "client/link/link_engine.h"
+#include "test_support.h"
+
+namespace nvshare::client {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeAgent;
+using testing::ScriptedPeer;
+using testing::ScriptedScheduler;
+using testing::StderrCapture;
+using testing::TempDir;
+using testing::wait_until;
+
+constexpr std::uint64_t kGpuMemory = 16ull << 30;
+
+// A thread calling before_submit() once. If it is still blocked when the test ends (the test
+// failed), the engine is stopped so that the gate opens and the test does not hang.
+class Submitter {
+ public:
+  Submitter(DeviceLink& link, LinkEngine* engine)
+      : engine_(engine), future_(std::async(std::launch::async, [&link] {
+          link.before_submit();
+          link.after_submit();
+        })) {}
+  ~Submitter() {
+    if (future_.wait_for(3s) != std::future_status::ready && engine_ != nullptr) engine_->stop(1s);
+  }
+  bool done_within(std::chrono::milliseconds timeout) {
+    return future_.wait_for(timeout) == std::future_status::ready;
+  }
+
+ private:
+  LinkEngine* engine_;
+  std::future<void> future_;
+};
+
+// Returns within `timeout` from before_submit on this thread.
+bool passes_quickly(DeviceLink& link, std::chrono::milliseconds timeout = 200ms) {
+  const auto start = std::chrono::steady_clock::now();
+  link.before_submit();
+  link.after_submit();
+  return std::chrono::steady_clock::now() - start < timeout;
+}
+
+class LinkTest : public ::testing::Test {
+ protected:
+  LinkOptions options() {
+    LinkOptions o;
+    o.socket_path = dir_.file("s.sock");
+    o.reconnect_initial = 20ms;
+    o.reconnect_max = 100ms;
+    o.process_name = "link-test";
+    return o;
+  }
+
+  // Engine + device, session welcomed (the usage report that follows the welcome consumed).
+  void start_session(LinkOptions o) {
+    engine_ = std::make_unique<LinkEngine>(std::move(o));
+    link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+    peer_ = scheduler_.accept();
+    ASSERT_NE(peer_, nullptr);
+    ASSERT_TRUE(peer_->handshake());
+    ASSERT_TRUE(wait_until([&] { return channel().state() == GrantState::kIdle; }));
+  }
+  void start_session() { start_session(options()); }
+
+  // A submission requests, the grant arrives, the submission goes through.
+  void acquire(std::uint64_t epoch) {
+    Submitter submitter(*link_, engine_.get());
+    ASSERT_TRUE(peer_->expect<protocol::Request>()) << peer_->last_unexpected();
+    peer_->send(protocol::Grant{epoch});
+    ASSERT_TRUE(submitter.done_within(3s));
+    ASSERT_EQ(channel().state(), GrantState::kHeld);
+  }
+
+  DeviceChannel& channel() { return static_cast<DeviceChannel&>(*link_); }
+
+  TempDir dir_;
+  ScriptedScheduler scheduler_{dir_.file("s.sock")};
+  FakeAgent agent_;
+  std::unique_ptr<LinkEngine> engine_;
+  DeviceLink* link_ = nullptr;
+  std::unique_ptr<ScriptedPeer> peer_;
+};
+
+TEST_F(LinkTest, HelloCarriesIdentityCapabilitiesAndDeclaredLimits) {
+  LinkOptions o = options();
+  o.declared = protocol::Limits{1ull << 30, 30};
+  o.pod_uid = "pod-1234";
+  o.process_name.clear();  // from /proc/self/comm
+  engine_ = std::make_unique<LinkEngine>(o);
+  engine_->device({"GPU-abc", kGpuMemory}, agent_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  auto hello = peer_->expect<protocol::Hello>();
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->pid, static_cast<std::uint32_t>(::getpid()));
+  EXPECT_EQ(hello->gpu_uuid, "GPU-abc");
+  EXPECT_EQ(hello->gpu_memory_bytes, kGpuMemory);
+  EXPECT_EQ(hello->capabilities, protocol::capability::kSwap | protocol::capability::kIdleRelease |
+                                     protocol::capability::kUsageReports);
+  EXPECT_EQ(hello->declared, (protocol::Limits{1ull << 30, 30}));
+  EXPECT_EQ(hello->pod_uid, "pod-1234");
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  EXPECT_EQ(hello->process_name, name);
+  EXPECT_EQ(hello->min_version, protocol::kMinVersion);
+  EXPECT_EQ(hello->max_version, protocol::kMaxVersion);
+  // The declared limits reach the agent before anything else, scheduler or not.
+  ASSERT_TRUE(wait_until([&] { return !agent_.limits().empty(); }));
+  EXPECT_EQ(agent_.limits().front(), (protocol::Limits{1ull << 30, 30}));
+}
+
+TEST_F(LinkTest, CapabilitiesFollowTheOptions) {
+  LinkOptions o = options();
+  o.can_swap = false;
+  o.idle_release = 0ms;
+  engine_ = std::make_unique<LinkEngine>(o);
+  engine_->device({"GPU-abc", kGpuMemory}, agent_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  auto hello = peer_->expect<protocol::Hello>();
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->capabilities, protocol::capability::kUsageReports);
+}
+
+TEST_F(LinkTest, SameUuidSameLinkAndOneSessionPerGpu) {
+  engine_ = std::make_unique<LinkEngine>(options());
+  FakeAgent other;
+  DeviceLink& a = engine_->device({"GPU-a", kGpuMemory}, agent_);
+  DeviceLink& b = engine_->device({"GPU-b", kGpuMemory}, other);
+  EXPECT_EQ(&engine_->device({"GPU-a", kGpuMemory}, agent_), &a);
+  EXPECT_NE(&a, &b);
+  std::set<std::string> uuids;
+  std::vector<std::unique_ptr<ScriptedPeer>> peers;
+  for (int i = 0; i < 2; ++i) {
+    peers.push_back(scheduler_.accept());
+    ASSERT_NE(peers.back(), nullptr);
+    auto hello = peers.back()->expect<protocol::Hello>();
+    ASSERT_TRUE(hello);
+    uuids.insert(hello->gpu_uuid);
+  }
+  EXPECT_EQ(uuids, (std::set<std::string>{"GPU-a", "GPU-b"}));
+  EXPECT_EQ(scheduler_.accept(200ms), nullptr);
+}
+
+TEST_F(LinkTest, FirstSubmissionRequestsAndWaitsForTheGrant) {
+  start_session();
+  EXPECT_TRUE(peer_->quiet_for(100ms))
+      << "no request before a submission: " << peer_->last_unexpected();
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>()) << peer_->last_unexpected();
+  EXPECT_FALSE(submitter.done_within(200ms)) << "a submission went through without a grant";
+  EXPECT_EQ(channel().state(), GrantState::kRequested);
+  peer_->send(protocol::Wait{protocol::WaitReason::kTurn});
+  EXPECT_FALSE(submitter.done_within(100ms));
+  peer_->send(protocol::Grant{3});
+  EXPECT_TRUE(submitter.done_within(3s));
+  EXPECT_EQ(channel().state(), GrantState::kHeld);
+  EXPECT_EQ(channel().epoch(), 3u);
+  // One request however many threads wait.
+  EXPECT_TRUE(peer_->quiet_for(100ms)) << peer_->last_unexpected();
+}
+
+TEST_F(LinkTest, ManyWaitingThreadsSendOneRequest) {
+  start_session();
+  std::vector<std::unique_ptr<Submitter>> submitters;
+  for (int i = 0; i < 8; ++i)
+    submitters.push_back(std::make_unique<Submitter>(*link_, engine_.get()));
+  ASSERT_TRUE(peer_->expect<protocol::Request>());
+  EXPECT_TRUE(peer_->quiet_for(150ms)) << peer_->last_unexpected();
+  peer_->send(protocol::Grant{1});
+  for (auto& s : submitters) EXPECT_TRUE(s->done_within(3s));
+}
+
+TEST_F(LinkTest, FastPathTouchesNeitherSocketNorLinkThreadWhileHeld) {
+  start_session();
+  acquire(1);
+  const LinkStats before = engine_->stats();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1'000'000; ++i) {
+    link_->before_submit();
+    link_->after_submit();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  const LinkStats after = engine_->stats();
+  EXPECT_EQ(after.wakeups, before.wakeups);
+  EXPECT_EQ(after.frames_sent, before.frames_sent);
+  EXPECT_TRUE(peer_->quiet_for(100ms)) << peer_->last_unexpected();
+  // A million passes are two uncontended atomic operations each: far below a second.
+  EXPECT_LT(took, 1s);
+}
+
+TEST_F(LinkTest, RevokeDrainsSwapsOutReportsAndReleasesWithEpochAndDrainTime) {
+  start_session();
+  acquire(5);
+  agent_.drain_delay_ns = std::chrono::nanoseconds(30ms).count();
+  agent_.swap_delay_ns = std::chrono::nanoseconds(10ms).count();
+  agent_.set_usage({3ull << 30, 3ull << 30, 0});
+  std::this_thread::sleep_for(20ms);  // held for a measurable time
+  peer_->send(protocol::Revoke{5, protocol::RevokeReason::kMemory, true});
+  auto usage = peer_->next();
+  ASSERT_TRUE(usage && std::holds_alternative<protocol::Usage>(*usage));
+  // 1 GiB moved in about 10 ms: the link measured the bandwidth and reports it.
+  EXPECT_GT(std::get<protocol::Usage>(*usage).swap_bytes_per_s, 0u);
+  auto released = peer_->expect<protocol::Released>();
+  ASSERT_TRUE(released) << peer_->last_unexpected();
+  EXPECT_EQ(released->epoch, 5u);
+  EXPECT_GE(released->drain_us, 30'000u);
+  EXPECT_LT(released->drain_us, 2'000'000u);
+  EXPECT_GE(released->held_us, released->drain_us);
+  EXPECT_EQ(agent_.drains.load(), 1);
+  EXPECT_EQ(agent_.swap_outs.load(), 1);
+  EXPECT_EQ(agent_.swap_ins.load(), 0);
+  EXPECT_EQ(channel().state(), GrantState::kRequested);
+
+  // Revoked with work left: the scheduler queued us already, so a submission waits without asking.
+  Submitter submitter(*link_, engine_.get());
+  EXPECT_TRUE(peer_->quiet_for(150ms)) << "no request after a revoke: " << peer_->last_unexpected();
+  EXPECT_FALSE(submitter.done_within(10ms));
+  agent_.swap_delay_ns = std::chrono::nanoseconds(100ms).count();
+  peer_->send(protocol::Grant{6});
+  ASSERT_TRUE(submitter.done_within(3s));
+  // The submission went through only after the memory was back.
+  EXPECT_EQ(agent_.swap_ins.load(), 1);
+  EXPECT_EQ(channel().epoch(), 6u);
+  const std::vector<std::string> calls = agent_.calls();
+  const auto swap_out = std::find(calls.begin(), calls.end(), "swap_out");
+  const auto swap_in = std::find(calls.begin(), calls.end(), "swap_in");
+  EXPECT_LT(swap_out, swap_in);
+  EXPECT_TRUE(agent_.called_only_from_one_thread_other_than(std::this_thread::get_id()));
+}
+
+TEST_F(LinkTest, RevokeWithoutSwapOnlyDrains) {
+  start_session();
+  acquire(2);
+  peer_->send(protocol::Revoke{2, protocol::RevokeReason::kTurn, false});
+  auto released = peer_->expect<protocol::Released>();
+  ASSERT_TRUE(released) << peer_->last_unexpected();
+  EXPECT_EQ(released->epoch, 2u);
+  EXPECT_EQ(agent_.drains.load(), 1);
+  EXPECT_EQ(agent_.swap_outs.load(), 0);
+  // Not swapped out: a grant does not swap in.
+  Submitter submitter(*link_, engine_.get());
+  peer_->send(protocol::Grant{3});
+  ASSERT_TRUE(submitter.done_within(3s));
+  EXPECT_EQ(agent_.swap_ins.load(), 0);
+}
+
+TEST_F(LinkTest, StaleRevokeIsIgnored) {
+  start_session();
+  acquire(5);
+  peer_->send(protocol::Revoke{4, protocol::RevokeReason::kTurn, true});
+  EXPECT_TRUE(peer_->quiet_for(200ms)) << peer_->last_unexpected();
+  EXPECT_EQ(channel().state(), GrantState::kHeld);
+  EXPECT_EQ(agent_.drains.load(), 0);
+  EXPECT_TRUE(passes_quickly(*link_));
+}
+
+TEST_F(LinkTest, RevokeWaitsForThreadsInsideASubmissionBeforeDraining) {
+  start_session();
+  acquire(1);
+  std::atomic<std::int64_t> left_ns{0};
+  std::thread inside([&] {
+    link_->before_submit();
+    std::this_thread::sleep_for(150ms);  // a long launch call
+    left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+    link_->after_submit();
+  });
+  std::this_thread::sleep_for(20ms);
+  peer_->send(protocol::Revoke{1, protocol::RevokeReason::kTurn, false});
+  auto released = peer_->expect<protocol::Released>();
+  inside.join();
+  ASSERT_TRUE(released) << peer_->last_unexpected();
+  EXPECT_GE(agent_.drain_started_ns.load(), left_ns.load());
+  EXPECT_GE(released->drain_us, 100'000u);
+}
+
+TEST_F(LinkTest, GateIsClosedWhileDraining) {
+  start_session();
+  acquire(1);
+  agent_.hold_drains();
+  peer_->send(protocol::Revoke{1, protocol::RevokeReason::kTurn, false});
+  ASSERT_TRUE(wait_until([&] { return agent_.drain_started_ns.load() != 0; }));
+  EXPECT_EQ(channel().state(), GrantState::kRevoking);
+  Submitter submitter(*link_, engine_.get());
+  EXPECT_FALSE(submitter.done_within(150ms)) << "a submission went through during a revoke";
+  agent_.release_drain();
+  ASSERT_TRUE(peer_->expect<protocol::Released>());
+  EXPECT_FALSE(submitter.done_within(100ms));
+  peer_->send(protocol::Grant{2});
+  EXPECT_TRUE(submitter.done_within(3s));
+}
+
+TEST_F(LinkTest, IdleHolderReleasesAndRequestsAgainOnNextSubmission) {
+  LinkOptions o = options();
+  o.idle_release = 40ms;
+  start_session(o);
+  acquire(9);
+  // Busy (idle_for zero): keeps the grant.
+  EXPECT_TRUE(peer_->quiet_for(200ms)) << peer_->last_unexpected();
+  EXPECT_GT(agent_.idle_queries.load(), 0);
+  agent_.set_idle(50ms);
+  auto released = peer_->expect<protocol::Released>(2000ms);
+  ASSERT_TRUE(released) << peer_->last_unexpected();
+  EXPECT_EQ(released->epoch, 9u);
+  EXPECT_EQ(released->drain_us, 0u);
+  EXPECT_GT(released->held_us, 0u);
+  EXPECT_EQ(agent_.drains.load(), 0);
+  EXPECT_EQ(channel().state(), GrantState::kIdle);
+  agent_.set_idle(0ms);
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>()) << peer_->last_unexpected();
+  EXPECT_FALSE(submitter.done_within(50ms));
+  peer_->send(protocol::Grant{10});
+  EXPECT_TRUE(submitter.done_within(3s));
+}
+
+TEST_F(LinkTest, GrantToAnIdleSwappedOutClientIsHandedBackWithoutSwappingIn) {
+  LinkOptions o = options();
+  o.idle_release = 40ms;
+  start_session(o);
+  acquire(1);
+  peer_->send(protocol::Revoke{1, protocol::RevokeReason::kMemory, true});
+  ASSERT_TRUE(peer_->expect<protocol::Released>());
+  agent_.set_idle(1s);  // nothing submitted since
+  peer_->send(protocol::Grant{2});
+  auto released = peer_->expect<protocol::Released>();
+  ASSERT_TRUE(released) << peer_->last_unexpected();
+  EXPECT_EQ(released->epoch, 2u);
+  EXPECT_EQ(released->drain_us, 0u);
+  EXPECT_EQ(agent_.swap_ins.load(), 0);
+  EXPECT_EQ(channel().state(), GrantState::kIdle);
+  // The next submission asks again and swaps in on its grant.
+  agent_.set_idle(0ms);
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>());
+  peer_->send(protocol::Grant{3});
+  ASSERT_TRUE(submitter.done_within(3s));
+  EXPECT_EQ(agent_.swap_ins.load(), 1);
+}
+
+TEST_F(LinkTest, LimitsReachTheAgent) {
+  start_session();
+  peer_->send(protocol::SetLimits{{4ull << 30, 30}});
+  ASSERT_TRUE(wait_until([&] { return agent_.limits().size() >= 2; }));
+  EXPECT_EQ(agent_.limits().back(), (protocol::Limits{4ull << 30, 30}));
+}
+
+TEST_F(LinkTest, UsageIsReportedWhenItChangesAndCoalesced) {
+  start_session();
+  ASSERT_EQ(peer_->usage_seen().size(), 1u);  // right after the welcome
+  const auto start = std::chrono::steady_clock::now();
+  std::uint64_t last = 0;
+  while (std::chrono::steady_clock::now() - start < 300ms) {
+    ++last;
+    agent_.set_usage({last << 20, last << 20, 0});
+    link_->usage_changed();
+    std::this_thread::sleep_for(100us);
+  }
+  EXPECT_TRUE(peer_->quiet_for(300ms)) << peer_->last_unexpected();
+  const std::vector<protocol::Usage>& seen = peer_->usage_seen();
+  // At most one report per 50 ms (plus the one after the welcome and rounding at the ends).
+  EXPECT_GE(seen.size(), 3u);
+  EXPECT_LE(seen.size(), 1u + 300 / 50 + 3);
+  EXPECT_EQ(seen.back().allocated_bytes, last << 20);
+  EXPECT_EQ(seen.back().resident_bytes, last << 20);
+  // Unchanged usage is not sent again.
+  const std::size_t count = seen.size();
+  link_->usage_changed();
+  EXPECT_TRUE(peer_->quiet_for(150ms));
+  EXPECT_EQ(peer_->usage_seen().size(), count);
+}
+
+TEST_F(LinkTest, PingIsAnswered) {
+  start_session();
+  peer_->send(protocol::Ping{42});
+  auto pong = peer_->expect<protocol::Pong>();
+  ASSERT_TRUE(pong) << peer_->last_unexpected();
+  EXPECT_EQ(pong->nonce, 42u);
+}
+
+TEST_F(LinkTest, SilentSchedulerIsPingedThenTreatedAsGone) {
+  LinkOptions o = options();
+  o.ping_after = 100ms;
+  o.dead_after = 150ms;
+  start_session(o);
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>());
+  auto ping = peer_->expect<protocol::Ping>(1000ms);
+  ASSERT_TRUE(ping) << peer_->last_unexpected();
+  // No answer: the session is dropped and the waiting thread goes on, unscheduled.
+  EXPECT_TRUE(peer_->closed_within(2000ms));
+  EXPECT_TRUE(submitter.done_within(2s));
+  EXPECT_EQ(channel().state(), GrantState::kOpen);
+}
+
+TEST_F(LinkTest, AnsweredPingsKeepTheSession) {
+  LinkOptions o = options();
+  o.ping_after = 50ms;
+  o.dead_after = 100ms;
+  start_session(o);
+  for (int i = 0; i < 4; ++i) {
+    auto ping = peer_->expect<protocol::Ping>(1000ms);
+    ASSERT_TRUE(ping) << peer_->last_unexpected();
+    peer_->send(protocol::Pong{ping->nonce});
+  }
+  EXPECT_EQ(channel().state(), GrantState::kIdle);
+  EXPECT_EQ(engine_->stats().sessions, 1u);
+}
+
+TEST_F(LinkTest, NoSchedulerMeansOpenAndIsLoggedOnce) {
+  scheduler_.shut();
+  StderrCapture capture;
+  engine_ = std::make_unique<LinkEngine>(options());
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(passes_quickly(*link_, 2s));
+  std::this_thread::sleep_for(400ms);  // several reconnect attempts
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(passes_quickly(*link_));
+  EXPECT_EQ(channel().state(), GrantState::kOpen);
+  const std::string text = capture.text();
+  EXPECT_EQ(testing::count_occurrences(text, "scheduler unreachable at " + dir_.file("s.sock")), 1)
+      << text;
+  EXPECT_EQ(engine_->stats().outages, 1u);
+}
+
+TEST_F(LinkTest, SchedulerRestartReconnectsAndRegistersAgain) {
+  start_session();
+  acquire(4);
+  StderrCapture capture;
+  peer_->close();
+  scheduler_.shut();
+  ASSERT_TRUE(wait_until([&] { return channel().state() == GrantState::kOpen; }));
+  EXPECT_TRUE(passes_quickly(*link_));
+
+  // A process that keeps submitting while the scheduler is away runs unscheduled.
+  std::atomic<bool> stop{false};
+  std::thread worker([&] {
+    while (!stop) {
+      link_->before_submit();
+      link_->after_submit();
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  std::this_thread::sleep_for(150ms);
+  ScriptedScheduler restarted(dir_.file("s.sock"));
+  auto peer = restarted.accept(1000ms);  // backoff is at most 100 ms here
+  ASSERT_NE(peer, nullptr);
+  auto hello = peer->handshake(8);
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->gpu_uuid, "GPU-test");
+  // Registered again: closed until granted; the running thread asks and waits.
+  ASSERT_TRUE(peer->expect<protocol::Request>()) << peer->last_unexpected();
+  peer->send(protocol::Grant{1});
+  stop = true;
+  worker.join();
+  EXPECT_EQ(channel().state(), GrantState::kHeld);
+  EXPECT_EQ(engine_->stats().sessions, 2u);
+  const std::string text = capture.text();
+  EXPECT_EQ(testing::count_occurrences(text, "scheduler unreachable"), 1) << text;
+  EXPECT_EQ(testing::count_occurrences(text, "reachable again"), 1) << text;
+}
+
+TEST_F(LinkTest, WaitingThreadIsReleasedWhenTheConnectionDrops) {
+  start_session();
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>());
+  EXPECT_FALSE(submitter.done_within(100ms));
+  peer_->close();
+  EXPECT_TRUE(submitter.done_within(2s));
+  EXPECT_EQ(channel().state(), GrantState::kOpen);
+}
+
+TEST_F(LinkTest, MissingWelcomeIsBoundedByTheHandshakeTimeout) {
+  LinkOptions o = options();
+  o.handshake_timeout = 200ms;
+  engine_ = std::make_unique<LinkEngine>(o);
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  ASSERT_TRUE(peer_->expect<protocol::Hello>());
+  // The first submission waits for the registration's outcome, which never comes.
+  Submitter submitter(*link_, engine_.get());
+  EXPECT_FALSE(submitter.done_within(100ms));
+  EXPECT_TRUE(submitter.done_within(2s));
+  EXPECT_EQ(channel().state(), GrantState::kOpen);
+}
+
+TEST_F(LinkTest, MalformedInputDropsTheSessionAndRunsOpen) {
+  start_session();
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>());
+  const std::uint8_t garbage[16] = {0xde, 0xad, 0xbe, 0xef};
+  ASSERT_TRUE(write_all(peer_->fd(), garbage).ok());
+  EXPECT_TRUE(submitter.done_within(2s));
+  EXPECT_TRUE(peer_->closed_within(1000ms));
+  EXPECT_EQ(channel().state(), GrantState::kOpen);
+}
+
+TEST_F(LinkTest, DisabledEngineDoesNothing) {
+  LinkOptions o = options();
+  o.enabled = false;
+  engine_ = std::make_unique<LinkEngine>(o);
+  DeviceLink& link = engine_->device({"GPU-test", kGpuMemory}, agent_);
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(passes_quickly(link));
+  link.usage_changed();
+  EXPECT_EQ(scheduler_.accept(200ms), nullptr);
+  EXPECT_FALSE(engine_->stats().thread_running);
+  EXPECT_TRUE(agent_.calls().empty());
+}
+
+TEST_F(LinkTest, StoppedEngineOpensEveryGate) {
+  start_session();
+  Submitter submitter(*link_, engine_.get());
+  ASSERT_TRUE(peer_->expect<protocol::Request>());
+  engine_->stop(1s);
+  EXPECT_TRUE(submitter.done_within(2s));
+  EXPECT_EQ(channel().state(), GrantState::kStopped);
+  EXPECT_TRUE(passes_quickly(*link_));
+}
+
+}  // namespace
+}  // namespace nvshare::client
