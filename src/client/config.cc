@@ -110,6 +110,13 @@ Status apply_reconnect_max(std::string_view value, ClientConfig& config) {
   return Status::Ok();
 }
 
+Status apply_register_wait(std::string_view value, ClientConfig& config) {
+  auto parsed = parse_milliseconds(value, 0, 10'000);
+  if (!parsed) return parsed.error();
+  config.register_wait = parsed.value();
+  return Status::Ok();
+}
+
 Status apply_log_level(std::string_view value, ClientConfig& config) {
   // The same names common/log.cc accepts when it reads the variable for itself.
   static constexpr std::array<std::string_view, 5> kNames = {"error", "warn", "info", "debug",
@@ -130,7 +137,7 @@ Status apply_log_level(std::string_view value, ClientConfig& config) {
 
 // The one definition of every client knob. Keep meanings to one or two sentences: they are the
 // documentation (docs/configuration.md is generated from them).
-constexpr std::array<ClientKnob, 10> kKnobs = {{
+constexpr std::array<ClientKnob, 11> kKnobs = {{
     {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
      "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
      "virtualization.",
@@ -167,6 +174,11 @@ constexpr std::array<ClientKnob, 10> kKnobs = {{
      "Longest wait between attempts to reach the scheduler again; attempts start at 50 ms and "
      "double up to this.",
      apply_reconnect_max},
+    {"register-wait-ms", "1000", "0..10000 (milliseconds; 0: no wait)",
+     "How long the first CUDA call on a GPU waits for the scheduler to register the process and "
+     "send its limits, so a limit set for the pod holds from the first allocation. No wait when "
+     "nothing listens on the socket.",
+     apply_register_wait},
     {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
      "Least severe log records the library writes to the process's stderr.", apply_log_level},
 }};

@@ -47,6 +47,9 @@ struct ClientConfig {
   bool managed = true;
   // Upper bound of the reconnect backoff after the scheduler went away.
   Duration reconnect_max = std::chrono::milliseconds(2000);
+  // How long the first CUDA call on a GPU waits for the scheduler's welcome and limits (zero: not
+  // at all); see device_link.h.
+  Duration register_wait = std::chrono::milliseconds(1000);
   LogLevel log_level = LogLevel::kInfo;
 };
 

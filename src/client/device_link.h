@@ -30,6 +30,17 @@
 //    sessions. The agent calls the real driver functions, never the hooked ones.
 //  - Declared limits (NVSHARE_MEMORY_LIMIT) reach the agent through apply_limits() right after
 //    link_device(); the scheduler's limits frame replaces them.
+//  - Registration. link_device() starts the GPU's session and returns at once (the hooks call it
+//    while holding their registry lock). The hooks then call await_registration() with no lock
+//    held, before the first allocation on that GPU: it waits until the scheduler has welcomed the
+//    session and the agent has applied its first limits frame (which always follows the welcome),
+//    so a limit the scheduler holds for the pod is in force from the first allocation. It returns
+//    at once when the scheduler is unreachable (nothing at the socket, connection refused: the
+//    connect error ends the wait), once the session is settled, on the link's own thread, and
+//    after NVSHARE_REGISTER_WAIT_MS (kDefaultRegisterWait, 1 s) counted from link_device() in any
+//    case: a scheduler that accepts but does not answer costs the process at most that, once per
+//    GPU. While it waits, the link thread needs no lock the hooks hold (apply_limits() and usage()
+//    read and write atomics of the ledger only).
 //  - No exception leaves this interface; nothing here calls exit() or abort().
 #pragma once
 
@@ -41,6 +52,10 @@
 #include "common/protocol.h"
 
 namespace nvshare::client {
+
+// How long the first CUDA call on a GPU waits for the scheduler's welcome and first limits frame
+// (NVSHARE_REGISTER_WAIT_MS; the knob's default must be this).
+inline constexpr std::chrono::milliseconds kDefaultRegisterWait{1000};
 
 struct DeviceUsage {
   std::uint64_t allocated_bytes = 0;
@@ -80,6 +95,10 @@ class DeviceLink {
   virtual void after_submit() = 0;
   // Allocation or free changed usage: the link reports it (coalesced, from its own thread).
   virtual void usage_changed() = 0;
+  // Application threads, with no lock held, after link_device() and before the first allocation:
+  // waits (bounded, see "Registration" above) until the scheduler's limits are in force or the
+  // scheduler is known to be unreachable. Costs one atomic load once settled.
+  virtual void await_registration() = 0;
 };
 
 // The process-wide link: one background thread, one scheduler session per registered GPU.

@@ -2,11 +2,20 @@
 // LD_PRELOAD=libnvshare.so against the simulated driver (each case on its own state file, with no
 // scheduler listening, so the link fails open), and the shared object's exports, dependencies and
 // symbol versions are read with nm and readelf.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -26,13 +35,18 @@ struct ProcessOutput {
   std::string output;
 };
 
-// Runs `command` with `env` added (through env(1)), capturing stdout and stderr.
-ProcessOutput run(const std::map<std::string, std::string>& env, const std::string& command) {
+// Starts `command` with `env` added (through env(1)); its stdout and stderr come through the pipe.
+FILE* start(const std::map<std::string, std::string>& env, const std::string& command) {
   std::string line = "env";
   for (const auto& [name, value] : env) line += " '" + name + "=" + value + "'";
   line += " " + command + " 2>&1";
+  return popen(line.c_str(), "r");
+}
+
+// Reads the rest of a started command's output and waits for it.
+ProcessOutput finish(FILE* pipe, std::string output = {}) {
   ProcessOutput result;
-  FILE* pipe = popen(line.c_str(), "r");
+  result.output = std::move(output);
   if (pipe == nullptr) return result;
   char buffer[4096];
   std::size_t n = 0;
@@ -40,6 +54,28 @@ ProcessOutput run(const std::map<std::string, std::string>& env, const std::stri
   const int status = pclose(pipe);
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Runs `command` with `env` added (through env(1)), capturing stdout and stderr.
+ProcessOutput run(const std::map<std::string, std::string>& env, const std::string& command) {
+  return finish(start(env, command));
+}
+
+// Reads a started command's output up to the first line that begins with `prefix` and returns
+// that line (empty when the output ended first); everything read is appended to `seen`.
+std::string read_line_starting(FILE* pipe, const std::string& prefix, std::string& seen) {
+  char buffer[4096];
+  while (pipe != nullptr && std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
+    seen += buffer;
+    if (std::strncmp(buffer, prefix.c_str(), prefix.size()) == 0) return buffer;
+  }
+  return {};
+}
+
+long long realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 std::vector<std::string> lines(const std::string& text) {
@@ -60,14 +96,28 @@ class ProcessTest : public ::testing::Test {
                  .string();
     std::filesystem::remove(state_);
   }
-  void TearDown() override { std::filesystem::remove(state_); }
+  void TearDown() override {
+    std::filesystem::remove(state_);
+    // The context-footprint lock files the library made next to this test's socket.
+    const std::string prefix =
+        std::filesystem::path(state_).filename().string() + ".no-scheduler.sock";
+    std::error_code ec;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::filesystem::path(state_).parent_path(), ec)) {
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) {
+        std::filesystem::remove(entry.path(), ec);
+      }
+    }
+  }
+
+  std::string socket() const { return state_ + ".no-scheduler.sock"; }
 
   std::map<std::string, std::string> env(bool preload) const {
     std::map<std::string, std::string> e = {
         {"LD_LIBRARY_PATH", NVSHARE_FAKECUDA_LIB_DIR},
         {"NVSHARE_FAKECUDA_STATE", state_},
         {"NVSHARE_FAKECUDA_MEMORY", "1Gi"},
-        {"NVSHARE_SOCKET", state_ + ".no-scheduler.sock"},
+        {"NVSHARE_SOCKET", socket()},
         {"NVSHARE_LOG_LEVEL", "warn"},
     };
     if (preload) e["LD_PRELOAD"] = NVSHARE_CLIENT_LIBRARY;
@@ -171,6 +221,244 @@ TEST_F(ProcessTest, TheLimitIsExactAndDeviceAllocationsBecomeManaged) {
   const ProcessOutput probe = run(e, NVSHARE_PROBE_PATH " memory");
   EXPECT_EQ(probe.status, 0) << probe.output;
   EXPECT_NE(probe.output.find("\"failures\":0"), std::string::npos) << probe.output;
+}
+
+// ---- The context's footprint and the first CUDA call on a GPU ----
+
+struct ContextReport {
+  int status = -1;
+  double first_call_ms = -1;
+  std::vector<std::int64_t> charged;  // per device: total - free right after the context
+  std::string output;
+};
+
+ContextReport parse_context_report(const std::string& line, ContextReport report) {
+  auto parsed = nvshare::parse_json(line);
+  if (!parsed.ok()) return report;
+  const nvshare::Json* ms = parsed.value().find("first_call_ms");
+  if (ms != nullptr && ms->as_double()) report.first_call_ms = *ms->as_double();
+  const nvshare::Json* charged = parsed.value().find("charged");
+  if (charged != nullptr && charged->as_array() != nullptr) {
+    for (const nvshare::Json& c : *charged->as_array())
+      report.charged.push_back(c.as_int64().value_or(-1));
+  }
+  return report;
+}
+
+class ContextTest : public ProcessTest {
+ protected:
+  // The probe's `context` scenario on `devices` simulated GPUs whose contexts take `context`.
+  std::map<std::string, std::string> context_env(int devices, const std::string& context) const {
+    auto e = env(true);
+    e["NVSHARE_FAKECUDA_DEVICES"] = std::to_string(devices);
+    e["NVSHARE_FAKECUDA_MEMORY"] = "16Gi";
+    e["NVSHARE_FAKECUDA_CONTEXT_MEMORY"] = context;
+    e["NVSHARE_MEMORY_LIMIT"] = "1Gi";
+    return e;
+  }
+
+  ContextReport context_probe(const std::map<std::string, std::string>& e) {
+    const ProcessOutput out = run(e, NVSHARE_PROBE_PATH " context");
+    ContextReport report;
+    report.status = out.status;
+    report.output = out.output;
+    for (const std::string& line : lines(out.output)) {
+      if (line.rfind("{\"first_call_ms\"", 0) == 0) return parse_context_report(line, report);
+    }
+    return report;
+  }
+
+  // The lock file the library uses for the first simulated GPU: the first choice, next to the
+  // socket (context_footprint.h).
+  std::string lock_file() const {
+    return socket() + ".context-GPU-00000000-0000-4000-8000-000000000000.lock";
+  }
+};
+
+// Processes that create their first context on the same GPUs at the same moment are each charged
+// their own context, not the others' too: the footprint is measured under a per-GPU lock shared by
+// the processes (the first one measures it alone; the others are charged that). Each process
+// retains a context on several GPUs, all starting at the same instant. To make them reach each
+// GPU's measurement together, the test holds the simulated GPUs' state (the mutex every NVML memory
+// query and context creation of the fake takes) from before that instant and lets the GPUs go one
+// by one, 100 ms apart: every process waits at each GPU for the others. The processes stay alive
+// until all have measured, so no exit frees memory under a measurement.
+TEST_F(ContextTest, ConcurrentProcessesAreEachChargedOneContext) {
+  constexpr int kProcesses = 6;
+  constexpr int kDevices = 6;
+  const auto e = context_env(kDevices, "64Mi");
+  const std::string release = state_ + ".release";
+  const long long start_ns = realtime_ns() + 2'000'000'000LL;  // time for every process to load
+  std::vector<FILE*> pipes;
+  for (int i = 0; i < kProcesses; ++i) {
+    pipes.push_back(start(e, std::string(NVSHARE_PROBE_PATH " context ") +
+                                 std::to_string(start_ns) + " '" + release + "'"));
+    ASSERT_NE(pipes.back(), nullptr);
+  }
+  {
+    // The simulated GPUs exist once a process has run cuInit.
+    auto state = fakecuda::SharedState::open(state_, /*create=*/true);
+    ASSERT_TRUE(state.ok());
+    std::vector<fakecuda::DeviceRecord*> devices;
+    while (realtime_ns() < start_ns - 200'000'000LL) {
+      devices = state.value()->devices();
+      if (devices.size() == static_cast<std::size_t>(kDevices)) break;
+      usleep(10'000);
+    }
+    std::vector<fakecuda::DeviceRecord*> held;
+    for (fakecuda::DeviceRecord* d : devices) {
+      const int rc = pthread_mutex_lock(&d->mutex);
+      if (rc == EOWNERDEAD) pthread_mutex_consistent(&d->mutex);
+      if (rc == 0 || rc == EOWNERDEAD) held.push_back(d);
+    }
+    for (std::size_t d = 0; d < held.size(); ++d) {
+      const long long until_ns =
+          start_ns + 300'000'000LL + static_cast<long long>(d) * 100'000'000LL;
+      timespec at{static_cast<time_t>(until_ns / 1'000'000'000),
+                  static_cast<long>(until_ns % 1'000'000'000)};
+      while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, nullptr) != 0) {
+      }
+      pthread_mutex_unlock(&held[d]->mutex);
+    }
+  }
+  std::vector<ContextReport> reports(kProcesses);
+  std::vector<std::string> seen(kProcesses);
+  for (int i = 0; i < kProcesses; ++i) {
+    const std::string line = read_line_starting(pipes[i], "{\"first_call_ms\"", seen[i]);
+    reports[i] = parse_context_report(line, reports[i]);
+  }
+  {
+    FILE* f = std::fopen(release.c_str(), "w");
+    if (f != nullptr) std::fclose(f);
+  }
+  for (int i = 0; i < kProcesses; ++i) {
+    const ProcessOutput out = finish(pipes[i], seen[i]);
+    reports[i].status = out.status;
+    reports[i].output = out.output;
+  }
+  std::filesystem::remove(release);
+  for (int i = 0; i < kProcesses; ++i) {
+    const ContextReport& r = reports[i];
+    EXPECT_EQ(r.status, 0) << "process " << i << ": " << r.output;
+    ASSERT_EQ(r.charged.size(), static_cast<std::size_t>(kDevices)) << r.output;
+    for (int d = 0; d < kDevices; ++d) {
+      EXPECT_EQ(r.charged[d], static_cast<std::int64_t>(64 * kMiB))
+          << "process " << i << " device " << d << " was charged " << r.charged[d] / kMiB
+          << " MiB for one 64 MiB context";
+    }
+  }
+}
+
+// A process that cannot take the GPU's measurement lock (another one holds it) waits for it at
+// most 2 s, does not measure, and charges the footprint last measured on that GPU.
+TEST_F(ContextTest, AHeldLockIsWaitedForBoundedAndTheLastMeasurementIsCharged) {
+  const ContextReport first = context_probe(context_env(1, "64Mi"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(first.charged, std::vector<std::int64_t>{static_cast<std::int64_t>(64 * kMiB)});
+  ASSERT_TRUE(std::filesystem::exists(lock_file())) << lock_file();
+
+  const int fd = ::open(lock_file().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  // The simulated context is larger now: the charge shows whether it was measured.
+  const ContextReport locked = context_probe(context_env(1, "96Mi"));
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  EXPECT_EQ(locked.status, 0) << locked.output;
+  EXPECT_EQ(locked.charged, std::vector<std::int64_t>{static_cast<std::int64_t>(64 * kMiB)})
+      << "measured although another process held the lock: " << locked.output;
+  EXPECT_GE(locked.first_call_ms, 1900) << "the lock was not waited for";
+  EXPECT_LT(took_s, 10) << "the lock was waited for without a bound";
+
+  const ContextReport again = context_probe(context_env(1, "96Mi"));
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(again.charged, std::vector<std::int64_t>{static_cast<std::int64_t>(96 * kMiB)});
+  EXPECT_LT(again.first_call_ms, 1000);
+}
+
+// Only a context measured on an otherwise idle GPU is measured alone (on an H200 a context made
+// beside another one takes 88 MiB at first, the rest of its 523.5 MiB later). A process that finds
+// the GPU in use is charged the footprint measured alone there, whatever it measures itself, or
+// the default (512 MiB) when none was measured.
+TEST_F(ContextTest, ABusyGpuIsChargedTheFootprintMeasuredAlone) {
+  const std::string release = state_ + ".release";
+  std::string seen;
+  FILE* holder =
+      start(context_env(1, "64Mi"), std::string(NVSHARE_PROBE_PATH " context 0 '") + release + "'");
+  ASSERT_NE(holder, nullptr);
+  const ContextReport alone =
+      parse_context_report(read_line_starting(holder, "{\"first_call_ms\"", seen), {});
+  EXPECT_EQ(alone.charged, std::vector<std::int64_t>{static_cast<std::int64_t>(64 * kMiB)}) << seen;
+
+  // Beside the holder's context: the simulated context is larger now, the charge is the one
+  // measured alone.
+  const ContextReport beside = context_probe(context_env(1, "96Mi"));
+  EXPECT_EQ(beside.status, 0) << beside.output;
+  EXPECT_EQ(beside.charged, std::vector<std::int64_t>{static_cast<std::int64_t>(64 * kMiB)})
+      << beside.output;
+
+  // Nothing measured alone on record: the default.
+  std::filesystem::remove(lock_file());
+  const ContextReport unknown = context_probe(context_env(1, "96Mi"));
+  EXPECT_EQ(unknown.status, 0) << unknown.output;
+  EXPECT_EQ(unknown.charged, std::vector<std::int64_t>{static_cast<std::int64_t>(512 * kMiB)})
+      << unknown.output;
+
+  {
+    FILE* f = std::fopen(release.c_str(), "w");
+    if (f != nullptr) std::fclose(f);
+  }
+  const ProcessOutput out = finish(holder, seen);
+  std::filesystem::remove(release);
+  EXPECT_EQ(out.status, 0) << out.output;
+}
+
+// With no scheduler the first CUDA call on a GPU does not wait for a registration: nothing at the
+// socket path, or a socket file nobody listens on (connection refused).
+TEST_F(ContextTest, WithoutASchedulerTheFirstCallDoesNotWait) {
+  const ContextReport absent = context_probe(context_env(1, "64Mi"));
+  EXPECT_EQ(absent.status, 0) << absent.output;
+  EXPECT_GE(absent.first_call_ms, 0) << absent.output;
+  EXPECT_LT(absent.first_call_ms, 100) << absent.output;
+
+  // A stale socket: bound, then closed (what a crashed scheduler leaves).
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket().c_str(), sizeof addr.sun_path - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+    ::close(fd);
+  }
+  const ContextReport refused = context_probe(context_env(1, "64Mi"));
+  std::filesystem::remove(socket());
+  EXPECT_EQ(refused.status, 0) << refused.output;
+  EXPECT_GE(refused.first_call_ms, 0) << refused.output;
+  EXPECT_LT(refused.first_call_ms, 100) << refused.output;
+}
+
+// A scheduler that accepts connections (its listen backlog does) but never answers delays the
+// first CUDA call on a GPU by NVSHARE_REGISTER_WAIT_MS, not longer.
+TEST_F(ContextTest, ASilentSchedulerDelaysTheFirstCallByTheRegisterWaitOnly) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket().c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  auto e = context_env(1, "64Mi");
+  e["NVSHARE_REGISTER_WAIT_MS"] = "300";
+  const ContextReport silent = context_probe(e);
+  ::close(fd);
+  std::filesystem::remove(socket());
+  EXPECT_EQ(silent.status, 0) << silent.output;
+  EXPECT_GE(silent.first_call_ms, 290) << "the first call did not wait for the registration";
+  EXPECT_LT(silent.first_call_ms, 1500) << "the wait is not bounded by NVSHARE_REGISTER_WAIT_MS";
 }
 
 TEST_F(ProcessTest, DisabledTheLibraryPassesEverythingThrough) {

@@ -15,10 +15,21 @@
 //                counted, cuMemGetInfo / cuDeviceTotalMem / NVML report the limit.
 //   passthrough  with NVSHARE_ENABLE=0: every path returns the driver's own functions and nothing
 //                is converted, counted or limited.
+//   context [START_NS [RELEASE_FILE]]
+//                sleeps until START_NS (CLOCK_REALTIME nanoseconds; 0: now), retains the primary
+//                context of every device (the first CUDA call on each GPU: registration with the
+//                scheduler and the context footprint measurement), prints
+//                {"first_call_ms":..,"charged":[..]} (the time the first device's retain took, and
+//                per device what cuMemGetInfo shows charged besides allocations: total - free,
+//                which is the context's footprint) and then, with RELEASE_FILE, waits for that file
+//                to exist before it exits, so that no process's exit frees memory while another one
+//                measures.
 //
 // "Lands in our wrapper" is decided with dladdr: the address must lie in libnvshare.so and be the
 // symbol of that exact name, which is independent of the dlsym hook under test.
 #include <dlfcn.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -460,6 +471,57 @@ int passthrough() {
   return 0;
 }
 
+// ---- context ----
+
+double monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+int context(int argc, char** argv) {
+  const long long start_ns = argc > 2 ? std::atoll(argv[2]) : 0;
+  const std::string release = argc > 3 ? argv[3] : "";
+  if (cuInit(0) != CUDA_SUCCESS) {
+    std::printf("FAIL cuInit\n");
+    return 1;
+  }
+  int count = 0;
+  CHECK(cuDeviceGetCount(&count) == CUDA_SUCCESS && count > 0, "cuDeviceGetCount %d", count);
+  if (start_ns > 0) {
+    timespec at{static_cast<time_t>(start_ns / 1'000'000'000),
+                static_cast<long>(start_ns % 1'000'000'000)};
+    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &at, nullptr) != 0) {
+    }
+  }
+  std::vector<CUcontext> contexts(static_cast<std::size_t>(count), nullptr);
+  double first_call_ms = -1;
+  for (int d = 0; d < count; ++d) {
+    const double t0 = monotonic_ms();
+    const CUresult rc = cuDevicePrimaryCtxRetain(&contexts[d], d);
+    if (d == 0) first_call_ms = monotonic_ms() - t0;
+    CHECK(rc == CUDA_SUCCESS, "cuDevicePrimaryCtxRetain(%d): %s", d, result_name(rc).c_str());
+  }
+  std::string charged;
+  for (int d = 0; d < count; ++d) {
+    size_t free = 0;
+    size_t total = 0;
+    CHECK(contexts[d] != nullptr && cuCtxSetCurrent(contexts[d]) == CUDA_SUCCESS &&
+              cuMemGetInfo_v2(&free, &total) == CUDA_SUCCESS,
+          "cuMemGetInfo on device %d", d);
+    charged += (d > 0 ? "," : "") + std::to_string(total - free);
+  }
+  std::printf("{\"first_call_ms\":%.3f,\"charged\":[%s]}\n", first_call_ms, charged.c_str());
+  std::fflush(stdout);
+  if (!release.empty()) {
+    for (int i = 0; i < 6000 && access(release.c_str(), F_OK) != 0; ++i) usleep(10'000);
+  }
+  for (int d = 0; d < count; ++d) {
+    if (contexts[d] != nullptr) cuDevicePrimaryCtxRelease(d);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -471,8 +533,12 @@ int main(int argc, char** argv) {
     rc = memory();
   } else if (scenario == "passthrough") {
     rc = passthrough();
+  } else if (scenario == "context") {
+    rc = context(argc, argv);
   } else {
-    std::fprintf(stderr, "usage: nvshare-client-probe dispatch|memory|passthrough\n");
+    std::fprintf(stderr,
+                 "usage: nvshare-client-probe dispatch|memory|passthrough|context [START_NS "
+                 "[RELEASE_FILE]]\n");
     return 2;
   }
   std::printf("{\"scenario\":\"%s\",\"checks\":%d,\"failures\":%d}\n", scenario.c_str(), g_checks,

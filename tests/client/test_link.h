@@ -15,12 +15,14 @@ struct TestLink final : DeviceLink {
   void before_submit() override { before.fetch_add(1); }
   void after_submit() override { after.fetch_add(1); }
   void usage_changed() override { usage_reports.fetch_add(1); }
+  void await_registration() override { registration_waits.fetch_add(1); }
 
   DeviceIdentity identity;
   DeviceAgent* agent = nullptr;
   std::atomic<std::uint64_t> before{0};
   std::atomic<std::uint64_t> after{0};
   std::atomic<std::uint64_t> usage_reports{0};
+  std::atomic<std::uint64_t> registration_waits{0};
 };
 
 // The link of the GPU with this UUID, or null before the library registered it.

@@ -442,6 +442,36 @@ TEST_F(MemoryLimitTest, ExactFromControlApi) {
   run_probe({{"NVSHARE_POD_UID", "e2e-pod-1"}});
 }
 
+// The pod's limit, pushed through the control API before the processes start, holds from each
+// process's very first allocation: the first CUDA call on the GPU waits (bounded) until the
+// scheduler has welcomed the process and its limits frame is applied, instead of letting the
+// allocations of the first milliseconds see only the (absent) declared limit. Trainers whose very
+// first allocation is over the limit all fail with CUDA_ERROR_OUT_OF_MEMORY; one under it runs.
+TEST_F(MemoryLimitTest, PodLimitHoldsFromTheFirstAllocation) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  auto set = scheduler_->ctl({"set-limits", "--pod-uid", "e2e-pod-2", "--memory", "256Mi"});
+  ASSERT_OK(set);
+  ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
+  const Env pod = {{"NVSHARE_POD_UID", "e2e-pod-2"}};
+  std::vector<Trainer*> over;
+  for (int i = 0; i < 6; ++i) {
+    over.push_back(
+        &start_trainer({"over-" + std::to_string(i), {"--bytes", "512Mi", "--kernels", "1"}, pod}));
+  }
+  Trainer& under = start_trainer({"under", {"--bytes", "128Mi", "--kernels", "1"}, pod});
+  ASSERT_FALSE(HasFailure());
+  for (Trainer* t : over) {
+    auto code = t->wait(30);
+    ASSERT_OK(code);
+    EXPECT_EQ(code.value(), 1) << t->describe();
+    auto report = t->report();
+    ASSERT_OK(report);
+    EXPECT_EQ(json_string(&report.value(), "error"), "CUDA_ERROR_OUT_OF_MEMORY: cuMemAlloc")
+        << "the first allocation got past the pod's 256Mi limit: " << t->describe();
+  }
+  finish(under, 30);
+}
+
 // `nvsharectl set-limits --pid P --memory 2Gi` while the trainer runs (512Mi allocated, no limit
 // before): its cuMemGetInfo, sampled every 10 ms by a thread of the trainer, reports total = 2Gi
 // within 1 s of the call (measured from just before nvsharectl starts to the first sample showing

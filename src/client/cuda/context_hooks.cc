@@ -1,17 +1,22 @@
 // Initialization, context and stream-capture hooks (families kInit, kContext, kCapture).
 //
 // Contexts. The first context this process makes on a GPU is measured: NVML's used memory of that
-// GPU before and after the real call (another process allocating at the same moment adds noise;
-// an implausible result, or no NVML at all, falls back to kDefaultContextBytes). The bytes are
+// GPU before and after the real call, under a lock shared with the other processes on that GPU so
+// that their contexts are not counted (context_footprint.h: a bounded wait; only a measurement on
+// an otherwise idle GPU is taken, and recorded; a GPU in use, a timeout, no NVML or an implausible
+// result charge the footprint recorded for that GPU, or kDefaultContextBytes). The bytes are
 // charged to the GPU's ledger for the rest of the process's life, so a limit covers the context's
 // own memory too. Calls that may end a context run under the GPU's tracker lock and then move the
-// context generation, so no thread keeps using a stale context -> GPU mapping.
+// context generation, so no thread keeps using a stale context
+// -> GPU mapping.
 //
 // Capture. Begin/end of every capture form feed WorkTracker, which keeps markers and
 // synchronization out of open captures. The per-thread default stream (the null handle in the _ptsz
 // forms) is tracked as CU_STREAM_PER_THREAD so both spellings match.
 #include <optional>
 
+#include "client/config.h"
+#include "client/cuda/context_footprint.h"
 #include "client/cuda/device_state.h"
 #include "client/hooks/hook_table.h"
 #include "client/hooks/impl.h"
@@ -23,20 +28,41 @@ namespace {
 
 using cuda::DeviceState;
 
-// NVML's used bytes on the GPU with this UUID, or nothing when NVML cannot say.
-std::optional<std::uint64_t> nvml_used(const std::string& uuid) {
-  auto memory_info = real<HookId::nvmlDeviceGetMemoryInfo>();
+// Whether NVML can be asked at all (without it nothing is measured, so nothing is locked).
+bool nvml_present() {
   const NvmlApi& api = nvml_api();
-  if (memory_info == nullptr || api.init == nullptr || api.get_handle_by_uuid == nullptr ||
-      api.init() != NVML_SUCCESS) {
+  return (real<HookId::nvmlDeviceGetMemoryInfo_v2>() != nullptr ||
+          real<HookId::nvmlDeviceGetMemoryInfo>() != nullptr) &&
+         api.init != nullptr && api.get_handle_by_uuid != nullptr;
+}
+
+struct NvmlUsed {
+  std::uint64_t all = 0;      // used, the driver's reservation included (what contexts add to)
+  std::uint64_t by_apps = 0;  // used without the reservation: 0 on an idle GPU
+};
+
+// NVML's used bytes on the GPU with this UUID, or nothing when NVML cannot say. The _v2 query
+// tells the driver's reservation apart (618 MiB on an idle H200 with driver 580, which the first
+// form counts as used); without it both numbers are the first form's.
+std::optional<NvmlUsed> nvml_used(const std::string& uuid) {
+  auto memory_v2 = real<HookId::nvmlDeviceGetMemoryInfo_v2>();
+  auto memory_v1 = real<HookId::nvmlDeviceGetMemoryInfo>();
+  const NvmlApi& api = nvml_api();
+  if ((memory_v2 == nullptr && memory_v1 == nullptr) || api.init == nullptr ||
+      api.get_handle_by_uuid == nullptr || api.init() != NVML_SUCCESS) {
     return std::nullopt;
   }
-  std::optional<std::uint64_t> used;
+  std::optional<NvmlUsed> used;
   nvmlDevice_t handle = nullptr;
-  nvmlMemory_t memory{};
-  if (api.get_handle_by_uuid(uuid.c_str(), &handle) == NVML_SUCCESS &&
-      memory_info(handle, &memory) == NVML_SUCCESS) {
-    used = memory.used;
+  if (api.get_handle_by_uuid(uuid.c_str(), &handle) == NVML_SUCCESS) {
+    nvmlMemory_v2_t memory2{};
+    memory2.version = nvmlMemory_v2;
+    nvmlMemory_t memory{};
+    if (memory_v2 != nullptr && memory_v2(handle, &memory2) == NVML_SUCCESS) {
+      used = NvmlUsed{memory2.used + memory2.reserved, memory2.used};
+    } else if (memory_v1 != nullptr && memory_v1(handle, &memory) == NVML_SUCCESS) {
+      used = NvmlUsed{memory.used, memory.used};
+    }
   }
   if (api.shutdown != nullptr) api.shutdown();
   return used;
@@ -56,20 +82,50 @@ CUresult create_context(CUdevice dev, CUcontext* created, bool primary, Create&&
     if (device->footprint_charged.load(std::memory_order_acquire)) {
       rc = create();
     } else {
-      const std::optional<std::uint64_t> before = nvml_used(device->identity.gpu_uuid);
+      const std::string& uuid = device->identity.gpu_uuid;
+      std::optional<cuda::FootprintLock> shared;
+      if (nvml_present()) {
+        shared.emplace(client_config().socket_path, uuid, cuda::kFootprintLockWait);
+      }
+      // Measured only when no other process's measurement (its context creation) is under way.
+      const bool measure = shared && !shared->timed_out();
+      const std::optional<NvmlUsed> before = measure ? nvml_used(uuid) : std::nullopt;
       rc = create();
       if (rc == CUDA_SUCCESS) {
-        const std::optional<std::uint64_t> after =
-            before ? nvml_used(device->identity.gpu_uuid) : std::nullopt;
-        std::uint64_t bytes = cuda::kDefaultContextBytes;
-        if (before && after) bytes = *after > *before ? *after - *before : 0;
-        if (bytes > cuda::kMaxContextBytes) bytes = cuda::kDefaultContextBytes;
+        const std::optional<NvmlUsed> after = before ? nvml_used(uuid) : std::nullopt;
+        const std::optional<std::uint64_t> known = shared ? shared->known() : std::nullopt;
+        std::uint64_t bytes = known.value_or(cuda::kDefaultContextBytes);
+        const char* how = known ? "as measured alone on this GPU" : "assumed";
+        if (before && after) {
+          const std::uint64_t measured = after->all > before->all ? after->all - before->all : 0;
+          if (measured > cuda::kMaxContextBytes) {
+            NVSHARE_DEBUG("%s: context footprint measured as %s, over %s: taken for noise",
+                          uuid.c_str(), format_bytes(measured).c_str(),
+                          format_bytes(cuda::kMaxContextBytes).c_str());
+          } else if (before->by_apps <= cuda::kIdleUsedBytes) {
+            // Alone on the GPU: this is the footprint.
+            bytes = measured;
+            how = shared->held() ? "measured" : "measured without the lock";
+            shared->record(measured);
+          } else {
+            // Beside other contexts the driver allocates part of a new one later: not the
+            // footprint.
+            NVSHARE_DEBUG("%s: context footprint measured as %s beside %s in use: not used",
+                          uuid.c_str(), format_bytes(measured).c_str(),
+                          format_bytes(before->by_apps).c_str());
+          }
+        } else if (shared && shared->timed_out()) {
+          NVSHARE_DEBUG("%s: %s stayed locked for %lld ms; the context is not measured",
+                        uuid.c_str(), shared->path().c_str(),
+                        static_cast<long long>(cuda::kFootprintLockWait.count()));
+        }
+        shared.reset();  // released before anything else happens
         device->footprint_bytes = bytes;
         device->ledger.charge(bytes);
         device->footprint_charged.store(true, std::memory_order_release);
         device->link->usage_changed();
-        NVSHARE_DEBUG("%s: the CUDA context takes %s (%s)", device->identity.gpu_uuid.c_str(),
-                      format_bytes(bytes).c_str(), before && after ? "measured" : "assumed");
+        NVSHARE_DEBUG("%s: the CUDA context takes %s (%s)", uuid.c_str(),
+                      format_bytes(bytes).c_str(), how);
       }
     }
   }

@@ -91,12 +91,19 @@ DeviceState::DeviceState(int device_ordinal, DeviceIdentity device_identity, boo
 
 DeviceState* DeviceRegistry::get(CUdevice ordinal) {
   if (ordinal < 0 || ordinal >= kMaxDevices) return nullptr;
-  DeviceState* existing = slots_[ordinal].load(std::memory_order_acquire);
-  if (existing != nullptr) return existing;
-  if (!hooks::ensure_cuda()) return nullptr;
+  DeviceState* state = slots_[ordinal].load(std::memory_order_acquire);
+  if (state == nullptr) state = create(ordinal);
+  // After create_mu_ is released (the link thread settles the registration without any of the
+  // hooks' locks). Any thread that finds the GPU here before the scheduler's limits arrived waits
+  // for them too, not only the one that linked it; one atomic load once settled.
+  if (state != nullptr) state->link->await_registration();
+  return state;
+}
 
+DeviceState* DeviceRegistry::create(CUdevice ordinal) {
+  if (!hooks::ensure_cuda()) return nullptr;
   std::lock_guard lock(create_mu_);
-  existing = slots_[ordinal].load(std::memory_order_acquire);
+  DeviceState* existing = slots_[ordinal].load(std::memory_order_acquire);
   if (existing != nullptr) return existing;
   CUuuid uuid{};
   std::size_t total = 0;
@@ -119,6 +126,7 @@ DeviceState* DeviceRegistry::get(CUdevice ordinal) {
       ordinal, identity, convert, config.declared_limits.memory_bytes, config.drain_bound);
   if (state == nullptr) return nullptr;
   install_fork_handler();
+  // Starts the registration and returns at once; get() waits for it once create_mu_ is released.
   state->link = &link_device(state->identity, state->agent);
   NVSHARE_INFO("device %d %s (%s): memory limit %s, device allocations %s", ordinal,
                state->identity.gpu_uuid.c_str(), format_bytes(total).c_str(),

@@ -31,12 +31,6 @@ namespace nvshare::client::cuda {
 
 inline constexpr int kMaxDevices = 64;
 
-// Counted for the CUDA context when it cannot be measured (no NVML): what a CUDA 13 primary
-// context took on an H200 with driver 580 (526 MiB measured), rounded.
-inline constexpr std::uint64_t kDefaultContextBytes = 512ull << 20;
-// A context-footprint measurement above this is taken for noise from other processes.
-inline constexpr std::uint64_t kMaxContextBytes = 4ull << 30;
-
 struct DeviceState {
   DeviceState(int device_ordinal, DeviceIdentity device_identity, bool convert, std::uint64_t limit,
               Duration drain_bound);
@@ -59,7 +53,8 @@ struct DeviceState {
   // The primary context, once retained through us.
   std::atomic<CUcontext> primary{nullptr};
 
-  // The context's own memory: charged once, at the first context this process makes on the GPU.
+  // The context's own memory: charged once, at the first context this process makes on the GPU
+  // (context_footprint.h says how it is measured).
   std::mutex footprint_mu;
   std::atomic<bool> footprint_charged{false};
   std::uint64_t footprint_bytes = 0;  // under footprint_mu
@@ -68,7 +63,9 @@ struct DeviceState {
 class DeviceRegistry {
  public:
   // The state of a GPU by CUdevice ordinal, created on first use (needs cuInit done); null when the
-  // driver cannot describe the device.
+  // driver cannot describe the device. Waits (bounded) for the GPU's registration with the
+  // scheduler (DeviceLink::await_registration), so the scheduler's limits hold from the first
+  // allocation: call it with no lock held.
   DeviceState* get(CUdevice ordinal);
   DeviceState* find(CUdevice ordinal) const;
   DeviceState* find_by_uuid(std::string_view uuid) const;
@@ -76,6 +73,8 @@ class DeviceRegistry {
   DeviceState* find_by_context(CUcontext ctx) const;
 
  private:
+  DeviceState* create(CUdevice ordinal);  // links the GPU under create_mu_, never waits
+
   std::atomic<DeviceState*> slots_[kMaxDevices] = {};
   std::mutex create_mu_;
 };

@@ -101,6 +101,7 @@ LinkOptions LinkOptions::from_config(const ClientConfig& config) {
   options.can_swap = config.managed;
   options.declared = config.declared_limits;
   options.pod_uid = config.pod_uid;
+  options.register_wait = config.register_wait;
   return options;
 }
 
@@ -151,6 +152,8 @@ struct ForkRegistry {
 DeviceChannel::DeviceChannel(LinkEngine& engine, DeviceIdentity identity, DeviceAgent& agent)
     : engine_(engine), identity_(std::move(identity)), agent_(agent) {
   session_.backoff = engine_.options_.reconnect_initial;
+  register_deadline_ = std::chrono::steady_clock::now() + engine_.options_.register_wait;
+  if (engine_.options_.register_wait <= Duration::zero()) settled_.store(true);
 }
 
 DeviceChannel::~DeviceChannel() = default;
@@ -174,6 +177,19 @@ void DeviceChannel::after_submit() noexcept {
 
 void DeviceChannel::usage_changed() noexcept {
   if (!usage_dirty_.exchange(true, std::memory_order_acq_rel)) engine_.wake();
+}
+
+void DeviceChannel::await_registration() noexcept {
+  if (settled_.load(std::memory_order_acquire)) return;
+  // The link thread settles registration; waiting there would only ever time out.
+  if (t_on_link_thread) return;
+  try {
+    std::unique_lock lock(mu_);
+    cv_.wait_until(lock, register_deadline_,
+                   [&] { return settled_.load(std::memory_order_acquire); });
+  } catch (...) {
+    // A failing mutex or condition variable: go on without the scheduler's limits.
+  }
 }
 
 void DeviceChannel::slow_enter() {
@@ -226,9 +242,17 @@ void DeviceChannel::set_state(GrantState state, bool open_gate) {
   }
 }
 
+void DeviceChannel::settle_registration() {
+  if (settled_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(mu_);
+  settled_.store(true, std::memory_order_release);
+  cv_.notify_all();
+}
+
 void DeviceChannel::stop() {
   std::lock_guard lock(mu_);
   state_ = GrantState::kStopped;
+  settled_.store(true, std::memory_order_release);
   gate_.open();
   cv_.notify_all();
 }
@@ -332,6 +356,8 @@ void DeviceChannel::try_connect(MonoTime now) {
   const LinkOptions& options = engine_.options_;
   auto fd = connect_nonblocking(options.socket_path);
   if (!fd) {
+    // Nothing accepts at the socket: the first CUDA call does not wait for a registration.
+    settle_registration();
     s.next_attempt = now + s.backoff;
     s.backoff = std::min(s.backoff * 2, options.reconnect_max);
     // The first failure of an outage opens the gate and is logged; later attempts are silent.
@@ -395,6 +421,7 @@ void DeviceChannel::lose_connection(MonoTime now, const std::string& why) {
     s.swapped_out = false;
   }
   set_state(GrantState::kOpen, true);
+  settle_registration();
   if (!s.in_outage) {
     s.in_outage = true;
     engine_.outage_begins(why);
@@ -474,6 +501,8 @@ void DeviceChannel::handle(const protocol::Message& message, MonoTime now) {
                         static_cast<unsigned long long>(m.limits.memory_bytes),
                         m.limits.core_percent);
           if (agent_allowed()) agent_.apply_limits(m.limits);
+          // The first limits frame follows the welcome: the scheduler's limits are in force now.
+          settle_registration();
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
           NVSHARE_DEBUG("%s: waiting (%s)", identity_.gpu_uuid.c_str(),
                         std::string(protocol::to_string(m.reason)).c_str());
@@ -703,6 +732,11 @@ void DeviceChannel::after_fork_child() {
   new (&cv_) std::condition_variable();
   waiters_ = 0;
   usage_dirty_.store(true, std::memory_order_relaxed);
+  // The child registers as a new client: its first CUDA call waits for that registration anew.
+  settled_.store(
+      state_ == GrantState::kStopped || engine_.options_.register_wait <= Duration::zero(),
+      std::memory_order_relaxed);
+  register_deadline_ = std::chrono::steady_clock::now() + engine_.options_.register_wait;
   if (state_ == GrantState::kStopped) {
     gate_.reset_closed();
     gate_.open();

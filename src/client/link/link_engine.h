@@ -27,6 +27,9 @@
 //    leave it, drains, swaps out when asked, reports usage, then sends released. The scheduler
 //    re-queues a client that answered a revoke, so the state becomes kRequested without a request.
 //  - A revoke for another epoch than the held grant's is ignored, and so is a grant while holding.
+//  - Registration is settled (await_registration() returns) at the first limits frame of a
+//    session, at a failed connect, a lost connection or stop(), and in any case register_wait
+//    after the channel was created (or after fork() in the child).
 //
 // Contract
 //  - Agent calls happen only on the engine's thread, never under a lock application threads take.
@@ -74,6 +77,9 @@ struct LinkOptions {
   // How long a revoke waits for threads still inside a submission before it drains anyway (a thread
   // can be inside one GPU's submission while it waits for another GPU's grant).
   Duration inside_bound = std::chrono::seconds(1);
+  // The longest await_registration() waits for the welcome and the first limits frame, counted
+  // from the channel's creation (device_link.h; NVSHARE_REGISTER_WAIT_MS). Zero: never waits.
+  Duration register_wait = kDefaultRegisterWait;
   bool can_swap = true;  // announced in hello (NVSHARE_MANAGED)
   protocol::Limits declared;
   std::string pod_uid;
@@ -116,8 +122,11 @@ class DeviceChannel final : public DeviceLink {
   void before_submit() noexcept override;
   void after_submit() noexcept override;
   void usage_changed() noexcept override;
+  void await_registration() noexcept override;
 
   const DeviceIdentity& identity() const { return identity_; }
+  // Whether the registration's outcome is known (await_registration() returns at once).
+  bool registration_settled() const { return settled_.load(std::memory_order_acquire); }
   GrantState state() const;
   std::uint64_t epoch() const;
 
@@ -180,6 +189,7 @@ class DeviceChannel final : public DeviceLink {
   void send(const protocol::Message& message);
   void flush();
   void set_state(GrantState state, bool open_gate);  // takes mu_
+  void settle_registration();                        // takes mu_
   void stop();                                       // gate open for good
   void after_fork_child();
   bool agent_allowed() const;
@@ -196,6 +206,9 @@ class DeviceChannel final : public DeviceLink {
   std::atomic<GrantState> state_{GrantState::kStarting};
   int waiters_ = 0;               // under mu_
   std::uint64_t held_epoch_ = 0;  // under mu_; for epoch()
+  // Registration (device_link.h): set under mu_ (waiters wait on cv_), read anywhere.
+  std::atomic<bool> settled_{false};
+  std::chrono::steady_clock::time_point register_deadline_;  // under mu_
   Session session_;
 };
 
@@ -258,6 +271,7 @@ class PassThroughLink final : public DeviceLink {
   void before_submit() noexcept override {}
   void after_submit() noexcept override {}
   void usage_changed() noexcept override {}
+  void await_registration() noexcept override {}
 };
 
 }  // namespace nvshare::client

@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "client/device_link.h"
 #include "common/default_paths.h"
 
 namespace nvshare::client {
@@ -33,6 +34,8 @@ TEST(ClientConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.pod_uid, "");
   EXPECT_TRUE(c.managed);
   EXPECT_EQ(c.reconnect_max, 2000ms);
+  EXPECT_EQ(c.register_wait, 1000ms);
+  EXPECT_EQ(c.register_wait, kDefaultRegisterWait);
   EXPECT_EQ(c.log_level, LogLevel::kInfo);
 }
 
@@ -47,11 +50,11 @@ TEST(ClientConfig, EveryDefaultTextParses) {
 TEST(ClientConfig, EnvironmentNamesDeriveFromKnobNames) {
   std::vector<std::string> names;
   for (const ClientKnob& knob : client_knobs()) names.push_back(client_env_name(knob));
-  const std::vector<std::string> expected = {"NVSHARE_ENABLE",           "NVSHARE_SOCKET",
-                                             "NVSHARE_IDLE_RELEASE_MS",  "NVSHARE_DRAIN_BOUND_MS",
-                                             "NVSHARE_MEMORY_LIMIT",     "NVSHARE_CORE_LIMIT",
-                                             "NVSHARE_POD_UID",          "NVSHARE_MANAGED",
-                                             "NVSHARE_RECONNECT_MAX_MS", "NVSHARE_LOG_LEVEL"};
+  const std::vector<std::string> expected = {
+      "NVSHARE_ENABLE",           "NVSHARE_SOCKET",       "NVSHARE_IDLE_RELEASE_MS",
+      "NVSHARE_DRAIN_BOUND_MS",   "NVSHARE_MEMORY_LIMIT", "NVSHARE_CORE_LIMIT",
+      "NVSHARE_POD_UID",          "NVSHARE_MANAGED",      "NVSHARE_RECONNECT_MAX_MS",
+      "NVSHARE_REGISTER_WAIT_MS", "NVSHARE_LOG_LEVEL"};
   EXPECT_EQ(names, expected);
   ASSERT_NE(find_client_knob("core-limit"), nullptr);
   EXPECT_EQ(find_client_knob("cores"), nullptr);
@@ -67,6 +70,7 @@ TEST(ClientConfig, ValidValuesAreApplied) {
                                            {"NVSHARE_POD_UID", "0f1e2d3c-aaaa"},
                                            {"NVSHARE_MANAGED", "false"},
                                            {"NVSHARE_RECONNECT_MAX_MS", "500"},
+                                           {"NVSHARE_REGISTER_WAIT_MS", "0"},
                                            {"NVSHARE_LOG_LEVEL", "DEBUG"}});
   EXPECT_TRUE(parsed.warnings.empty()) << parsed.warnings.front();
   const ClientConfig& c = parsed.config;
@@ -79,6 +83,7 @@ TEST(ClientConfig, ValidValuesAreApplied) {
   EXPECT_EQ(c.pod_uid, "0f1e2d3c-aaaa");
   EXPECT_FALSE(c.managed);
   EXPECT_EQ(c.reconnect_max, 500ms);
+  EXPECT_EQ(c.register_wait, 0ms);
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
 }
 
@@ -121,6 +126,7 @@ TEST_P(ClientConfigInvalid, WarnsOnceAndKeepsTheDefault) {
   EXPECT_EQ(c.pod_uid, defaults.pod_uid);
   EXPECT_EQ(c.managed, defaults.managed);
   EXPECT_EQ(c.reconnect_max, defaults.reconnect_max);
+  EXPECT_EQ(c.register_wait, defaults.register_wait);
   EXPECT_EQ(c.log_level, defaults.log_level);
 }
 
@@ -139,6 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"NVSHARE_POD_UID", std::string(65, 'p'), "longer than 64 bytes"},
         BadValue{"NVSHARE_MANAGED", "2", "is not one of"},
         BadValue{"NVSHARE_RECONNECT_MAX_MS", "10", "outside 50..600000"},
+        BadValue{"NVSHARE_REGISTER_WAIT_MS", "10001", "outside 0..10000"},
+        BadValue{"NVSHARE_REGISTER_WAIT_MS", "1s", "not a whole number"},
         BadValue{"NVSHARE_LOG_LEVEL", "loud", "not one of error, warn, info, debug, trace"}));
 
 TEST(ClientConfig, ConfigurationDocumentContainsTheGeneratedTable) {

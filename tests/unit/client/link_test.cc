@@ -510,6 +510,96 @@ TEST_F(LinkTest, MalformedInputDropsTheSessionAndRunsOpen) {
   EXPECT_EQ(channel().state(), GrantState::kOpen);
 }
 
+// A thread calling await_registration() once; reports how long it took.
+class RegistrationWaiter {
+ public:
+  explicit RegistrationWaiter(DeviceLink& link)
+      : future_(std::async(std::launch::async, [&link] {
+          const auto start = std::chrono::steady_clock::now();
+          link.await_registration();
+          return std::chrono::steady_clock::now() - start;
+        })) {}
+  bool done_within(std::chrono::milliseconds timeout) {
+    return future_.wait_for(timeout) == std::future_status::ready;
+  }
+  std::chrono::steady_clock::duration took() { return future_.get(); }
+
+ private:
+  std::future<std::chrono::steady_clock::duration> future_;
+};
+
+// The first CUDA call on a GPU waits until the scheduler's limits are in force: the welcome alone
+// is not enough, the limits frame that follows it is, and it has reached the agent by then.
+TEST_F(LinkTest, RegistrationIsAwaitedUntilTheFirstLimitsAreApplied) {
+  engine_ = std::make_unique<LinkEngine>(options());
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  RegistrationWaiter waiter(*link_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  ASSERT_TRUE(peer_->handshake());
+  EXPECT_FALSE(waiter.done_within(150ms)) << "returned after the welcome, before the limits";
+  EXPECT_FALSE(channel().registration_settled());
+  peer_->send(protocol::SetLimits{{256ull << 20, 100}});
+  ASSERT_TRUE(waiter.done_within(2s));
+  EXPECT_TRUE(channel().registration_settled());
+  ASSERT_FALSE(agent_.limits().empty());
+  EXPECT_EQ(agent_.limits().back(), (protocol::Limits{256ull << 20, 100}));
+  // Settled: later calls return at once.
+  RegistrationWaiter again(*link_);
+  EXPECT_TRUE(again.done_within(50ms));
+}
+
+// Nothing at the socket: the connect error settles the registration, nobody waits.
+TEST_F(LinkTest, RegistrationIsNotAwaitedWithoutAScheduler) {
+  scheduler_.shut();
+  engine_ = std::make_unique<LinkEngine>(options());
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  RegistrationWaiter waiter(*link_);
+  ASSERT_TRUE(waiter.done_within(2s));
+  EXPECT_LT(waiter.took(), 100ms);
+  EXPECT_TRUE(channel().registration_settled());
+}
+
+// A scheduler that accepts but never welcomes holds the first call for register_wait only.
+TEST_F(LinkTest, RegistrationWaitIsBounded) {
+  LinkOptions o = options();
+  o.register_wait = 200ms;
+  engine_ = std::make_unique<LinkEngine>(o);
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  ASSERT_TRUE(peer_->expect<protocol::Hello>());
+  RegistrationWaiter waiter(*link_);
+  ASSERT_TRUE(waiter.done_within(2s)) << "not bounded";
+  EXPECT_LT(waiter.took(), 1000ms);
+  EXPECT_FALSE(channel().registration_settled());
+  // The bound counts from the link's creation: a later caller does not wait again.
+  RegistrationWaiter later(*link_);
+  EXPECT_TRUE(later.done_within(50ms));
+}
+
+// A lost connection during the handshake settles the registration (the process runs open).
+TEST_F(LinkTest, RegistrationIsSettledWhenTheConnectionDrops) {
+  engine_ = std::make_unique<LinkEngine>(options());
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  ASSERT_TRUE(peer_->expect<protocol::Hello>());
+  RegistrationWaiter waiter(*link_);
+  EXPECT_FALSE(waiter.done_within(100ms));
+  peer_->close();
+  EXPECT_TRUE(waiter.done_within(500ms));
+}
+
+TEST_F(LinkTest, ZeroRegisterWaitNeverWaits) {
+  LinkOptions o = options();
+  o.register_wait = 0ms;
+  engine_ = std::make_unique<LinkEngine>(o);
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  RegistrationWaiter waiter(*link_);
+  EXPECT_TRUE(waiter.done_within(50ms));
+}
+
 TEST_F(LinkTest, DisabledEngineDoesNothing) {
   LinkOptions o = options();
   o.enabled = false;
