@@ -1,8 +1,9 @@
 // The seam between the CUDA-facing half of libnvshare.so (hooks, memory, drain, swap) and its
 // scheduler-facing half (the link thread, the grant state).
 //
-// One DeviceLink exists per GPU the process touches (keyed by UUID). The hooks own a DeviceAgent for that
-// GPU — the CUDA operations the link asks for — and call the DeviceLink on every submission:
+// One DeviceLink exists per GPU the process touches (keyed by UUID). The hooks own a DeviceAgent
+// for that GPU — the CUDA operations the link asks for — and call the DeviceLink on every
+// submission:
 //
 //   hooks (application threads)                     link thread
 //   ---------------------------                     -----------
@@ -16,16 +17,17 @@
 //                                                   usage: agent.usage() sent when it changes
 //
 // Contract
-//  - before_submit() costs one atomic read-modify-write while the grant is held (it counts the thread
+//  - before_submit() costs one atomic read-modify-write while the grant is held (it counts the
+//  thread
 //    as inside a submission, so a revoke can wait for launches already half-way through before it
 //    drains). Every before_submit() is paired with one after_submit(), even when the call failed.
 //    Otherwise before_submit() registers (first use),
-//    requests and blocks until granted. It never fails and never blocks forever because of the scheduler:
-//    while the scheduler is unreachable the link is open (fail-open: every call returns at once), and a
-//    holder that stops answering is not waited on.
+//    requests and blocks until granted. It never fails and never blocks forever because of the
+//    scheduler: while the scheduler is unreachable the link is open (fail-open: every call returns
+//    at once), and a holder that stops answering is not waited on.
 //  - The link calls the agent only from its own thread, never while an application thread is inside
-//    before_submit() waiting on the agent, so the agent may use the driver freely (it sets the device's
-//    context current on the link thread itself).
+//    before_submit() waiting on the agent, so the agent may use the driver freely (it sets the
+//    device's context current on the link thread itself).
 //  - One link thread serves every GPU of the process, so a long swap on one GPU delays the others'
 //    sessions. The agent calls the real driver functions, never the hooked ones.
 //  - Declared limits (NVSHARE_MEMORY_LIMIT) reach the agent through apply_limits() right after
@@ -67,14 +69,17 @@ struct DeviceUsage {
 class DeviceAgent {
  public:
   virtual ~DeviceAgent() = default;
-  // Waits until the work submitted so far on this GPU has completed. Must not be called while a stream
-  // is being captured (the agent waits for the capture to end first). Returns how long it waited.
+  // Waits until the work submitted so far on this GPU has completed. Must not be called while a
+  // stream is being captured (the agent waits for the capture to end first). Returns how long it
+  // waited.
   virtual Duration drain() = 0;
-  // Moves this process's managed allocations on the GPU to host memory in bulk; returns bytes moved.
+  // Moves this process's managed allocations on the GPU to host memory in bulk; returns bytes
+  // moved.
   virtual std::uint64_t swap_out() = 0;
   // Moves them back to the GPU in bulk; returns bytes moved.
   virtual std::uint64_t swap_in() = 0;
-  // Time since the last submission if all submitted work has completed; zero while work is in flight.
+  // Time since the last submission if all submitted work has completed; zero while work is in
+  // flight.
   virtual Duration idle_for() = 0;
   virtual DeviceUsage usage() = 0;
   // New limits from the scheduler (memory 0 = unlimited; core is informational for the client).
@@ -82,7 +87,7 @@ class DeviceAgent {
 };
 
 struct DeviceIdentity {
-  std::string gpu_uuid;               // "GPU-..."
+  std::string gpu_uuid;                // "GPU-..."
   std::uint64_t gpu_memory_bytes = 0;  // physical memory as the driver reports it
 };
 

@@ -344,7 +344,8 @@ TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
   const double elapsed = monotonic_s() - start;
   ASSERT_FALSE(HasFailure());
 
-  EXPECT_EQ(max_holding, 1) << "two trainers that do not fit held the GPU at once with their memory";
+  EXPECT_EQ(max_holding, 1)
+      << "two trainers that do not fit held the GPU at once with their memory";
   EXPECT_TRUE(saw_memory_wait) << "status never showed a trainer waiting for memory";
 
   // Turns: order all kernels by launch and count the switches between trainers.

@@ -104,7 +104,9 @@ struct BadValue {
   std::string message;  // part of the warning
 };
 
-void PrintTo(const BadValue& b, std::ostream* os) { *os << b.variable << '=' << b.value.substr(0, 24); }
+void PrintTo(const BadValue& b, std::ostream* os) {
+  *os << b.variable << '=' << b.value.substr(0, 24);
+}
 
 class ClientConfigInvalid : public ::testing::TestWithParam<BadValue> {};
 

@@ -23,20 +23,19 @@ TEST_P(AcceptedQuantity, ParsesToExactBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     KubernetesForms, AcceptedQuantity,
-    testing::Values(Accepted{"4Gi", 4 * Gi}, Accepted{"512Mi", 512 * Mi}, Accepted{"4G", 4'000'000'000},
-                    Accepted{"1.5Gi", 3 * Gi / 2}, Accepted{"4096", 4096}, Accepted{"4096Mi", 4 * Gi},
-                    Accepted{"0", 0}, Accepted{"1Ki", Ki}, Accepted{"2Ti", 2 * Ti},
-                    Accepted{"1Pi", 1024 * Ti}, Accepted{"1Ei", 1024 * 1024 * Ti},
-                    Accepted{"15Ei", 15 * 1024 * 1024 * Ti}, Accepted{"1k", 1000},
-                    Accepted{"3M", 3'000'000}, Accepted{"2T", 2'000'000'000'000},
-                    Accepted{"1P", 1'000'000'000'000'000}, Accepted{"18E", 18'000'000'000'000'000'000ULL},
-                    Accepted{"+4Gi", 4 * Gi}, Accepted{"0.5Ki", 512}, Accepted{".5Mi", Mi / 2},
-                    Accepted{"1.Gi", Gi}, Accepted{"1.50Gi", 3 * Gi / 2},
-                    Accepted{"1e3", 1000}, Accepted{"129e6", 129'000'000}, Accepted{"1E9", 1'000'000'000},
-                    Accepted{"2.5e-1", 1},  // fractional bytes round up
-                    Accepted{"0.1", 1}, Accepted{"1.000000001G", 1'000'000'001},
-                    Accepted{"18446744073709551615", 18446744073709551615ULL},
-                    Accepted{"00012Mi", 12 * Mi}));
+    testing::Values(
+        Accepted{"4Gi", 4 * Gi}, Accepted{"512Mi", 512 * Mi}, Accepted{"4G", 4'000'000'000},
+        Accepted{"1.5Gi", 3 * Gi / 2}, Accepted{"4096", 4096}, Accepted{"4096Mi", 4 * Gi},
+        Accepted{"0", 0}, Accepted{"1Ki", Ki}, Accepted{"2Ti", 2 * Ti}, Accepted{"1Pi", 1024 * Ti},
+        Accepted{"1Ei", 1024 * 1024 * Ti}, Accepted{"15Ei", 15 * 1024 * 1024 * Ti},
+        Accepted{"1k", 1000}, Accepted{"3M", 3'000'000}, Accepted{"2T", 2'000'000'000'000},
+        Accepted{"1P", 1'000'000'000'000'000}, Accepted{"18E", 18'000'000'000'000'000'000ULL},
+        Accepted{"+4Gi", 4 * Gi}, Accepted{"0.5Ki", 512}, Accepted{".5Mi", Mi / 2},
+        Accepted{"1.Gi", Gi}, Accepted{"1.50Gi", 3 * Gi / 2}, Accepted{"1e3", 1000},
+        Accepted{"129e6", 129'000'000}, Accepted{"1E9", 1'000'000'000},
+        Accepted{"2.5e-1", 1},  // fractional bytes round up
+        Accepted{"0.1", 1}, Accepted{"1.000000001G", 1'000'000'001},
+        Accepted{"18446744073709551615", 18446744073709551615ULL}, Accepted{"00012Mi", 12 * Mi}));
 
 struct Rejected {
   const char* text;
@@ -83,7 +82,8 @@ TEST(Percent, AcceptsOneToHundred) {
 }
 
 TEST(Percent, RejectsEverythingElse) {
-  for (const char* text : {"0", "101", "-1", "", "%", "30.5", "abc", "1000", " 30", "30 %", "0x1e"}) {
+  for (const char* text :
+       {"0", "101", "-1", "", "%", "30.5", "abc", "1000", " 30", "30 %", "0x1e"}) {
     auto parsed = parse_percent(text);
     ASSERT_FALSE(parsed.ok()) << text;
     EXPECT_NE(parsed.error().message.find("percentage"), std::string::npos) << text;
