@@ -118,21 +118,10 @@ Status apply_register_wait(std::string_view value, ClientConfig& config) {
 }
 
 Status apply_log_level(std::string_view value, ClientConfig& config) {
-  // The same names common/log.cc accepts when it reads the variable for itself.
-  static constexpr std::array<std::string_view, 5> kNames = {"error", "warn", "info", "debug",
-                                                             "trace"};
-  const std::string text(value);
-  for (std::size_t i = 0; i < kNames.size(); ++i) {
-    if (strcasecmp(text.c_str(), std::string(kNames[i]).c_str()) == 0) {
-      config.log_level = static_cast<LogLevel>(i);
-      return Status::Ok();
-    }
-  }
-  if (strcasecmp(text.c_str(), "warning") == 0) {
-    config.log_level = LogLevel::kWarn;
-    return Status::Ok();
-  }
-  return make_error(quoted(value) + " is not one of error, warn, info, debug, trace");
+  const std::optional<LogLevel> level = log_level_from_name(value);
+  if (!level) return make_error(quoted(value) + " is not one of error, warn, info, debug, trace");
+  config.log_level = *level;
+  return Status::Ok();
 }
 
 // The one definition of every client knob. Keep meanings to one or two sentences: they are the

@@ -1,12 +1,14 @@
 #include "common/log.h"
 
+#include <strings.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
-#include <unistd.h>
 
 namespace nvshare {
 namespace {
@@ -17,13 +19,9 @@ char g_component[48] = "nvshare";
 
 int level_from_env() {
   const char* value = std::getenv("NVSHARE_LOG_LEVEL");
-  if (value == nullptr || *value == '\0') return static_cast<int>(LogLevel::kInfo);
-  static constexpr const char* kNames[] = {"error", "warn", "info", "debug", "trace"};
-  for (int i = 0; i < 5; ++i) {
-    if (strcasecmp(value, kNames[i]) == 0) return i;
-  }
-  if (strcasecmp(value, "warning") == 0) return static_cast<int>(LogLevel::kWarn);
-  return static_cast<int>(LogLevel::kInfo);
+  const std::optional<LogLevel> level =
+      value == nullptr ? std::nullopt : log_level_from_name(value);
+  return static_cast<int>(level.value_or(LogLevel::kInfo));
 }
 
 int current_level() {
@@ -37,16 +35,33 @@ int current_level() {
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kTrace: return "TRACE";
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kTrace:
+      return "TRACE";
   }
   return "?";
 }
 
 }  // namespace
+
+std::optional<LogLevel> log_level_from_name(std::string_view name) {
+  static constexpr std::string_view kNames[] = {"error", "warn", "info", "debug", "trace"};
+  const auto same = [name](std::string_view word) {
+    return name.size() == word.size() && strncasecmp(name.data(), word.data(), word.size()) == 0;
+  };
+  for (int i = 0; i < 5; ++i) {
+    if (same(kNames[i])) return static_cast<LogLevel>(i);
+  }
+  if (same("warning")) return LogLevel::kWarn;
+  return std::nullopt;
+}
 
 void log_init(const char* component) {
   if (component != nullptr) {
@@ -56,7 +71,9 @@ void log_init(const char* component) {
   g_level.store(level_from_env(), std::memory_order_relaxed);
 }
 
-void log_set_level(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+void log_set_level(LogLevel level) {
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+}
 
 LogLevel log_level() { return static_cast<LogLevel>(current_level()); }
 
@@ -76,7 +93,9 @@ void log_vwrite(LogLevel level, const char* format, va_list args) {
   const std::size_t room = sizeof line - 1;  // keep one byte for the newline
   std::size_t used = static_cast<std::size_t>(n) < room ? static_cast<std::size_t>(n) : room;
   const int m = std::vsnprintf(line + used, room - used, format, args);
-  if (m > 0) used += static_cast<std::size_t>(m) < room - used ? static_cast<std::size_t>(m) : room - used - 1;
+  if (m > 0)
+    used +=
+        static_cast<std::size_t>(m) < room - used ? static_cast<std::size_t>(m) : room - used - 1;
   line[used++] = '\n';
   // One write(2) per record keeps records whole; a short write on stderr is not worth retrying.
   [[maybe_unused]] ssize_t ignored = ::write(STDERR_FILENO, line, used);

@@ -90,11 +90,7 @@ Result<CapacitySpec> parse_capacity(std::string_view text) {
 }
 
 Result<LogLevel> parse_log_level(std::string_view text) {
-  if (text == "error") return LogLevel::kError;
-  if (text == "warn" || text == "warning") return LogLevel::kWarn;
-  if (text == "info") return LogLevel::kInfo;
-  if (text == "debug") return LogLevel::kDebug;
-  if (text == "trace") return LogLevel::kTrace;
+  if (auto level = log_level_from_name(text)) return *level;
   return make_error("\"" + std::string(text) + "\" is not one of error, warn, info, debug, trace");
 }
 

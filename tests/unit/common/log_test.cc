@@ -43,6 +43,16 @@ TEST(Log, LevelComesFromTheEnvironment) {
   EXPECT_EQ(log_level(), LogLevel::kInfo);
 }
 
+TEST(Log, LevelNamesAreReadOnceForEveryComponent) {
+  EXPECT_EQ(log_level_from_name("trace"), LogLevel::kTrace);
+  EXPECT_EQ(log_level_from_name("DEBUG"), LogLevel::kDebug);
+  EXPECT_EQ(log_level_from_name("warning"), LogLevel::kWarn);
+  EXPECT_EQ(log_level_from_name("Warn"), LogLevel::kWarn);
+  EXPECT_EQ(log_level_from_name("loud"), std::nullopt);
+  EXPECT_EQ(log_level_from_name(""), std::nullopt);
+  EXPECT_EQ(log_level_from_name("info "), std::nullopt);
+}
+
 TEST(Log, LineHasTimestampComponentPidAndLevel) {
   log_init("nvshare-unit");
   log_set_level(LogLevel::kInfo);
