@@ -26,7 +26,7 @@ deps-test:
 $(BUILD)/build.ninja:
 	@cmake -S . -B $(BUILD) -G Ninja \
 	  $(if $(shell command -v clang++ 2>/dev/null),-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) \
-	  $(CMAKE_FLAGS)
+	  -DNVSHARE_WITH_K8S=ON $(CMAKE_FLAGS)
 
 configure: $(BUILD)/build.ninja
 
