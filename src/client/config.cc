@@ -126,7 +126,12 @@ Status apply_log_level(std::string_view value, ClientConfig& config) {
 
 // The one definition of every client knob. Keep meanings to one or two sentences: they are the
 // documentation (docs/configuration.md is generated from them).
-constexpr std::array<ClientKnob, 11> kKnobs = {{
+Status apply_trace_file(std::string_view value, ClientConfig& config) {
+  config.trace_file = std::string(value);
+  return Status::Ok();
+}
+
+constexpr std::array<ClientKnob, 12> kKnobs = {{
     {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
      "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
      "virtualization.",
@@ -170,6 +175,10 @@ constexpr std::array<ClientKnob, 11> kKnobs = {{
      apply_register_wait},
     {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
      "Least severe log records the library writes to the process's stderr.", apply_log_level},
+    {"trace-file", "", "empty, or a filesystem path",
+     "Appends one JSON line per grant event (request, grant, revoke, release, idle release) with "
+     "its CLOCK_MONOTONIC time, for benchmarks and schedule plots. Empty: no trace.",
+     apply_trace_file},
 }};
 
 std::string display_default(const ClientKnob& knob) {

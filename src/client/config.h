@@ -51,6 +51,8 @@ struct ClientConfig {
   // at all); see device_link.h.
   Duration register_wait = std::chrono::milliseconds(1000);
   LogLevel log_level = LogLevel::kInfo;
+  // Where to append the grant life-cycle trace (link/handoff_trace.h); empty: no trace.
+  std::string trace_file;
 };
 
 struct ClientKnob {

@@ -102,6 +102,7 @@ LinkOptions LinkOptions::from_config(const ClientConfig& config) {
   options.declared = config.declared_limits;
   options.pod_uid = config.pod_uid;
   options.register_wait = config.register_wait;
+  options.trace_file = config.trace_file;
   return options;
 }
 
@@ -319,6 +320,7 @@ void DeviceChannel::service_timers(MonoTime now, MonoTime& next) {
       // before asking, or it may grant beside a runner this client does not fit beside.
       if (usage_dirty_.load(std::memory_order_acquire)) send_usage(now, false);
       send(protocol::Request{});
+      engine_.trace_.record("request", identity_.gpu_uuid, s.epoch);
     }
   }
 
@@ -555,6 +557,7 @@ void DeviceChannel::on_grant(const protocol::Grant& grant, MonoTime now) {
                   static_cast<unsigned long long>(s.epoch));
     return;
   }
+  double swap_in_ms = -1;
   if (s.swapped_out && agent_allowed()) {
     bool nobody_waits;
     {
@@ -567,25 +570,30 @@ void DeviceChannel::on_grant(const protocol::Grant& grant, MonoTime now) {
       // swap in only to swap out again. The next submission asks anew.
       send(protocol::Released{grant.epoch, 0, 0});
       set_state(GrantState::kIdle, false);
+      engine_.trace_.record("handback", identity_.gpu_uuid, grant.epoch);
       return;
     }
     const MonoTime started = now_mono();
     const std::uint64_t bytes = agent_.swap_in();
     const Duration took = now_mono() - started;
     s.swapped_out = false;
+    swap_in_ms = to_ms(took);
     NVSHARE_DEBUG("%s: swapped in %llu bytes in %.1f ms", identity_.gpu_uuid.c_str(),
-                  static_cast<unsigned long long>(bytes), to_ms(took));
+                  static_cast<unsigned long long>(bytes), swap_in_ms);
     now = now_mono();
     send_usage(now, true);
   }
   s.epoch = grant.epoch;
   s.granted_at = now;
   s.next_idle_check = now + engine_.options_.idle_release / 2;
-  std::lock_guard lock(mu_);
-  held_epoch_ = grant.epoch;
-  state_ = GrantState::kHeld;
-  gate_.open();
-  cv_.notify_all();
+  {
+    std::lock_guard lock(mu_);
+    held_epoch_ = grant.epoch;
+    state_ = GrantState::kHeld;
+    gate_.open();
+    cv_.notify_all();
+  }
+  engine_.trace_.record("grant", identity_.gpu_uuid, grant.epoch, swap_in_ms);
 }
 
 void DeviceChannel::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
@@ -605,6 +613,7 @@ void DeviceChannel::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
   s.revoke = revoke;
   s.revoke_at = now;
   s.inside_deadline = now + engine_.options_.inside_bound;
+  engine_.trace_.record("revoke", identity_.gpu_uuid, revoke.epoch);
   // finish_revoke runs from service() as soon as no thread is inside a submission.
 }
 
@@ -633,6 +642,8 @@ void DeviceChannel::finish_revoke(MonoTime now) {
   }
   const MonoTime done = now_mono();
   if (s.revoke.swap_out) send_usage(done, true);
+  // Recorded just before the frame is queued, so a follower's grant always reads later.
+  engine_.trace_.record("release", identity_.gpu_uuid, s.revoke.epoch, to_ms(done - s.revoke_at));
   send(protocol::Released{s.revoke.epoch, to_us(done - s.granted_at),
                           to_us(drained_at - s.revoke_at)});
   // The scheduler queues a client that answered a revoke by itself: no request needed.
@@ -658,6 +669,7 @@ void DeviceChannel::try_idle_release(MonoTime now) {
     cv_.notify_all();
     return;
   }
+  engine_.trace_.record("idle-release", identity_.gpu_uuid, s.epoch);
   send(protocol::Released{s.epoch, to_us(now - s.granted_at), 0});
   // A thread that arrived while the gate was closed has woken the thread; the next pass of
   // service() sees it waiting and requests.
@@ -756,7 +768,8 @@ LinkEngine::LinkEngine(LinkOptions options)
           options.reconnect_max = options.reconnect_initial;
         }
         return std::move(options);
-      }()) {
+      }()),
+      trace_(options_.trace_file) {
   ForkRegistry::add(this);
 }
 

@@ -54,6 +54,7 @@
 #include "client/config.h"
 #include "client/device_link.h"
 #include "client/link/grant_gate.h"
+#include "client/link/handoff_trace.h"
 #include "common/clock.h"
 #include "common/protocol.h"
 #include "common/unix_socket.h"
@@ -84,6 +85,7 @@ struct LinkOptions {
   protocol::Limits declared;
   std::string pod_uid;
   std::string process_name;  // empty: /proc/self/comm
+  std::string trace_file;    // NVSHARE_TRACE_FILE; empty: no trace
 
   static LinkOptions from_config(const ClientConfig& config);
 };
@@ -247,6 +249,7 @@ class LinkEngine {
   void fork_child();
 
   const LinkOptions options_;
+  const HandoffTrace trace_;
   mutable std::mutex mu_;  // devices_, thread state; taken before any device's mu_
   std::vector<std::unique_ptr<DeviceChannel>> devices_;
   bool started_ = false;

@@ -54,7 +54,7 @@ TEST(ClientConfig, EnvironmentNamesDeriveFromKnobNames) {
       "NVSHARE_ENABLE",           "NVSHARE_SOCKET",       "NVSHARE_IDLE_RELEASE_MS",
       "NVSHARE_DRAIN_BOUND_MS",   "NVSHARE_MEMORY_LIMIT", "NVSHARE_CORE_LIMIT",
       "NVSHARE_POD_UID",          "NVSHARE_MANAGED",      "NVSHARE_RECONNECT_MAX_MS",
-      "NVSHARE_REGISTER_WAIT_MS", "NVSHARE_LOG_LEVEL"};
+      "NVSHARE_REGISTER_WAIT_MS", "NVSHARE_LOG_LEVEL",    "NVSHARE_TRACE_FILE"};
   EXPECT_EQ(names, expected);
   ASSERT_NE(find_client_knob("core-limit"), nullptr);
   EXPECT_EQ(find_client_knob("cores"), nullptr);

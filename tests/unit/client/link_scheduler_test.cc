@@ -3,9 +3,13 @@
 // swap when their memory does not fit together.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <future>
+#include <string>
+#include <vector>
 
 #include "client/link/link_engine.h"
+#include "common/json.h"
 #include "test_support.h"
 
 namespace nvshare::client {
@@ -22,10 +26,11 @@ constexpr const char* kGpu = "GPU-00000000-1111-2222-3333-444444444444";
 
 class Client {
  public:
-  Client(const std::string& socket, Duration idle_release) {
+  Client(const std::string& socket, Duration idle_release, std::string trace_file = "") {
     LinkOptions options;
     options.socket_path = socket;
     options.idle_release = idle_release;
+    options.trace_file = std::move(trace_file);
     options.process_name = "itest";
     engine_ = std::make_unique<LinkEngine>(options);
     link_ = &engine_->device({kGpu, kGpuMemory}, agent_);
@@ -91,6 +96,54 @@ TEST(LinkWithScheduler, TurnsRevokeDrainAndHandOverBothWays) {
   a.submit();
   ASSERT_TRUE(a.submitted_within(5s)) << scheduler.log();
   EXPECT_EQ(b.agent().drains.load(), 1);
+}
+
+// Both clients append to one trace file: each line is whole JSON, and the hand-over reads in order
+// request, grant (a), request (b), revoke, release (a), grant (b), with monotonic times.
+TEST(LinkWithScheduler, TraceRecordsTheHandOverInOrder) {
+  TempDir dir;
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "0.2"});
+  ASSERT_TRUE(scheduler.ready()) << scheduler.log();
+  const std::string trace = dir.file("trace.jsonl");
+  {
+    Client a(scheduler.socket(), 0ms, trace);
+    Client b(scheduler.socket(), 0ms, trace);
+    a.submit();
+    ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
+    b.submit();
+    ASSERT_TRUE(b.submitted_within(5s)) << scheduler.log();
+  }
+  std::ifstream in(trace);
+  std::vector<std::string> events;
+  double last_t = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto parsed = parse_json(line);
+    ASSERT_TRUE(parsed.ok()) << line;
+    const Json& j = parsed.value();
+    ASSERT_TRUE(j.is_object()) << line;
+    const double t = j.find("t")->as_double().value_or(-1);
+    EXPECT_GE(t, last_t) << "trace times go backwards at " << line;
+    last_t = t;
+    EXPECT_EQ(*j.find("gpu")->as_string(), kGpu);
+    events.push_back(*j.find("event")->as_string());
+    if (events.back() == "release") {
+      EXPECT_GE(j.find("ms")->as_double().value_or(-1), 0.0) << line;
+    }
+  }
+  const std::vector<std::string> expected = {"request", "grant",   "request",
+                                             "revoke",  "release", "grant"};
+  ASSERT_GE(events.size(), expected.size());
+  EXPECT_EQ(std::vector<std::string>(events.begin(), events.begin() + 6), expected);
+}
+
+TEST(LinkWithScheduler, UnwritableTraceFileLeavesTheLinkWorking) {
+  TempDir dir;
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive"});
+  ASSERT_TRUE(scheduler.ready()) << scheduler.log();
+  Client a(scheduler.socket(), 0ms, dir.file("no/such/dir/trace.jsonl"));
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
+  EXPECT_EQ(a.state(), GrantState::kHeld);
 }
 
 TEST(LinkWithScheduler, ClientsThatDoNotFitSwapAtTheHandOver) {

@@ -1,0 +1,38 @@
+// HandoffTrace: an optional record of each GPU's grant life cycle, for benchmarks and for people
+// reading a schedule after the fact (NVSHARE_TRACE_FILE).
+//
+// One JSON object per line, appended with a single write(2) to a file opened O_APPEND, so lines of
+// several processes sharing one file never interleave:
+//   {"t":12345.678901234,"pid":4242,"gpu":"GPU-...","event":"grant","epoch":7,"ms":1.25}
+// `t` is CLOCK_MONOTONIC in seconds (comparable across processes of one host); `ms` is the event's
+// duration where it has one (swap in for a grant, drain for a release). Events: request, grant,
+// revoke, release (answering a revoke), idle-release, handback (a grant given straight back).
+//
+// Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
+// be opened is logged once and the trace stays disabled; recording never blocks on anything but
+// the write itself and never fails the caller.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace nvshare::client {
+
+class HandoffTrace {
+ public:
+  explicit HandoffTrace(const std::string& path);
+  ~HandoffTrace();
+  HandoffTrace(const HandoffTrace&) = delete;
+  HandoffTrace& operator=(const HandoffTrace&) = delete;
+
+  bool enabled() const { return fd_ >= 0; }
+  // `ms` < 0: the event has no duration.
+  void record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
+              double ms = -1) const noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace nvshare::client
