@@ -1,0 +1,533 @@
+"""The real-GPU benchmark suite: every scenario with and without nvshare, in one call.
+
+    python3 bench/gpu/bench.py --build BUILD --out DIR [--phase overhead|together|turns|multi|all] [--repeats N]
+
+Writes DIR/results.json (machine, every run's raw JSON, every metric) and DIR/raw/<scenario>/ (each
+job's stdout/stderr, the scheduler's log and status, the library's grant trace). bench/gpu/report.py
+turns one or more results.json into the markdown table, docs/benchmarks.json and the plots.
+
+Rules kept on a shared GPU machine: the managed memory asked for stays far below what the GPU has
+free (a small GPU is emulated with the scheduler's --capacity), and clocks, power, MIG and compute
+mode are never touched.
+
+Each metric is a dict: name, value, goal (text), met (bool or None), unit, native (the same figure
+without nvshare where one exists), detail (the runs it came from).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKLOAD = HERE / "workload.py"
+GIB = 1 << 30
+
+
+def log(*args):
+    print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+class Scheduler:
+    """A private nvshare-scheduler for one scenario (its own sockets and log)."""
+
+    def __init__(self, bench, workdir, flags):
+        self.bench, self.dir, self.flags = bench, workdir, flags
+        self.socket = str(workdir / "s.sock")
+        self.control = str(workdir / "c.sock")
+        self.trace = str(workdir / "trace.jsonl")
+
+    def __enter__(self):
+        self.log = open(self.dir / "scheduler.log", "w")
+        self.proc = subprocess.Popen(
+            [self.bench.sched, "--socket", self.socket, "--control-socket", self.control,
+             "--trust-client-limits", "--log-level", "info", *self.flags],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.socket):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"scheduler did not start: {(self.dir / 'scheduler.log').read_text()}")
+            time.sleep(0.02)
+        return self
+
+    def env(self, extra=None):
+        env = {"LD_PRELOAD": self.bench.lib, "NVSHARE_SOCKET": self.socket,
+               "NVSHARE_TRACE_FILE": self.trace, "NVSHARE_LOG_LEVEL": "warn"}
+        env.update(extra or {})
+        return env
+
+    def status(self):
+        r = subprocess.run([self.bench.ctl, "--control-socket", self.control, "status", "--json"],
+                           capture_output=True, text=True, timeout=10)
+        return r.stdout
+
+    def __exit__(self, *exc):
+        try:
+            (self.dir / "status.json").write_text(self.status())
+        except Exception as e:  # the status is for reading afterwards; a failure is not the run's
+            (self.dir / "status.json").write_text(str(e))
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def trace_events(self):
+        events = []
+        if os.path.exists(self.trace):
+            for line in open(self.trace):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass
+        events.sort(key=lambda e: e["t"])
+        return events
+
+
+class Bench:
+    def __init__(self, args):
+        b = Path(args.build).resolve()
+        self.lib = str(b / "src/client/libnvshare.so")
+        self.sched = str(b / "src/scheduler/nvshare-scheduler")
+        self.ctl = str(b / "src/tools/nvsharectl")
+        self.launch_bin = str(b / "bench/gpu/nvshare-launch-bench")
+        self.out = Path(args.out).resolve()
+        self.raw = self.out / "raw"
+        self.raw.mkdir(parents=True, exist_ok=True)
+        self.repeats = args.repeats
+        self.job_seconds = args.job_seconds
+        self.runs = {}      # scenario -> list of run records
+        self.metrics = []
+        self.traces = {}    # scenario -> trace events
+        self.calibration = {}
+
+    # ---- running jobs -------------------------------------------------------------------------
+
+    def scenario_dir(self, name):
+        d = self.raw / name
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        return d
+
+    def run_jobs(self, name, jobs, env=None, barrier=True, timeout=300):
+        """Starts every job at once; with a barrier their loops begin together. Returns each job's
+        JSON (with "exit" and "job" added). `jobs`: list of (argv-list, extra-env)."""
+        d = self.raw / name
+        d.mkdir(parents=True, exist_ok=True)
+        n = len(list(d.glob("job*.out")))
+        go = d / f"go{n}"
+        procs = []
+        for i, (argv, extra) in enumerate(jobs):
+            e = dict(os.environ)
+            for k in list(e):
+                if k.startswith("NVSHARE_") or k == "LD_PRELOAD":
+                    del e[k]
+            e.update(env or {})
+            e.update(extra or {})
+            e["PYTHONUNBUFFERED"] = "1"
+            cmd = list(argv)
+            if barrier and cmd[0] == sys.executable:
+                cmd += ["--ready", str(d / f"ready{n}_{i}"), "--go", str(go)]
+            tag = f"job{n + i}"
+            procs.append((subprocess.Popen(cmd, env=e, stdout=open(d / f"{tag}.out", "w"),
+                                           stderr=open(d / f"{tag}.err", "w")), tag))
+        if barrier:
+            deadline = time.monotonic() + timeout
+            while not all((d / f"ready{n}_{i}").exists() for i in range(len(jobs))):
+                if any(p.poll() is not None for p, _ in procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+            go.write_text("go")
+        results = []
+        for p, tag in procs:
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            text = (d / f"{tag}.out").read_text().strip().splitlines()
+            try:
+                r = json.loads(text[-1])
+            except (ValueError, IndexError):
+                r = {"result": "no-output", "stderr": (d / f"{tag}.err").read_text()[-2000:]}
+            r["exit"] = p.returncode
+            r["job"] = tag
+            results.append(r)
+        self.runs.setdefault(name, []).extend(results)
+        bad = [r for r in results if r.get("result") != "ok"]
+        if bad:
+            log(f"{name}: job failed: {json.dumps(bad[0])[:600]}")
+        return results
+
+    def torch_job(self, kind, iters=0, seconds=0.0, devices="0", skip_s=0.0, tag=""):
+        argv = [sys.executable, str(WORKLOAD), "--kind", kind, "--devices", devices, "--tag", tag]
+        argv += ["--iters", str(iters)] if iters else ["--seconds", str(seconds)]
+        if skip_s:
+            argv += ["--skip-s", str(skip_s)]
+        return argv
+
+    def sized(self, kind, devices="0"):
+        """A job of `kind` sized to run about job_seconds alone (from the calibration run)."""
+        rate = self.calibration[kind]
+        return self.torch_job(kind, iters=max(10, round(rate * self.job_seconds)), devices=devices)
+
+    def calibrate(self, kinds):
+        self.scenario_dir("calibration")
+        for kind in kinds:
+            r = self.run_jobs("calibration", [(self.torch_job(kind, seconds=3.0), None)])[0]
+            self.calibration[kind] = r.get("rate") or 1.0
+            log(f"calibration {kind}: {self.calibration[kind]:.1f} iterations/s")
+
+    def metric(self, name, value, goal, met, unit="", native=None, **detail):
+        m = {"name": name, "value": value, "goal": goal, "met": met, "unit": unit,
+             "native": native, "detail": detail}
+        self.metrics.append(m)
+        log(f"METRIC {name} = {value if value is None else round(value, 4)} "
+            f"(native {native}) goal {goal} met {met}")
+        return m
+
+    @staticmethod
+    def makespan(results):
+        ok = [r for r in results if r.get("result") == "ok"]
+        if len(ok) != len(results):
+            return None
+        return max(r["loop_end"] for r in ok) - min(r["loop_start"] for r in ok)
+
+    @staticmethod
+    def ok(results):
+        return all(r.get("result") == "ok" for r in results)
+
+    # ---- scenarios ----------------------------------------------------------------------------
+
+    def single(self):
+        """One job alone: memory-bound (the goal's row) and compute-bound, native vs nvshare,
+        interleaved so drift hits both alike."""
+        for kind in ("membound", "matmul"):
+            name = f"single_{kind}"
+            d = self.scenario_dir(name)
+            native, shared = [], []
+            for _ in range(self.repeats):
+                native += self.run_jobs(name, [(self.sized(kind), None)])
+                with Scheduler(self, d, []) as s:
+                    shared += self.run_jobs(name, [(self.sized(kind), None)], env=s.env())
+            n = median([r["loop_s"] for r in native if r.get("result") == "ok"])
+            v = median([r["loop_s"] for r in shared if r.get("result") == "ok"])
+            ratio = v / n if n and v else None
+            self.native_single = getattr(self, "native_single", {})
+            self.native_single[kind] = n
+            goal = "<= 1.01" if kind == "membound" else "(no goal; reported)"
+            self.metric(f"single_{kind}_time_ratio", ratio, goal,
+                        (ratio is not None and ratio <= 1.01) if kind == "membound" else None,
+                        "x native", native=1.0,
+                        native_loop_s=[r.get("loop_s") for r in native],
+                        nvshare_loop_s=[r.get("loop_s") for r in shared])
+
+    def launch(self):
+        name = "launch"
+        d = self.scenario_dir(name)
+        native, shared = [], []
+        argv = [self.launch_bin, "--launches", "200000", "--repeats", "5"]
+        for _ in range(self.repeats):
+            native += self.run_jobs(name, [(argv, None)], barrier=False)
+            with Scheduler(self, d, []) as s:
+                shared += self.run_jobs(name, [(argv, None)], env=s.env(), barrier=False)
+        # The gate was active: every nvshare run was granted the GPU by the scheduler.
+        granted = {e["pid"] for e in Scheduler(self, d, []).trace_events() if e["event"] == "grant"}
+        gated = len(granted) >= len(shared)
+        for key, goal in (("async_ns_per_launch", "<= 1.02, gate active"),
+                          ("sync_ns_per_launch", "(no goal; reported)")):
+            n = median([r[key] for r in native if r.get("result") == "ok"])
+            v = median([r[key] for r in shared if r.get("result") == "ok"])
+            ratio = v / n if n and v else None
+            self.metric(f"launch_{key.split('_')[0]}_time_per_launch_ratio", ratio, goal,
+                        (ratio is not None and ratio <= 1.02) if key.startswith("async") else None,
+                        "x native", native=1.0, native_ns=[r.get(key) for r in native],
+                        nvshare_ns=[r.get(key) for r in shared], client_registered=gated)
+
+    def pair_fit(self):
+        """Two compute-bound jobs that fit together, started together: sum of native single
+        times / makespan. Native (time-sliced by the driver), nvshare auto (co-run) and nvshare
+        exclusive (turns without swap)."""
+        name = "pair_fit"
+        d = self.scenario_dir(name)
+        single = self.native_single["matmul"]
+        eff = {"native": [], "auto": [], "exclusive": []}
+        for _ in range(self.repeats):
+            r = self.run_jobs(name, [(self.sized("matmul"), None)] * 2)
+            if self.makespan(r):
+                eff["native"].append(2 * single / self.makespan(r))
+            for mode in ("auto", "exclusive"):
+                with Scheduler(self, d, ["--mode", mode]) as s:
+                    r = self.run_jobs(name, [(self.sized("matmul"), {"NVSHARE_TRACE_FILE": str(d / f"trace-{mode}.jsonl")})] * 2, env=s.env())
+                if self.makespan(r):
+                    eff[mode].append(2 * single / self.makespan(r))
+        best = max(("auto", "exclusive"), key=lambda m: median(eff[m]) or 0)
+        v = median(eff["auto"])
+        self.metric("pair_fit_efficiency_auto", v, ">= 0.99", v is not None and v >= 0.99, "",
+                    native=median(eff["native"]), runs=eff)
+        v = median(eff["exclusive"])
+        self.metric("pair_fit_efficiency_exclusive", v, ">= 0.99", v is not None and v >= 0.99,
+                    "", native=median(eff["native"]), runs=eff, best_mode=best)
+
+    def idle3(self):
+        """Three idle-ish jobs (short kernel, 20 ms host work per iteration): makespan / one
+        alone."""
+        name = "idle3"
+        d = self.scenario_dir(name)
+        alone, ratios = [], {"native": [], "auto": [], "exclusive": []}
+        for _ in range(self.repeats):
+            r = self.run_jobs(name, [(self.sized("idle"), None)])
+            if self.ok(r):
+                alone.append(r[0]["loop_s"])
+        a = median(alone)
+        for _ in range(self.repeats):
+            r = self.run_jobs(name, [(self.sized("idle"), None)] * 3)
+            if self.makespan(r):
+                ratios["native"].append(self.makespan(r) / a)
+            for mode in ("auto", "exclusive"):
+                with Scheduler(self, d, ["--mode", mode]) as s:
+                    r = self.run_jobs(name, [(self.sized("idle"), {"NVSHARE_TRACE_FILE": str(d / f"trace-{mode}.jsonl")})] * 3, env=s.env())
+                if self.makespan(r):
+                    ratios[mode].append(self.makespan(r) / a)
+        for mode in ("auto", "exclusive"):
+            v = median(ratios[mode])
+            self.metric(f"idle3_makespan_ratio_{mode}", v, "<= 1.05", v is not None and v <= 1.05,
+                        "x one alone", native=median(ratios["native"]), runs=ratios,
+                        alone_s=alone)
+
+    def notfit(self):
+        """Two memory-bound jobs (about 9.4 GB each) under a 16Gi virtual capacity: they cannot
+        run together, so they take turns with swap. Makespan / sum of native single times."""
+        name = "notfit"
+        d = self.scenario_dir(name)
+        single = self.native_single["membound"]
+        ratios, swaps = [], []
+        for i in range(max(2, self.repeats - 1)):
+            trace = str(d / f"trace{i}.jsonl")
+            with Scheduler(self, d, ["--capacity", "16Gi"]) as s:
+                r = self.run_jobs(name, [(self.sized("membound"), {"NVSHARE_TRACE_FILE": trace})] * 2, env=s.env())
+            if self.makespan(r):
+                ratios.append(self.makespan(r) / (2 * single))
+            events = [json.loads(l) for l in open(trace)] if os.path.exists(trace) else []
+            swaps.append({"revokes": sum(e["event"] == "revoke" for e in events),
+                          "swap_in_ms": [e.get("ms") for e in events if e["event"] == "grant" and e.get("ms") is not None]})
+        v = median(ratios)
+        self.metric("notfit_makespan_over_serial", v, "<= 1.05", v is not None and v <= 1.05,
+                    "x serial", native=None, runs=ratios, swaps=swaps,
+                    note="natively the pair does not fit: it thrashes or fails")
+
+    def caps(self):
+        """Compute caps: achieved share (rate capped / rate alone, over the steady window after
+        the first quota window) minus the effective cap, in points."""
+        name = "caps"
+        d = self.scenario_dir(name)
+        window, skip = 10.0, 2.0
+        base = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip), None)])
+        native_rate = base[0].get("steady_rate") or self.calibration["matmul"]
+        configs = [[10], [25], [30], [50], [75], [90], [30, 60], [50, 50], [80, 80], [30, None]]
+        rows = []
+        for caps in configs:
+            total = sum(c for c in caps if c)
+            uncapped = any(c is None for c in caps)
+            jobs = []
+            for c in caps:
+                extra = {"NVSHARE_CORE_LIMIT": str(c)} if c else {}
+                jobs.append((self.torch_job("matmul", seconds=window, skip_s=skip), extra))
+            with Scheduler(self, d, []) as s:
+                res = self.run_jobs(name, jobs, env=s.env())
+            for c, r in zip(caps, res):
+                if c is None:
+                    continue
+                target = c * 100.0 / total if total > 100 and not uncapped else float(c)
+                share = 100.0 * r.get("steady_rate", 0) / native_rate if r.get("result") == "ok" else None
+                whole = 100.0 * r.get("rate", 0) / native_rate if r.get("result") == "ok" else None
+                rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps),
+                             "cap": c, "target": target, "share": share, "whole_share": whole,
+                             "error": None if share is None else share - target})
+                log(f"cap {rows[-1]}")
+        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+        v = max(errors) if len(errors) == len(rows) else None
+        self.metric("cap_error_max_points", v, "<= 2", v is not None and v <= 2, "points",
+                    native=None, rows=rows, native_rate=native_rate, window_s=window, skip_s=skip)
+
+    def handoff(self):
+        """Hand-off latency without swap: two compute-bound jobs in exclusive mode with a 0.25 s
+        quantum; from the library's trace: revoke -> release (drain) and release -> the other
+        job's grant."""
+        name = "handoff"
+        d = self.scenario_dir(name)
+        drains, gaps = [], []
+        for i in range(max(1, self.repeats - 1)):
+            trace = str(d / f"trace{i}.jsonl")
+            with Scheduler(self, d, ["--mode", "exclusive", "--quantum", "0.25"]) as s:
+                self.run_jobs(name, [(self.torch_job("matmul", seconds=8.0), {"NVSHARE_TRACE_FILE": trace})] * 2, env=s.env())
+            events = [json.loads(l) for l in open(trace)] if os.path.exists(trace) else []
+            d_, g_ = handoff_latencies(events)
+            drains += d_
+            gaps += g_
+        p50, p99 = percentile(gaps, 50), percentile(gaps, 99)
+        self.metric("release_to_grant_p99_ms", p99, "<= 5", p99 is not None and p99 <= 5, "ms",
+                    p50=p50, samples=len(gaps))
+        self.metric("release_to_grant_p50_ms", p50, "(reported)", None, "ms", samples=len(gaps))
+        self.metric("revoke_to_release_p50_ms", percentile(drains, 50), "(reported)", None, "ms",
+                    samples=len(drains))
+        self.metric("revoke_to_release_p99_ms", percentile(drains, 99), "(reported)", None, "ms",
+                    samples=len(drains))
+
+    def multi(self):
+        """Two GPUs: independent jobs on each, 30% on one and 60% on the other, and one process
+        using both."""
+        name = "multi"
+        d = self.scenario_dir(name)
+        jobs = [(self.sized("membound", "0"), None), (self.sized("membound", "1"), None)]
+        nat, sh = [], []
+        for _ in range(self.repeats):
+            nat.append(self.makespan(self.run_jobs(name, jobs)))
+            with Scheduler(self, d, []) as s:
+                sh.append(self.makespan(self.run_jobs(name, jobs, env=s.env())))
+        n, v = median([x for x in nat if x]), median([x for x in sh if x])
+        ratio = v / n if n and v else None
+        self.metric("two_gpu_independent_time_ratio", ratio, "<= 1.01", ratio is not None and ratio <= 1.01,
+                    "x native", native=1.0, native_s=nat, nvshare_s=sh)
+        # One process driving both GPUs.
+        nat, sh = [], []
+        for _ in range(self.repeats):
+            r = self.run_jobs(name, [(self.sized("membound", "0,1"), None)])
+            nat.append(r[0].get("loop_s"))
+            with Scheduler(self, d, []) as s:
+                r = self.run_jobs(name, [(self.sized("membound", "0,1"), None)], env=s.env())
+                sh.append(r[0].get("loop_s"))
+        n, v = median([x for x in nat if x]), median([x for x in sh if x])
+        ratio = v / n if n and v else None
+        self.metric("two_gpu_one_process_time_ratio", ratio, "<= 1.01", ratio is not None and ratio <= 1.01,
+                    "x native", native=1.0, native_s=nat, nvshare_s=sh)
+        # Caps on two GPUs: 30% on GPU 0, 60% on GPU 1, at once.
+        window, skip = 10.0, 2.0
+        base = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip, devices=str(g)), None) for g in (0, 1)])
+        rows = []
+        with Scheduler(self, d, []) as s:
+            res = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip, devices="0"), {"NVSHARE_CORE_LIMIT": "30"}),
+                                       (self.torch_job("matmul", seconds=window, skip_s=skip, devices="1"), {"NVSHARE_CORE_LIMIT": "60"})], env=s.env())
+        for cap, b, r in zip((30, 60), base, res):
+            share = 100.0 * r.get("steady_rate", 0) / b["steady_rate"] if r.get("result") == "ok" and b.get("steady_rate") else None
+            rows.append({"gpu": len(rows), "cap": cap, "share": share,
+                         "error": None if share is None else share - cap})
+        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+        v = max(errors) if len(errors) == 2 else None
+        self.metric("two_gpu_cap_error_max_points", v, "<= 2", v is not None and v <= 2, "points", rows=rows)
+
+
+def handoff_latencies(events):
+    """From one trace: drain times (revoke -> release, ms, as the library measured) and
+    release -> next grant to another process (ms)."""
+    drains, gaps = [], []
+    events = sorted(events, key=lambda e: e["t"])
+    for i, e in enumerate(events):
+        if e["event"] == "release" and e.get("ms") is not None:
+            drains.append(e["ms"])
+        if e["event"] in ("release", "idle-release"):
+            for f in events[i + 1:]:
+                if f["event"] == "grant" and f["pid"] != e["pid"] and f["gpu"] == e["gpu"]:
+                    gaps.append((f["t"] - e["t"]) * 1000.0)
+                    break
+                if f["event"] == "grant" and f["gpu"] == e["gpu"]:
+                    break  # the same process got it back: no hand-off
+    return drains, gaps
+
+
+def machine_info():
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=30).stdout.strip()
+        except Exception:
+            return ""
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "gpu": sh("nvidia-smi --query-gpu=name --format=csv,noheader | head -1"),
+        "gpus": sh("nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader"),
+        "driver": sh("nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1"),
+        "cuda": sh("nvcc --version | tail -n 2 | head -1"),
+        "torch": sh(f"{sys.executable} -c 'import torch; print(torch.__version__)'"),
+        "cpu": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
+        "cores": os.cpu_count(),
+    }
+
+
+# Groups of scenarios that fit in one call of a few minutes each.
+PHASES = {
+    "overhead": ["single", "launch", "handoff"],
+    "together": ["pair_fit", "idle3"],
+    "turns": ["notfit", "caps"],
+    "multi": ["multi"],
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--phase", default="all", help="overhead, together, turns, multi, all, or scenario names (comma-separated)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--job-seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    bench = Bench(args)
+    if args.phase == "all":
+        scenarios = [x for p in PHASES.values() for x in p]
+    else:
+        scenarios = []
+        for p in args.phase.split(","):
+            scenarios += PHASES.get(p, [p])
+    info = machine_info()
+    log("machine", json.dumps(info))
+    results = {"machine": info, "scenarios": scenarios, "metrics": bench.metrics, "runs": bench.runs,
+               "calibration": bench.calibration, "job_seconds": args.job_seconds,
+               "repeats": args.repeats}
+    needs = set()
+    if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "multi")):
+        needs |= {"membound", "matmul"}
+    if "idle3" in scenarios:
+        needs.add("idle")
+    bench.calibrate(sorted(needs))
+    if "single" not in scenarios and any(s in scenarios for s in ("pair_fit", "notfit")):
+        # The efficiency and serial-sum rows divide by native single times: measure them.
+        bench.native_single = {}
+        for kind in ("membound", "matmul"):
+            r = [x["loop_s"] for x in bench.run_jobs("native_single", [(bench.sized(kind), None)]) if x.get("result") == "ok"]
+            bench.native_single[kind] = median(r)
+    for s in scenarios:
+        started = time.monotonic()
+        log(f"== {s}")
+        try:
+            getattr(bench, s)()
+        except Exception as e:  # one broken scenario must not lose the others' figures
+            log(f"{s}: {type(e).__name__}: {e}")
+            bench.metric(f"{s}_failed", None, "runs", False, error=f"{type(e).__name__}: {e}")
+        log(f"== {s} took {time.monotonic() - started:.0f} s")
+        (bench.out / "results.json").write_text(json.dumps(results, indent=1))
+    (bench.out / "results.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

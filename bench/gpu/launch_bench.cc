@@ -1,0 +1,134 @@
+// nvshare-launch-bench: the cost of a kernel launch, the call the library's gate sits on.
+//
+// Launches an (almost) empty kernel many times through the CUDA driver API and prints one JSON
+// object: {"launches":N,"async_ns_per_launch":..,"sync_ns_per_launch":..,"result":"ok"}.
+//   async: N launches back to back on one stream, then one synchronize; the time per launch is
+//          what a launch-bound program (many tiny kernels) pays.
+//   sync:  launch then synchronize, N/10 times: the round trip of one launch.
+// Each is repeated --repeats times and the best (least disturbed) repetition reported, with all of
+// them listed. Under libnvshare.so with a scheduler, every launch passes the grant gate (the
+// process holds the grant throughout), so the difference from a native run is the gate's cost.
+//
+// Like nvshare-trainer it is written against the driver API only (PTX kernel; the simulated driver
+// runs it too) and links no CUDA runtime.
+#include <cuda.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr const char kEmptyPtx[] = R"(
+.version 7.8
+.target sm_80
+.address_size 64
+
+.visible .entry nvshare_spin(
+    .param .u64 nvshare_spin_param_0
+)
+{
+    ret;
+}
+)";
+
+double now_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+[[noreturn]] void fail(CUresult result, const char* call) {
+  const char* name = nullptr;
+  cuGetErrorName(result, &name);
+  std::printf("{\"result\":\"error\",\"error\":\"%s: %s\"}\n", name ? name : "?", call);
+  std::exit(1);
+}
+
+#define CHECK(call)                                                \
+  do {                                                             \
+    if (CUresult r_ = (call); r_ != CUDA_SUCCESS) fail(r_, #call); \
+  } while (0)
+
+std::string join(const std::vector<double>& values) {
+  std::string out;
+  char buf[32];
+  for (double v : values) {
+    std::snprintf(buf, sizeof buf, "%s%.1f", out.empty() ? "" : ",", v);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long launches = 200000;
+  int repeats = 5;
+  int device_index = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--launches") == 0)
+      launches = std::atol(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--repeats") == 0)
+      repeats = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--device") == 0)
+      device_index = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--launches N] [--repeats R] [--device I]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (launches < 10 || repeats < 1) {
+    std::fprintf(stderr, "--launches must be at least 10 and --repeats at least 1\n");
+    return 2;
+  }
+  CHECK(cuInit(0));
+  CUdevice device;
+  CHECK(cuDeviceGet(&device, device_index));
+  CUcontext context;
+  CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  CHECK(cuCtxSetCurrent(context));
+  CUmodule module;
+  CHECK(cuModuleLoadData(&module, kEmptyPtx));
+  CUfunction kernel;
+  CHECK(cuModuleGetFunction(&kernel, module, "nvshare_spin"));
+  CUstream stream;
+  CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  unsigned long long zero = 0;
+  void* params[] = {&zero};
+
+  auto launch = [&] {
+    CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+  };
+  for (int i = 0; i < 1000; ++i) launch();  // warm up
+  CHECK(cuStreamSynchronize(stream));
+
+  std::vector<double> async_ns, sync_ns;
+  for (int r = 0; r < repeats; ++r) {
+    double t0 = now_s();
+    for (long i = 0; i < launches; ++i) launch();
+    CHECK(cuStreamSynchronize(stream));
+    async_ns.push_back((now_s() - t0) * 1e9 / static_cast<double>(launches));
+    const long round_trips = launches / 10;
+    t0 = now_s();
+    for (long i = 0; i < round_trips; ++i) {
+      launch();
+      CHECK(cuStreamSynchronize(stream));
+    }
+    sync_ns.push_back((now_s() - t0) * 1e9 / static_cast<double>(round_trips));
+  }
+  std::printf(
+      "{\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,\"sync_ns_per_launch\":%.1f,"
+      "\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"result\":\"ok\"}\n",
+      launches, repeats, *std::min_element(async_ns.begin(), async_ns.end()),
+      *std::min_element(sync_ns.begin(), sync_ns.end()), join(async_ns).c_str(),
+      join(sync_ns).c_str());
+  CHECK(cuStreamDestroy(stream));
+  CHECK(cuModuleUnload(module));
+  CHECK(cuDevicePrimaryCtxRelease(device));
+  return 0;
+}

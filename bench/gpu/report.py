@@ -1,0 +1,189 @@
+"""Turns bench.py's results into the benchmark table, the JSON for programs and the plots.
+
+    python3 bench/gpu/report.py RESULTS.json [RESULTS.json ...] --markdown OUT.md --json OUT.json
+                                [--plots DIR] [--raw DIR ...]
+
+Several results files (one per call of bench/gpu/run.sh) merge into one table; a metric measured in
+more than one keeps the latest. --raw names the raw/ directories whose library traces become
+schedule plots (which job held the GPU when); the cap plot comes from the caps metric.
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+# The goal table's rows, in order: metric name -> the row's words. Extra metrics follow.
+ROWS = [
+    ("single_membound_time_ratio", "single memory-bound job, time / native"),
+    ("launch_async_time_per_launch_ratio", "launch-bound, time per launch / native (gate active)"),
+    ("pair_fit_efficiency_auto", "two compute-bound jobs that fit: aggregate efficiency (mode auto, co-run)"),
+    ("pair_fit_efficiency_exclusive", "two compute-bound jobs that fit: aggregate efficiency (mode exclusive, turns)"),
+    ("idle3_makespan_ratio_auto", "three idle-ish jobs: makespan / one alone (mode auto)"),
+    ("idle3_makespan_ratio_exclusive", "three idle-ish jobs: makespan / one alone (mode exclusive)"),
+    ("notfit_makespan_over_serial", "two jobs that do not fit: makespan / serial sum"),
+    ("cap_error_max_points", "cap error (points), worst of every mix"),
+    ("release_to_grant_p99_ms", "release -> next grant, no swap, p99 (ms)"),
+]
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if unit == "ms" or unit == "points":
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def load(paths):
+    merged, machine = {}, None
+    for p in paths:
+        data = json.loads(Path(p).read_text())
+        machine = data.get("machine", machine)
+        for m in data.get("metrics", []):
+            m = dict(m)
+            m["machine"] = data.get("machine", {})
+            merged[m["name"]] = m
+    return merged, machine
+
+
+def machine_words(m):
+    gpu = m.get("gpu") or "unknown GPU"
+    return f"{gpu}, driver {m.get('driver', '?')}, {m.get('cuda', '?')}, torch {m.get('torch', '?')}"
+
+
+def markdown(metrics, machine):
+    lines = [
+        f"Measured on {machine_words(machine)}; {machine.get('date', '?')}.",
+        "",
+        "| metric | native | nvshare | goal | met |",
+        "|---|---|---|---|---|",
+    ]
+    names = [n for n, _ in ROWS] + sorted(n for n in metrics if n not in dict(ROWS))
+    words = dict(ROWS)
+    for n in names:
+        m = metrics.get(n)
+        if not m:
+            continue
+        native = m.get("native")
+        lines.append(f"| {words.get(n, n)} | {fmt(native, m.get('unit'))} | "
+                     f"{fmt(m.get('value'), m.get('unit'))} | {m.get('goal', '')} | "
+                     f"{'-' if m.get('met') is None else ('yes' if m['met'] else 'no')} |")
+    return "\n".join(lines) + "\n"
+
+
+def programs_json(metrics):
+    out = []
+    for n, m in metrics.items():
+        mach = m.get("machine", {})
+        out.append({"name": n, "value": m.get("value"), "goal": m.get("goal"), "met": m.get("met"),
+                    "unit": m.get("unit", ""), "native": m.get("native"),
+                    "machine": machine_words(mach), "date": mach.get("date")})
+    return out
+
+
+def schedule_plot(trace_files, png, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = []
+    for f in trace_files:
+        for line in open(f):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+    if not events:
+        return False
+    events.sort(key=lambda e: e["t"])
+    t0 = events[0]["t"]
+    rows = sorted({(e["gpu"], e["pid"]) for e in events})
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.5))
+    for y, (gpu, pid) in enumerate(rows):
+        mine = [e for e in events if e["gpu"] == gpu and e["pid"] == pid]
+        held, start = [], None
+        for e in mine:
+            if e["event"] == "grant":
+                start = e["t"]
+            elif e["event"] in ("release", "idle-release") and start is not None:
+                held.append((start - t0, e["t"] - start))
+                start = None
+        if start is not None:
+            held.append((start - t0, mine[-1]["t"] - start + 0.01))
+        ax.broken_barh(held, (y - 0.35, 0.7), color=f"C{y % 10}")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"pid {pid} ({gpu[:12]})" for gpu, pid in rows])
+    ax.set_xlabel("seconds (holding the grant)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def cap_plot(metrics, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list((metrics.get("cap_error_max_points") or {}).get("detail", {}).get("rows", []))
+    rows += [dict(r, caps=f"GPU{r['gpu']}:{r['cap']}") for r in
+             (metrics.get("two_gpu_cap_error_max_points") or {}).get("detail", {}).get("rows", [])]
+    rows = [r for r in rows if r.get("share") is not None]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(11, 4))
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r.get("target", r["cap"]) for r in rows], 0.4, label="cap (effective)")
+    ax.bar([i + 0.2 for i in x], [r["share"] for r in rows], 0.4, label="achieved share")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([f"{r['caps']}\n(job {r['cap']}%)" for r in rows], fontsize=7)
+    ax.set_ylabel("% of the GPU")
+    ax.legend()
+    ax.set_title("Compute caps: effective cap vs achieved share (steady window)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--markdown")
+    ap.add_argument("--json")
+    ap.add_argument("--plots")
+    ap.add_argument("--raw", nargs="*", default=[])
+    args = ap.parse_args()
+    metrics, machine = load(args.results)
+    table = markdown(metrics, machine or {})
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(programs_json(metrics), indent=1) + "\n")
+    if args.plots:
+        os.makedirs(args.plots, exist_ok=True)
+        try:
+            cap_plot(metrics, os.path.join(args.plots, "caps.png"))
+            for raw in args.raw:
+                for name, pattern, title in (
+                        ("notfit", "trace0.jsonl", "Two jobs that do not fit (16Gi virtual capacity): turns with swap"),
+                        ("pair_fit", "trace-exclusive.jsonl", "Two compute-bound jobs, mode exclusive"),
+                        ("pair_fit", "trace-auto.jsonl", "Two compute-bound jobs, mode auto"),
+                        ("idle3", "trace-exclusive.jsonl", "Three idle-ish jobs, mode exclusive"),
+                        ("handoff", "trace0.jsonl", "Hand-off: exclusive, 0.25 s quantum"),
+                        ("caps", "trace.jsonl", "Capped jobs")):
+                    f = Path(raw) / name / pattern
+                    if f.exists():
+                        schedule_plot([f], os.path.join(args.plots, f"schedule-{name}-{pattern.split('.')[0]}.png"), title)
+        except ImportError as e:
+            print(f"report: no plots ({e})", file=sys.stderr)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""One benchmark job (PyTorch): prints one JSON object on stdout.
+
+Kinds:
+  membound  z = x + y on three 28000x28000 fp32 tensors (about 9.4 GB): memory-bandwidth bound
+  matmul    c = a @ b on 8192x8192 fp32 tensors: compute bound
+  idle      a short kernel (a 1024x1024 matmul) then --host-ms of host work (a sleep) per iteration
+
+Work is either a number of iterations (--iters) or a wall-time window (--seconds: as many iterations
+as fit; the rate is what a capped job achieves). --devices runs the loop on several GPUs from one
+process (each iteration launches on every device, then waits for all).
+
+Start barrier: with --ready FILE --go FILE the job allocates and warms up, writes FILE, and starts
+its loop only once the go file exists, so jobs started together begin their loops together.
+
+Times are time.monotonic() (CLOCK_MONOTONIC), comparable with other processes and with the library's
+trace. The job checks its own numbers, so a run that computes garbage reports result "wrong-result".
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", choices=["membound", "matmul", "idle"], required=True)
+    ap.add_argument("--iters", type=int, default=0)
+    ap.add_argument("--seconds", type=float, default=0.0)
+    ap.add_argument("--devices", default="0", help="comma-separated CUDA device indexes")
+    ap.add_argument("--side", type=int, default=0, help="matrix side (default per kind)")
+    ap.add_argument("--host-ms", type=float, default=20.0, help="idle: host work per iteration")
+    ap.add_argument("--ready", default="")
+    ap.add_argument("--go", default="")
+    ap.add_argument("--skip-s", type=float, default=0.0,
+                    help="--seconds: also report the rate over the window after this many seconds")
+    ap.add_argument("--tag", default="")
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    t_start = time.monotonic()
+    import torch
+
+    devices = [torch.device(f"cuda:{int(d)}") for d in args.devices.split(",")]
+    out = {"kind": args.kind, "tag": args.tag, "pid": os.getpid(), "devices": args.devices,
+           "torch": torch.__version__, "cuda": torch.version.cuda}
+    free, total = torch.cuda.mem_get_info(devices[0])
+    out.update(mem_free=free, mem_total=total)
+
+    state = []
+    for dev in devices:
+        if args.kind == "membound":
+            side = args.side or 28000
+            x = torch.full((side, side), 1.5, device=dev)
+            y = torch.full((side, side), 2.25, device=dev)
+            z = torch.empty_like(x)
+            state.append((x, y, z))
+        else:
+            side = args.side or (8192 if args.kind == "matmul" else 1024)
+            g = torch.Generator(device=dev).manual_seed(7)
+            a = torch.randn(side, side, device=dev, generator=g) / side ** 0.5
+            b = torch.randn(side, side, device=dev, generator=g)
+            c = torch.empty_like(a)
+            state.append((a, b, c))
+    out["side"] = side
+
+    def step():
+        for tensors in state:
+            if args.kind == "membound":
+                torch.add(tensors[0], tensors[1], out=tensors[2])
+            else:
+                torch.matmul(tensors[0], tensors[1], out=tensors[2])
+
+    def sync():
+        for dev in devices:
+            torch.cuda.synchronize(dev)
+
+    step()  # warm up (cuBLAS handles, kernels loaded)
+    sync()
+    out["setup_s"] = time.monotonic() - t_start
+    if args.ready:
+        with open(args.ready, "w") as f:
+            f.write(str(os.getpid()))
+    if args.go:
+        while not os.path.exists(args.go):
+            time.sleep(0.001)
+
+    host_s = args.host_ms / 1000.0
+    # Wait for completed work every `batch` iterations in a timed window, so the count is of
+    # finished iterations without a host-device round trip per kernel.
+    batch = 1 if args.kind != "membound" else 8
+    iters = 0
+    skip_mark = None  # (time, iterations) at the first completion after --skip-s
+    t1 = time.monotonic()
+    deadline = t1 + args.seconds if args.seconds > 0 else None
+    while True:
+        if deadline is None and iters >= args.iters:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        step()
+        iters += 1
+        if args.kind == "idle":
+            sync()
+            time.sleep(host_s)
+        elif deadline is not None and iters % batch == 0:
+            sync()
+        if skip_mark is None and args.skip_s > 0 and deadline is not None:
+            now = time.monotonic()
+            if now - t1 >= args.skip_s and iters % batch == 0:
+                skip_mark = (now, iters)
+    sync()
+    t2 = time.monotonic()
+    if skip_mark is not None and t2 > skip_mark[0]:
+        out.update(steady_s=t2 - skip_mark[0], steady_iters=iters - skip_mark[1],
+                   steady_rate=(iters - skip_mark[1]) / (t2 - skip_mark[0]))
+
+    ok = True
+    for tensors in state:
+        if args.kind == "membound":
+            ok = ok and bool((tensors[2][:2, :64] == 3.75).all()) and bool(
+                (tensors[2][-2:, -64:] == 3.75).all())
+        else:
+            ref = tensors[0][:4].double() @ tensors[1][:, :4].double()
+            ok = ok and bool(torch.allclose(tensors[2][:4, :4].double(), ref, rtol=1e-2, atol=1e-2))
+    out.update(loop_start=t1, loop_end=t2, loop_s=t2 - t1, iters=iters,
+               rate=iters / (t2 - t1) if t2 > t1 else 0.0, start=t_start,
+               result="ok" if ok else "wrong-result")
+    print(json.dumps(out), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
