@@ -244,26 +244,34 @@ class Bench:
                         nvshare_loop_s=[r.get("loop_s") for r in shared])
 
     def launch(self):
+        """Time per launch of an empty kernel, native and under nvshare with the gate active (the
+        process holds the grant). Launch timings on a shared host drift by several percent from
+        one second to the next, so native and nvshare processes alternate, each repeats its loop
+        10 times, and the figure compares the best repetition of each side (the least disturbed);
+        the median of each side is kept beside it."""
         name = "launch"
         d = self.scenario_dir(name)
         native, shared = [], []
-        argv = [self.launch_bin, "--launches", "200000", "--repeats", "5"]
-        for _ in range(self.repeats):
+        argv = [self.launch_bin, "--launches", "100000", "--repeats", "10"]
+        for _ in range(2 * self.repeats):
             native += self.run_jobs(name, [(argv, None)], barrier=False)
             with Scheduler(self, d, []) as s:
                 shared += self.run_jobs(name, [(argv, None)], env=s.env(), barrier=False)
         # The gate was active: every nvshare run was granted the GPU by the scheduler.
         granted = {e["pid"] for e in Scheduler(self, d, []).trace_events() if e["event"] == "grant"}
         gated = len(granted) >= len(shared)
-        for key, goal in (("async_ns_per_launch", "<= 1.02, gate active"),
-                          ("sync_ns_per_launch", "(no goal; reported)")):
-            n = median([r[key] for r in native if r.get("result") == "ok"])
-            v = median([r[key] for r in shared if r.get("result") == "ok"])
-            ratio = v / n if n and v else None
-            self.metric(f"launch_{key.split('_')[0]}_time_per_launch_ratio", ratio, goal,
-                        (ratio is not None and ratio <= 1.02) if key.startswith("async") else None,
-                        "x native", native=1.0, native_ns=[r.get(key) for r in native],
-                        nvshare_ns=[r.get(key) for r in shared], client_registered=gated)
+        for key, goal in (("async_ns_all", "<= 1.02, gate active"),
+                          ("sync_ns_all", "(no goal; reported)")):
+            n = [x for r in native if r.get("result") == "ok" for x in r[key]]
+            v = [x for r in shared if r.get("result") == "ok" for x in r[key]]
+            ratio = min(v) / min(n) if n and v else None
+            kind = key.split("_")[0]
+            self.metric(f"launch_{kind}_time_per_launch_ratio", ratio, goal,
+                        (ratio is not None and ratio <= 1.02) if kind == "async" else None,
+                        "x native", native=1.0, native_best_ns=min(n) if n else None,
+                        nvshare_best_ns=min(v) if v else None,
+                        median_ratio=median(v) / median(n) if n and v else None,
+                        native_ns=n, nvshare_ns=v, gate_active=gated)
 
     def pair_fit(self):
         """Two compute-bound jobs that fit together, started together: sum of native single
@@ -439,20 +447,27 @@ class Bench:
 
 
 def handoff_latencies(events):
-    """From one trace: drain times (revoke -> release, ms, as the library measured) and
-    release -> next grant to another process (ms)."""
+    """From one trace: drain times (revoke -> release, ms, as the library measured) and, for each
+    release while another process was waiting for the same GPU, the time until that GPU's next
+    grant to another process (ms). A process waits from its request, or from its answer to a
+    revoke (the scheduler re-queues it), until its grant; an idle release leaves it not waiting."""
     drains, gaps = [], []
     events = sorted(events, key=lambda e: e["t"])
+    waiting = set()  # (gpu, pid)
     for i, e in enumerate(events):
-        if e["event"] == "release" and e.get("ms") is not None:
-            drains.append(e["ms"])
+        key = (e["gpu"], e["pid"])
         if e["event"] in ("release", "idle-release"):
-            for f in events[i + 1:]:
-                if f["event"] == "grant" and f["pid"] != e["pid"] and f["gpu"] == e["gpu"]:
-                    gaps.append((f["t"] - e["t"]) * 1000.0)
-                    break
-                if f["event"] == "grant" and f["gpu"] == e["gpu"]:
-                    break  # the same process got it back: no hand-off
+            if e["event"] == "release" and e.get("ms") is not None:
+                drains.append(e["ms"])
+            if any(g == e["gpu"] and p != e["pid"] for g, p in waiting):
+                for f in events[i + 1:]:
+                    if f["event"] == "grant" and f["gpu"] == e["gpu"] and f["pid"] != e["pid"]:
+                        gaps.append((f["t"] - e["t"]) * 1000.0)
+                        break
+        if e["event"] in ("request", "release"):
+            waiting.add(key)
+        elif e["event"] in ("grant", "idle-release", "handback"):
+            waiting.discard(key)
     return drains, gaps
 
 

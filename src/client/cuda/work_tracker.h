@@ -50,7 +50,9 @@
 
 namespace nvshare::client::cuda {
 
-inline constexpr std::uint64_t kMarkerEvery = 32;
+// At most one marker per this many submissions: launch-bound work (tiny kernels) pays for a marker
+// (a lock, event queries and an event record, a few microseconds) once per 256 launches.
+inline constexpr std::uint64_t kMarkerEvery = 256;
 // Until tau is measured: markers every kFirstMarkerEvery submissions (doubling up to kMarkerEvery
 // while each marker completes before the next), at most kMaxPendingMarkers pending, so the first
 // measurement comes early and long kernels cannot pile up before it.
