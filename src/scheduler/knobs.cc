@@ -1,12 +1,10 @@
 #include "scheduler/knobs.h"
 
-#include <cctype>
-#include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "common/default_paths.h"
+#include "common/knob_parse.h"
 #include "common/quantity.h"
 
 namespace nvshare::scheduler {
@@ -14,47 +12,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// ---- value parsers shared by the knobs ----------------------------------------------------------
+// ---- value parsers (the generic ones live in common/knob_parse) --------------------------------
 
-Result<double> parse_decimal(std::string_view text, double min, double max, std::string_view unit) {
-  double value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
-      !std::isfinite(value)) {
-    return make_error("\"" + std::string(text) + "\" is not a decimal number");
-  }
-  if (value < min || value > max) {
-    char range[96];
-    std::snprintf(range, sizeof range, "%g..%g", min, max);
-    return make_error(std::string(text) + " is outside " + range + std::string(unit));
-  }
-  return value;
-}
-
-Result<Duration> parse_seconds(std::string_view text, double min, double max) {
-  auto seconds = parse_decimal(text, min, max, " seconds");
-  if (!seconds) return seconds.error();
-  return Duration(static_cast<std::int64_t>(std::llround(seconds.value() * 1e9)));
-}
-
-Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std::int64_t max) {
-  std::int64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
-    return make_error("\"" + std::string(text) + "\" is not an integer");
-  }
-  if (value < min || value > max) {
-    return make_error(std::string(text) + " is outside " + std::to_string(min) + ".." +
-                      std::to_string(max));
-  }
-  return value;
-}
-
-Result<bool> parse_bool(std::string_view text) {
-  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
-  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
-  return make_error("\"" + std::string(text) + "\" is not a boolean (true or false)");
-}
+using knobparse::parse_bool;
+using knobparse::parse_decimal;
+using knobparse::parse_integer;
+using knobparse::parse_log_level;
+using knobparse::parse_seconds;
+using knobparse::strip_backticks;
+using knobparse::upper_snake;
+using knobparse::wrap;
 
 Result<CapacitySpec> parse_capacity(std::string_view text) {
   CapacitySpec spec;
@@ -87,11 +54,6 @@ Result<CapacitySpec> parse_capacity(std::string_view text) {
     }
   }
   return spec;
-}
-
-Result<LogLevel> parse_log_level(std::string_view text) {
-  if (auto level = log_level_from_name(text)) return *level;
-  return make_error("\"" + std::string(text) + "\" is not one of error, warn, info, debug, trace");
 }
 
 // ---- the table ----------------------------------------------------------------------------------
@@ -237,49 +199,6 @@ const Knob kKnobs[] = {
        return store(parse_log_level(v), [&](LogLevel l) { c.log_level = l; });
      }},
 };
-
-std::string upper_snake(std::string_view name) {
-  std::string out;
-  for (char ch : name) out += ch == '-' ? '_' : static_cast<char>(std::toupper(ch));
-  return out;
-}
-
-// Splits `text` into lines of at most `width` columns (words are never broken).
-std::string wrap(std::string_view text, std::size_t width, std::string_view indent) {
-  std::string out;
-  std::size_t column = 0;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find(' ', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view word = text.substr(start, end - start);
-    start = end + 1;
-    if (word.empty()) continue;
-    if (column == 0) {
-      out += indent;
-      column = indent.size();
-    } else if (column + 1 + word.size() > width) {
-      out += '\n';
-      out += indent;
-      column = indent.size();
-    } else {
-      out += ' ';
-      ++column;
-    }
-    out += word;
-    column += word.size();
-  }
-  out += '\n';
-  return out;
-}
-
-std::string strip_backticks(std::string_view text) {
-  std::string out;
-  for (char ch : text) {
-    if (ch != '`') out += ch;
-  }
-  return out;
-}
 
 }  // namespace
 

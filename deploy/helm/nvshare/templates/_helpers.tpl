@@ -1,0 +1,170 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "nvshare.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nvshare.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (list . "scheduler"). */}}
+{{- define "nvshare.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ $root.Chart.Name }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "nvshare.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "nvshare.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (printf "%s-device-plugin" (include "nvshare.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+Knob tables: Helm value (camelCase of the knob's name) -> the program's environment variable.
+Every knob of src/scheduler/knobs.cc and src/deviceplugin/knobs.cc is listed once;
+tests/k8s/deploy/check_chart.py fails when a knob is missing, misnamed or has no value in values.yaml.
+*/}}
+{{- define "nvshare.schedulerKnobs" -}}
+socket: NVSHARE_SOCKET
+controlSocket: NVSHARE_CONTROL_SOCKET
+mode: NVSHARE_MODE
+reserve: NVSHARE_RESERVE
+capacity: NVSHARE_CAPACITY
+quantum: NVSHARE_QUANTUM
+quantumK: NVSHARE_QUANTUM_K
+quantumMin: NVSHARE_QUANTUM_MIN
+quantumMax: NVSHARE_QUANTUM_MAX
+quotaWindow: NVSHARE_QUOTA_WINDOW
+revokeGrace: NVSHARE_REVOKE_GRACE
+swapBandwidth: NVSHARE_SWAP_BANDWIDTH
+trustClientLimits: NVSHARE_TRUST_CLIENT_LIMITS
+clientBufferLimit: NVSHARE_CLIENT_BUFFER_LIMIT
+logLevel: NVSHARE_LOG_LEVEL
+{{- end -}}
+
+{{- define "nvshare.devicePluginKnobs" -}}
+resourceName: NVSHARE_PLUGIN_RESOURCE_NAME
+slotsPerGpu: NVSHARE_PLUGIN_SLOTS_PER_GPU
+gpus: NVSHARE_PLUGIN_GPUS
+memoryCapacity: NVSHARE_PLUGIN_MEMORY_CAPACITY
+kubeletDir: NVSHARE_PLUGIN_KUBELET_DIR
+podResourcesSocket: NVSHARE_PLUGIN_POD_RESOURCES_SOCKET
+libraryHostPath: NVSHARE_PLUGIN_LIBRARY_HOST_PATH
+libraryContainerPath: NVSHARE_PLUGIN_LIBRARY_CONTAINER_PATH
+injection: NVSHARE_PLUGIN_INJECTION
+ldSoPreloadHostPath: NVSHARE_PLUGIN_LD_SO_PRELOAD_HOST_PATH
+socketDir: NVSHARE_PLUGIN_SOCKET_DIR
+controlSocket: NVSHARE_PLUGIN_CONTROL_SOCKET
+nodeName: NVSHARE_PLUGIN_NODE_NAME
+kubeconfig: NVSHARE_PLUGIN_KUBECONFIG
+healthInterval: NVSHARE_PLUGIN_HEALTH_INTERVAL
+watchTimeout: NVSHARE_PLUGIN_WATCH_TIMEOUT
+logLevel: NVSHARE_PLUGIN_LOG_LEVEL
+{{- end -}}
+
+{{/*
+The env entries of the knobs that are set: (list <values section> <knob table text>). An empty or
+null value emits nothing, so the program's own default applies. Numbers that YAML made floats are
+written back as integers when they are whole ("3600000", never "3.6e+06").
+*/}}
+{{- define "nvshare.knobEnv" -}}
+{{- $values := index . 0 -}}
+{{- $table := index . 1 | fromYaml -}}
+{{- range $key, $env := $table }}
+{{- $value := index $values $key }}
+{{- if not (kindIs "invalid" $value) }}
+{{- $text := toString $value }}
+{{- if kindIs "float64" $value }}
+{{- if eq $value (floor $value) }}
+{{- $text = int64 $value | toString }}
+{{- end }}
+{{- end }}
+{{- if ne $text "" }}
+- name: {{ $env }}
+  value: {{ $text | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Host paths the chart mounts. Each is the knob's value when set, else the program's default; the
+literals below are those defaults (check_chart.py fails when they and the knob tables disagree).
+*/}}
+{{- define "nvshare.socketDir" -}}
+{{- .Values.devicePlugin.socketDir | default "/var/run/nvshare" | trimSuffix "/" -}}
+{{- end -}}
+
+{{- define "nvshare.schedulerSocket" -}}
+{{- .Values.scheduler.socket | default "/var/run/nvshare/scheduler.sock" -}}
+{{- end -}}
+
+{{- define "nvshare.schedulerControlSocket" -}}
+{{- .Values.scheduler.controlSocket | default "/var/run/nvshare/control.sock" -}}
+{{- end -}}
+
+{{- define "nvshare.pluginControlSocket" -}}
+{{- .Values.devicePlugin.controlSocket | default "/var/run/nvshare/control.sock" -}}
+{{- end -}}
+
+{{- define "nvshare.kubeletDir" -}}
+{{- .Values.devicePlugin.kubeletDir | default "/var/lib/kubelet/device-plugins" | trimSuffix "/" -}}
+{{- end -}}
+
+{{- define "nvshare.podResourcesSocket" -}}
+{{- .Values.devicePlugin.podResourcesSocket | default "/var/lib/kubelet/pod-resources/kubelet.sock" -}}
+{{- end -}}
+
+{{- define "nvshare.libraryHostPath" -}}
+{{- .Values.devicePlugin.libraryHostPath | default "/var/lib/nvshare/lib/libnvshare.so" -}}
+{{- end -}}
+
+{{- define "nvshare.ldSoPreloadHostPath" -}}
+{{- .Values.devicePlugin.ldSoPreloadHostPath | default "/var/lib/nvshare/ld.so.preload" -}}
+{{- end -}}
+
+{{- define "nvshare.injection" -}}
+{{- .Values.devicePlugin.injection | default "ld-preload" -}}
+{{- end -}}
+
+{{/*
+The socket directory serves the scheduler, the plugin and every GPU container, so the socket knobs of
+the two programs must agree; rendering stops with a message when they do not. The control socket may
+lie in another directory (which GPU containers do not get): the chart then mounts that one too.
+*/}}
+{{- define "nvshare.checkSockets" -}}
+{{- $dir := include "nvshare.socketDir" . -}}
+{{- $socket := include "nvshare.schedulerSocket" . -}}
+{{- $control := include "nvshare.schedulerControlSocket" . -}}
+{{- if ne $socket (printf "%s/scheduler.sock" $dir) -}}
+{{- fail (printf "scheduler.socket (%s) must be <devicePlugin.socketDir>/scheduler.sock (%s/scheduler.sock): GPU containers are given that path" $socket $dir) -}}
+{{- end -}}
+{{- if ne $control (include "nvshare.pluginControlSocket" .) -}}
+{{- fail (printf "scheduler.controlSocket (%s) and devicePlugin.controlSocket (%s) must be the same socket" $control (include "nvshare.pluginControlSocket" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The control socket's directory when it is not the socket directory, else "". */}}
+{{- define "nvshare.separateControlDir" -}}
+{{- $controlDir := dir (include "nvshare.schedulerControlSocket" .) -}}
+{{- if ne $controlDir (include "nvshare.socketDir" .) -}}
+{{- $controlDir -}}
+{{- end -}}
+{{- end -}}

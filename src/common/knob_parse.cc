@@ -1,0 +1,109 @@
+#include "common/knob_parse.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace nvshare::knobparse {
+
+Result<double> parse_decimal(std::string_view text, double min, double max, std::string_view unit) {
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    return make_error("\"" + std::string(text) + "\" is not a decimal number");
+  }
+  if (value < min || value > max) {
+    char range[96];
+    std::snprintf(range, sizeof range, "%g..%g", min, max);
+    return make_error(std::string(text) + " is outside " + range + std::string(unit));
+  }
+  return value;
+}
+
+Result<Duration> parse_seconds(std::string_view text, double min, double max) {
+  auto seconds = parse_decimal(text, min, max, " seconds");
+  if (!seconds) return seconds.error();
+  return Duration(static_cast<std::int64_t>(std::llround(seconds.value() * 1e9)));
+}
+
+Result<Duration> parse_seconds_with_unit(std::string_view text, double min, double max) {
+  std::string_view number = text;
+  if (!number.empty() && number.back() == 's') number.remove_suffix(1);
+  auto parsed = parse_seconds(number, min, max);
+  if (!parsed && number.size() != text.size()) {
+    return make_error("\"" + std::string(text) + "\": " + parsed.error().message);
+  }
+  return parsed;
+}
+
+Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std::int64_t max) {
+  std::int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return make_error("\"" + std::string(text) + "\" is not an integer");
+  }
+  if (value < min || value > max) {
+    return make_error(std::string(text) + " is outside " + std::to_string(min) + ".." +
+                      std::to_string(max));
+  }
+  return value;
+}
+
+Result<bool> parse_bool(std::string_view text) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  return make_error("\"" + std::string(text) + "\" is not a boolean (true or false)");
+}
+
+Result<LogLevel> parse_log_level(std::string_view text) {
+  if (auto level = log_level_from_name(text)) return *level;
+  return make_error("\"" + std::string(text) + "\" is not one of error, warn, info, debug, trace");
+}
+
+std::string upper_snake(std::string_view name) {
+  std::string out;
+  for (char ch : name) {
+    out += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  }
+  return out;
+}
+
+std::string wrap(std::string_view text, std::size_t width, std::string_view indent) {
+  std::string out;
+  std::size_t column = 0;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view word = text.substr(start, end - start);
+    start = end + 1;
+    if (word.empty()) continue;
+    if (column == 0) {
+      out += indent;
+      column = indent.size();
+    } else if (column + 1 + word.size() > width) {
+      out += '\n';
+      out += indent;
+      column = indent.size();
+    } else {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+  }
+  out += '\n';
+  return out;
+}
+
+std::string strip_backticks(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    if (ch != '`') out += ch;
+  }
+  return out;
+}
+
+}  // namespace nvshare::knobparse

@@ -1,0 +1,127 @@
+// The device plugin's configuration: every knob defined once, in one table.
+//
+// Each knob has a name ("slots-per-gpu") from which its flag (--slots-per-gpu), its environment
+// variable (NVSHARE_PLUGIN_SLOTS_PER_GPU) and its Helm value (devicePlugin.slotsPerGpu) are
+// derived, a default, a range and a meaning. The plugin's configuration is built from each knob's
+// default text, then the environment, then the command line (later wins); `--help`,
+// `--print-config-doc` and the device-plugin table of docs/configuration.md are generated from the
+// table (a test checks the document is current).
+//
+// Contract: parsing never exits or throws; every error names the knob, where the value came from
+// (flag or environment variable) and what is accepted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/result.h"
+
+namespace nvshare::deviceplugin {
+
+// How Allocate makes the container load libnvshare.so.
+enum class Injection {
+  kLdPreload,    // LD_PRELOAD=<library-container-path> in the container's environment
+  kLdSoPreload,  // <ld-so-preload-host-path> mounted read-only as /etc/ld.so.preload
+};
+
+// Which GPUs the plugin manages: all, or those named by UUID or NVML index.
+struct GpuSelection {
+  bool all = true;
+  std::vector<std::string> uuids;
+  std::vector<unsigned> indexes;
+
+  bool selects(const std::string& uuid, unsigned index) const;
+};
+
+// A virtual memory capacity: an exact byte count or a factor of the GPU's physical memory.
+struct CapacityValue {
+  std::optional<std::uint64_t> bytes;
+  double factor = 1.0;  // used when `bytes` is empty
+
+  std::uint64_t resolve(std::uint64_t physical_bytes) const;
+};
+
+// memory-capacity: one value for every GPU and/or values for GPUs named by UUID or index (the named
+// ones win). Empty: every GPU's physical memory.
+struct MemoryCapacitySpec {
+  std::optional<CapacityValue> all;
+  std::map<std::string, CapacityValue> by_uuid;
+  std::map<unsigned, CapacityValue> by_index;
+
+  bool empty() const { return !all && by_uuid.empty() && by_index.empty(); }
+  // The capacity of one GPU in bytes (its physical memory when nothing applies).
+  std::uint64_t for_gpu(const std::string& uuid, unsigned index, std::uint64_t physical) const;
+};
+
+struct PluginConfig {
+  std::string resource_name;
+  int slots_per_gpu = 0;
+  GpuSelection gpus;
+  MemoryCapacitySpec memory_capacity;
+  std::string kubelet_dir;
+  std::string pod_resources_socket;
+  std::string library_host_path;
+  std::string library_container_path;
+  Injection injection = Injection::kLdPreload;
+  std::string ld_so_preload_host_path;
+  std::string socket_dir;
+  std::string control_socket;
+  std::string node_name;
+  std::string kubeconfig;
+  Duration health_interval{};
+  Duration watch_timeout{};
+  LogLevel log_level = LogLevel::kInfo;
+
+  // <kubelet-dir>/kubelet.sock and <kubelet-dir>/nvshare.sock.
+  std::string kubelet_socket() const;
+  std::string plugin_socket() const;
+  static constexpr const char* kPluginSocketName = "nvshare.sock";
+};
+
+struct Knob {
+  std::string_view name;
+  std::string_view default_value;
+  std::string_view range;
+  std::string_view meaning;
+  Status (*apply)(std::string_view value, PluginConfig& config);
+};
+
+std::span<const Knob> knobs();
+const Knob* find_knob(std::string_view name);
+std::string flag_name(const Knob& knob);   // "--slots-per-gpu"
+std::string env_name(const Knob& knob);    // "NVSHARE_PLUGIN_SLOTS_PER_GPU"
+std::string helm_value(const Knob& knob);  // "devicePlugin.slotsPerGpu"
+
+// Applies one knob's value; the error names the knob.
+Status apply_knob(const Knob& knob, std::string_view value, PluginConfig& config);
+
+// The configuration from every knob's default (valid by construction; a test checks it).
+PluginConfig default_config();
+
+struct CommandLine {
+  PluginConfig config;
+  bool help = false;
+  bool version = false;
+  bool print_config_doc = false;
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Builds the configuration from the defaults, then the environment (through `getenv`; an empty
+// value counts as unset), then argv (`--name value` or `--name=value`). An empty node-name is
+// then taken from NODE_NAME (the downward API), when set.
+Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv);
+
+// `--help` text and the Markdown table of docs/configuration.md, both generated from the table.
+std::string help_text(std::string_view program);
+std::string config_doc_table();
+
+}  // namespace nvshare::deviceplugin

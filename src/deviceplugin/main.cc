@@ -1,0 +1,125 @@
+// nvshare-device-plugin: configuration (knobs.h), the NVML inventory, the kubelet device plugin
+// (plugin_server.h) and, when built with src/podwatcher, the pod watcher that turns pod annotations
+// into limits in the scheduler. Runs until SIGTERM or SIGINT.
+//
+// Exit status: 0 after SIGTERM/SIGINT or for --help/--version/--print-config-doc; 1 when it cannot
+// start (no NVML, no GPU, the socket cannot be served, the pod watcher cannot start); 2 for a
+// configuration error.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/log.h"
+#include "deviceplugin/inventory.h"
+#include "deviceplugin/knobs.h"
+#include "deviceplugin/plugin_server.h"
+
+#ifdef NVSHARE_WITH_PODWATCHER
+#include "podwatcher/pod_watcher.h"
+#endif
+
+namespace {
+
+using namespace nvshare;
+using namespace nvshare::deviceplugin;
+
+#ifdef NVSHARE_WITH_PODWATCHER
+// Placement needs memory limits by "namespace/name" (pod-resources has no pod UID); the watcher
+// provides them when it has such an accessor.
+template <typename Watcher>
+MemoryLimitsSource memory_limits_of(const Watcher& watcher) {
+  if constexpr (requires { watcher.memory_limits_by_pod_name(); }) {
+    return [&watcher] { return watcher.memory_limits_by_pod_name(); };
+  } else {
+    return {};
+  }
+}
+#endif
+
+int run(const PluginConfig& config) {
+  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto inventory = open_nvml_inventory();
+  if (!inventory) {
+    NVSHARE_ERROR("%s", inventory.error().message.c_str());
+    return 1;
+  }
+  PluginServer plugin(config, std::move(inventory).value());
+
+#ifdef NVSHARE_WITH_PODWATCHER
+  std::unique_ptr<podwatcher::PodWatcher> watcher;
+  if (config.node_name.empty()) {
+    NVSHARE_WARN(
+        "no node name (node-name knob or NODE_NAME): pod annotations are not watched, so no "
+        "per-pod limits reach the scheduler");
+  } else {
+    podwatcher::PodWatcherConfig watch;
+    watch.node_name = config.node_name;
+    watch.kubeconfig_path = config.kubeconfig;
+    watch.control_socket = config.control_socket;
+    watch.resource_name = config.resource_name;
+    watch.watch_timeout = std::chrono::duration_cast<std::chrono::seconds>(config.watch_timeout);
+    watcher = std::make_unique<podwatcher::PodWatcher>(watch);
+    plugin.set_memory_limits_source(memory_limits_of(*watcher));
+    if (Status s = watcher->start(); !s) {
+      NVSHARE_ERROR("pod watcher: %s", s.error().message.c_str());
+      return 1;
+    }
+    NVSHARE_INFO("watching the pods of node %s", config.node_name.c_str());
+  }
+#else
+  NVSHARE_INFO("built without the pod watcher: pod annotations are not watched");
+#endif
+
+  if (Status s = plugin.start(); !s) {
+    NVSHARE_ERROR("%s", s.error().message.c_str());
+    return 1;
+  }
+
+  int received = 0;
+  while (sigwait(&signals, &received) != 0) {
+  }
+  NVSHARE_INFO("signal %d: stopping", received);
+  plugin.stop();
+#ifdef NVSHARE_WITH_PODWATCHER
+  if (watcher) watcher->stop();
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log_init("nvshare-device-plugin");
+  auto parsed = parse_command_line(argc, argv, [](const char* name) { return std::getenv(name); });
+  if (!parsed) {
+    std::fprintf(stderr, "nvshare-device-plugin: %s\n", parsed.error().message.c_str());
+    return 2;
+  }
+  const CommandLine& command_line = parsed.value();
+  if (command_line.help) {
+    std::fputs(help_text("nvshare-device-plugin").c_str(), stdout);
+    return 0;
+  }
+  if (command_line.version) {
+    std::printf("nvshare-device-plugin %s (kubelet device plugin API %s)\n", NVSHARE_VERSION,
+                kDevicePluginApiVersion);
+    return 0;
+  }
+  if (command_line.print_config_doc) {
+    std::fputs(config_doc_table().c_str(), stdout);
+    return 0;
+  }
+  log_set_level(command_line.config.log_level);
+  return run(command_line.config);
+}

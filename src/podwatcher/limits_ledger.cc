@@ -1,0 +1,99 @@
+#include "podwatcher/limits_ledger.h"
+
+namespace nvshare::podwatcher {
+
+Json ControlCommand::to_request() const {
+  Json request = Json::object();
+  if (kind == Kind::kForgetPod) {
+    request.set("cmd", "forget-pod");
+    request.set("pod_uid", pod_uid);
+    return request;
+  }
+  request.set("cmd", "set-limits");
+  Json selector = Json::object();
+  selector.set("pod_uid", pod_uid);
+  // The scheduler records names only when both are given (the namespace/name selector needs both).
+  if (!namespace_name.empty() && !name.empty()) {
+    selector.set("namespace", namespace_name);
+    selector.set("name", name);
+  }
+  request.set("selector", std::move(selector));
+  if (send_memory) {
+    request.set("memory", limits.memory_bytes ? Json(*limits.memory_bytes) : Json("inherit"));
+  }
+  if (send_core) {
+    request.set("core", limits.core_percent ? Json(*limits.core_percent) : Json("inherit"));
+  }
+  return request;
+}
+
+void LimitsLedger::set_desired(const std::string& pod_uid, const std::string& namespace_name,
+                               const std::string& name, const PodLimits& limits) {
+  desired_[pod_uid] = Desired{namespace_name, name, limits};
+}
+
+void LimitsLedger::remove(const std::string& pod_uid) { desired_.erase(pod_uid); }
+
+std::optional<ControlCommand> LimitsLedger::next_command() const {
+  for (const auto& [uid, want] : desired_) {
+    auto pushed = pushed_.find(uid);
+    ControlCommand command;
+    command.pod_uid = uid;
+    command.namespace_name = want.namespace_name;
+    command.name = want.name;
+    command.limits = want.limits;
+    if (pushed == pushed_.end()) {
+      // First push (or after a scheduler restart): both fields, so the record is complete.
+      command.send_memory = true;
+      command.send_core = true;
+      return command;
+    }
+    command.send_memory = pushed->second.memory_bytes != want.limits.memory_bytes;
+    command.send_core = pushed->second.core_percent != want.limits.core_percent;
+    if (command.send_memory || command.send_core) return command;
+  }
+  for (const auto& [uid, limits] : pushed_) {
+    if (desired_.contains(uid)) continue;
+    ControlCommand command;
+    command.kind = ControlCommand::Kind::kForgetPod;
+    command.pod_uid = uid;
+    return command;
+  }
+  return std::nullopt;
+}
+
+void LimitsLedger::mark_done(const ControlCommand& command) {
+  if (command.kind == ControlCommand::Kind::kForgetPod) {
+    pushed_.erase(command.pod_uid);
+    return;
+  }
+  PodLimits& pushed = pushed_[command.pod_uid];
+  if (command.send_memory) pushed.memory_bytes = command.limits.memory_bytes;
+  if (command.send_core) pushed.core_percent = command.limits.core_percent;
+}
+
+void LimitsLedger::mark_all_unpushed() { pushed_.clear(); }
+
+std::optional<PodLimits> LimitsLedger::desired(const std::string& pod_uid) const {
+  auto it = desired_.find(pod_uid);
+  if (it == desired_.end()) return std::nullopt;
+  return it->second.limits;
+}
+
+std::map<std::string, std::uint64_t> LimitsLedger::memory_limits() const {
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& [uid, want] : desired_) {
+    if (want.limits.memory_bytes) out.emplace(uid, *want.limits.memory_bytes);
+  }
+  return out;
+}
+
+std::map<std::string, int> LimitsLedger::core_limits() const {
+  std::map<std::string, int> out;
+  for (const auto& [uid, want] : desired_) {
+    if (want.limits.core_percent) out.emplace(uid, *want.limits.core_percent);
+  }
+  return out;
+}
+
+}  // namespace nvshare::podwatcher

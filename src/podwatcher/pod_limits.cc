@@ -1,0 +1,128 @@
+#include "podwatcher/pod_limits.h"
+
+#include "common/quantity.h"
+
+namespace nvshare::podwatcher {
+namespace {
+
+using nlohmann::json;
+
+const json* member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string string_member(const json& object, const char* key) {
+  const json* value = member(object, key);
+  return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
+}
+
+bool container_requests(const json& container, std::string_view resource_name) {
+  const json* resources = member(container, "resources");
+  if (resources == nullptr) return false;
+  for (const char* section : {"limits", "requests"}) {
+    const json* amounts = member(*resources, section);
+    if (amounts == nullptr || !amounts->is_object()) continue;
+    if (amounts->contains(std::string(resource_name))) return true;
+  }
+  return false;
+}
+
+bool pod_requests(const json& spec, std::string_view resource_name) {
+  for (const char* list : {"containers", "initContainers"}) {
+    const json* containers = member(spec, list);
+    if (containers == nullptr || !containers->is_array()) continue;
+    for (const json& container : *containers) {
+      if (container_requests(container, resource_name)) return true;
+    }
+  }
+  return false;
+}
+
+std::string describe_memory(const std::optional<std::uint64_t>& bytes) {
+  return bytes ? format_bytes(*bytes) : std::string("none");
+}
+
+std::string describe_core(const std::optional<int>& percent) {
+  return percent ? std::to_string(*percent) + "%" : std::string("none");
+}
+
+AnnotationProblem problem(std::string_view annotation, const std::string& value, std::string reason,
+                          const std::string& kept) {
+  AnnotationProblem out;
+  out.annotation = std::string(annotation);
+  out.value = value;
+  out.reason = std::move(reason);
+  out.message = "invalid " + out.annotation + " \"" + value + "\": " + out.reason +
+                "; keeping the previous limit (" + kept + ")";
+  return out;
+}
+
+}  // namespace
+
+Result<PodView> parse_pod(const json& pod, std::string_view resource_name) {
+  if (!pod.is_object()) return make_error("pod is not a JSON object");
+  const json* metadata = member(pod, "metadata");
+  if (metadata == nullptr || !metadata->is_object()) return make_error("pod has no metadata");
+  PodView view;
+  view.uid = string_member(*metadata, "uid");
+  if (view.uid.empty()) return make_error("pod has no metadata.uid");
+  view.namespace_name = string_member(*metadata, "namespace");
+  view.name = string_member(*metadata, "name");
+  view.resource_version = string_member(*metadata, "resourceVersion");
+  const json* deletion = member(*metadata, "deletionTimestamp");
+  view.deleting = deletion != nullptr && !deletion->is_null();
+  if (const json* annotations = member(*metadata, "annotations");
+      annotations != nullptr && annotations->is_object()) {
+    for (auto [key, field] : {std::pair{kMemoryLimitAnnotation, &view.memory_annotation},
+                              std::pair{kCoreLimitAnnotation, &view.core_annotation}}) {
+      auto it = annotations->find(std::string(key));
+      if (it == annotations->end()) continue;
+      // Annotation values are strings in the API; anything else is shown as written.
+      *field = it->is_string() ? it->get<std::string>() : it->dump();
+    }
+  }
+  if (const json* spec = member(pod, "spec")) {
+    view.node_name = string_member(*spec, "nodeName");
+    view.requests_resource = pod_requests(*spec, resource_name);
+  }
+  if (const json* status = member(pod, "status")) view.phase = string_member(*status, "phase");
+  return view;
+}
+
+LimitsDecision decide_limits(const PodView& pod, const PodLimits& previous) {
+  LimitsDecision decision;
+  if (pod.memory_annotation) {
+    const std::string& text = *pod.memory_annotation;
+    auto bytes = parse_memory_quantity(text);
+    if (!bytes) {
+      decision.limits.memory_bytes = previous.memory_bytes;
+      decision.problems.push_back(problem(kMemoryLimitAnnotation, text, bytes.error().message,
+                                          describe_memory(previous.memory_bytes)));
+    } else if (bytes.value() == 0) {
+      // The scheduler reads 0 bytes as "no limit"; an annotation that says 0 is almost surely a
+      // mistake, and removing the annotation is the way to say "no limit".
+      decision.limits.memory_bytes = previous.memory_bytes;
+      decision.problems.push_back(problem(kMemoryLimitAnnotation, text,
+                                          "a memory limit must be greater than zero",
+                                          describe_memory(previous.memory_bytes)));
+    } else {
+      decision.limits.memory_bytes = bytes.value();
+    }
+  }
+  if (pod.core_annotation) {
+    const std::string& text = *pod.core_annotation;
+    auto percent = parse_percent(text);
+    if (!percent) {
+      decision.limits.core_percent = previous.core_percent;
+      decision.problems.push_back(problem(kCoreLimitAnnotation, text, percent.error().message,
+                                          describe_core(previous.core_percent)));
+    } else {
+      decision.limits.core_percent = percent.value();
+    }
+  }
+  return decision;
+}
+
+}  // namespace nvshare::podwatcher

@@ -1,0 +1,442 @@
+// PluginServer in process, against the kubelet simulator and a scripted GPU inventory: registration
+// and re-registration, ListAndWatch across health changes, placement from the live pod list,
+// Allocate over gRPC, and the memory-capacity push to a stand-in control socket.
+#include "deviceplugin/plugin_server.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "kubelet_sim.h"
+
+namespace nvshare::deviceplugin {
+namespace {
+
+using nvshare::testing::KubeletSimulator;
+using nvshare::testing::SimPod;
+using nvshare::testing::TempDir;
+
+constexpr std::uint64_t kGi = 1ull << 30;
+constexpr auto kDeadline = std::chrono::seconds(30);
+
+// GPUs whose health the test switches.
+struct FakeGpus {
+  std::mutex mu;
+  std::vector<GpuInfo> gpus;
+  std::set<std::string> lost;
+
+  void set_lost(const std::string& uuid, bool lost_now) {
+    std::lock_guard lock(mu);
+    if (lost_now) {
+      lost.insert(uuid);
+    } else {
+      lost.erase(uuid);
+    }
+  }
+};
+
+class FakeInventory final : public GpuInventory {
+ public:
+  explicit FakeInventory(std::shared_ptr<FakeGpus> gpus) : gpus_(std::move(gpus)) {}
+  Result<std::vector<GpuInfo>> list() override {
+    std::lock_guard lock(gpus_->mu);
+    return gpus_->gpus;
+  }
+  Status check_health(const std::string& uuid) override {
+    std::lock_guard lock(gpus_->mu);
+    if (gpus_->lost.contains(uuid)) return make_error("GPU is lost (15)");
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<FakeGpus> gpus_;
+};
+
+template <typename Predicate>
+bool eventually(Predicate predicate, std::chrono::milliseconds deadline = kDeadline) {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < end) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return predicate();
+}
+
+class PluginServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sim_ = std::make_unique<KubeletSimulator>(dir_.path());
+    fake_ = std::make_shared<FakeGpus>();
+    fake_->gpus = {GpuInfo{"GPU-aaaa", 0, 16 * kGi}, GpuInfo{"GPU-bbbb", 1, 16 * kGi}};
+    config_ = default_config();
+    config_.kubelet_dir = sim_->device_plugin_dir();
+    config_.pod_resources_socket = sim_->pod_resources_socket();
+    config_.slots_per_gpu = 4;
+    config_.health_interval = std::chrono::milliseconds(50);
+    config_.socket_dir = dir_.path() + "/run";
+    config_.ld_so_preload_host_path = dir_.path() + "/ld.so.preload";
+    config_.control_socket = dir_.path() + "/control.sock";
+  }
+
+  void TearDown() override {
+    if (plugin_) plugin_->stop();
+    sim_->stop();
+  }
+
+  void start_plugin() {
+    PluginServerTiming timing;
+    timing.socket_check_interval = std::chrono::milliseconds(100);
+    timing.register_backoff_initial = std::chrono::milliseconds(20);
+    timing.register_backoff_max = std::chrono::milliseconds(200);
+    plugin_ =
+        std::make_unique<PluginServer>(config_, std::make_unique<FakeInventory>(fake_), timing);
+    Status started = plugin_->start();
+    ASSERT_TRUE(started) << started.error().message;
+  }
+
+  std::vector<std::string> preferred(const std::vector<std::string>& available, int size,
+                                     const std::vector<std::string>& must_include = {}) {
+    auto stub = sim_->plugin();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    v1beta1::PreferredAllocationRequest request;
+    auto* container = request.add_container_requests();
+    for (const auto& id : available) container->add_available_deviceids(id);
+    for (const auto& id : must_include) container->add_must_include_deviceids(id);
+    container->set_allocation_size(size);
+    v1beta1::PreferredAllocationResponse response;
+    const grpc::Status status = stub->GetPreferredAllocation(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (!status.ok() || response.container_responses_size() != 1) return {};
+    const auto& ids = response.container_responses(0).deviceids();
+    return {ids.begin(), ids.end()};
+  }
+
+  std::vector<std::string> all_ids() const {
+    std::vector<std::string> ids;
+    for (const auto& gpu : fake_->gpus) {
+      for (int slot = 0; slot < config_.slots_per_gpu; ++slot) {
+        ids.push_back(make_device_id(gpu.uuid, slot));
+      }
+    }
+    return ids;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<KubeletSimulator> sim_;
+  std::shared_ptr<FakeGpus> fake_;
+  PluginConfig config_;
+  std::unique_ptr<PluginServer> plugin_;
+};
+
+std::string gpu_of(const std::string& id) { return parse_device_id(id)->gpu_uuid; }
+
+TEST_F(PluginServerTest, RegistersWithTheKubelet) {
+  sim_->start();
+  start_plugin();
+  ASSERT_TRUE(sim_->wait_for_registrations(1));
+  const auto request = sim_->registrations().at(0);
+  EXPECT_EQ(request.version(), "v1beta1");
+  EXPECT_EQ(request.endpoint(), "nvshare.sock");
+  EXPECT_EQ(request.resource_name(), "nvshare.com/gpu");
+  EXPECT_TRUE(request.options().get_preferred_allocation_available());
+  EXPECT_FALSE(request.options().pre_start_required());
+
+  auto stub = sim_->plugin();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kDeadline);
+  v1beta1::DevicePluginOptions options;
+  ASSERT_TRUE(stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok());
+  EXPECT_TRUE(options.get_preferred_allocation_available());
+}
+
+TEST_F(PluginServerTest, RegistersOnceTheKubeletAppears) {
+  start_plugin();  // no kubelet yet
+  sim_->start();
+  ASSERT_TRUE(sim_->wait_for_registrations(1));
+}
+
+TEST_F(PluginServerTest, ReRegistersAndServesAgainAfterTheKubeletRestarts) {
+  sim_->start();
+  start_plugin();
+  ASSERT_TRUE(sim_->wait_for_registrations(1));
+  sim_->restart();  // wipes nvshare.sock too
+  ASSERT_TRUE(sim_->wait_for_registrations(2));
+  ASSERT_TRUE(eventually([&] {
+    auto stub = sim_->plugin();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1beta1::DevicePluginOptions options;
+    return stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok();
+  }));
+  EXPECT_GE(plugin_->stats().serves, 2u);
+  EXPECT_EQ(sim_->registrations().back().endpoint(), "nvshare.sock");
+}
+
+TEST_F(PluginServerTest, ListAndWatchReportsHealthChanges) {
+  sim_->start();
+  start_plugin();
+  auto stub = sim_->plugin();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
+
+  const auto health_of = [](const v1beta1::ListAndWatchResponse& list) {
+    std::map<std::string, std::set<std::string>> health;  // GPU -> health values of its slots
+    for (const auto& device : list.devices()) health[gpu_of(device.id())].insert(device.health());
+    return health;
+  };
+  v1beta1::ListAndWatchResponse list;
+  ASSERT_TRUE(reader->Read(&list));
+  EXPECT_EQ(list.devices_size(), 8);
+  EXPECT_EQ(health_of(list)["GPU-aaaa"], std::set<std::string>{"Healthy"});
+  EXPECT_EQ(health_of(list)["GPU-bbbb"], std::set<std::string>{"Healthy"});
+
+  fake_->set_lost("GPU-bbbb", true);
+  ASSERT_TRUE(reader->Read(&list));
+  EXPECT_EQ(list.devices_size(), 8);
+  EXPECT_EQ(health_of(list)["GPU-aaaa"], std::set<std::string>{"Healthy"});
+  EXPECT_EQ(health_of(list)["GPU-bbbb"], std::set<std::string>{"Unhealthy"});
+
+  fake_->set_lost("GPU-bbbb", false);
+  ASSERT_TRUE(reader->Read(&list));
+  EXPECT_EQ(health_of(list)["GPU-bbbb"], std::set<std::string>{"Healthy"});
+  EXPECT_EQ(plugin_->stats().health_changes, 2u);
+  context.TryCancel();
+}
+
+TEST_F(PluginServerTest, PlacementFollowsTheLivePodList) {
+  sim_->start();
+  start_plugin();
+  std::vector<SimPod> pods;
+  std::vector<std::string> used;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> available;
+    for (const auto& id : all_ids()) {
+      if (std::find(used.begin(), used.end(), id) == used.end()) available.push_back(id);
+    }
+    const auto chosen = preferred(available, 1);
+    ASSERT_EQ(chosen.size(), 1u);
+    used.push_back(chosen[0]);
+    pods.push_back(SimPod{"default", "pod-" + std::to_string(i), "nvshare.com/gpu", chosen});
+    sim_->set_pods(pods);
+  }
+  std::map<std::string, int> per_gpu;
+  for (const auto& id : used) ++per_gpu[gpu_of(id)];
+  EXPECT_EQ(per_gpu["GPU-aaaa"], 2);
+  EXPECT_EQ(per_gpu["GPU-bbbb"], 2);
+
+  // The two pods on GPU-aaaa end: the kubelet lists them no more and offers their slots again.
+  std::vector<SimPod> remaining;
+  for (const auto& pod : pods) {
+    if (gpu_of(pod.device_ids[0]) == "GPU-bbbb") remaining.push_back(pod);
+  }
+  sim_->set_pods(remaining);
+  std::vector<std::string> available;
+  for (const auto& id : all_ids()) {
+    bool held = false;
+    for (const auto& pod : remaining) held |= pod.device_ids[0] == id;
+    if (!held) available.push_back(id);
+  }
+  const auto chosen = preferred(available, 1);
+  ASSERT_EQ(chosen.size(), 1u);
+  EXPECT_EQ(gpu_of(chosen[0]), "GPU-aaaa");
+  EXPECT_GE(sim_->list_calls(), 5u);
+}
+
+TEST_F(PluginServerTest, MultiSlotRequestSpreadsOverDistinctGpus) {
+  sim_->start();
+  start_plugin();
+  sim_->set_pods({SimPod{"default", "busy", "nvshare.com/gpu", {"GPU-aaaa__0"}},
+                  SimPod{"default", "other-resource", "example.com/thing", {"GPU-bbbb__0"}}});
+  const auto chosen = preferred(all_ids(), 2);
+  ASSERT_EQ(chosen.size(), 2u);
+  EXPECT_NE(gpu_of(chosen[0]), gpu_of(chosen[1]));
+}
+
+TEST_F(PluginServerTest, PlacementUsesMemoryLimitsFromTheSource) {
+  sim_->start();
+  plugin_ = nullptr;
+  PluginServerTiming timing;
+  plugin_ = std::make_unique<PluginServer>(config_, std::make_unique<FakeInventory>(fake_), timing);
+  plugin_->set_memory_limits_source([] {
+    return std::map<std::string, std::uint64_t>{{"ns/big", 12 * kGi}, {"ns/small", kGi}};
+  });
+  ASSERT_TRUE(plugin_->start());
+  sim_->set_pods({SimPod{"ns", "big", "nvshare.com/gpu", {"GPU-aaaa__0"}},
+                  SimPod{"ns", "small", "nvshare.com/gpu", {"GPU-bbbb__0"}}});
+  std::vector<std::string> available;
+  for (const auto& id : all_ids()) {
+    if (id != "GPU-aaaa__0" && id != "GPU-bbbb__0") available.push_back(id);
+  }
+  const auto chosen = preferred(available, 1);
+  ASSERT_EQ(chosen.size(), 1u);
+  EXPECT_EQ(gpu_of(chosen[0]), "GPU-bbbb");
+}
+
+v1beta1::AllocateResponse allocate(KubeletSimulator& sim, const std::vector<std::string>& ids,
+                                   grpc::Status* status_out) {
+  auto stub = sim.plugin();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kDeadline);
+  v1beta1::AllocateRequest request;
+  auto* container = request.add_container_requests();
+  for (const auto& id : ids) container->add_devices_ids(id);
+  v1beta1::AllocateResponse response;
+  *status_out = stub->Allocate(&context, request, &response);
+  return response;
+}
+
+TEST_F(PluginServerTest, AllocateInLdPreloadMode) {
+  sim_->start();
+  start_plugin();
+  grpc::Status status;
+  const auto response = allocate(*sim_, {"GPU-aaaa__1", "GPU-bbbb__2"}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.container_responses_size(), 1);
+  const auto& container = response.container_responses(0);
+  EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-aaaa,GPU-bbbb");
+  EXPECT_EQ(container.envs().at("LD_PRELOAD"), config_.library_container_path);
+  EXPECT_EQ(container.envs().at("NVSHARE_SOCKET"), config_.socket_dir + "/scheduler.sock");
+  ASSERT_EQ(container.mounts_size(), 2);
+  EXPECT_EQ(container.mounts(0).host_path(), config_.library_host_path);
+  EXPECT_EQ(container.mounts(0).container_path(), config_.library_container_path);
+  EXPECT_TRUE(container.mounts(0).read_only());
+  EXPECT_EQ(container.mounts(1).host_path(), config_.socket_dir);
+  EXPECT_EQ(container.mounts(1).container_path(), config_.socket_dir);
+  EXPECT_FALSE(std::filesystem::exists(config_.ld_so_preload_host_path));
+}
+
+TEST_F(PluginServerTest, AllocateInLdSoPreloadMode) {
+  config_.injection = Injection::kLdSoPreload;
+  sim_->start();
+  start_plugin();
+  // Written at start, one line: the library's path in the container.
+  EXPECT_TRUE(std::filesystem::exists(config_.ld_so_preload_host_path));
+  grpc::Status status;
+  const auto response = allocate(*sim_, {"GPU-bbbb__3"}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const auto& container = response.container_responses(0);
+  EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-bbbb");
+  EXPECT_EQ(container.envs().count("LD_PRELOAD"), 0u);
+  bool preload_mounted = false;
+  for (const auto& mount : container.mounts()) {
+    if (mount.container_path() == "/etc/ld.so.preload") {
+      preload_mounted = true;
+      EXPECT_EQ(mount.host_path(), config_.ld_so_preload_host_path);
+      EXPECT_TRUE(mount.read_only());
+    }
+  }
+  EXPECT_TRUE(preload_mounted);
+}
+
+TEST_F(PluginServerTest, AllocateRejectsUnknownDeviceIds) {
+  sim_->start();
+  start_plugin();
+  grpc::Status status;
+  allocate(*sim_, {"GPU-aaaa__0", "GPU-cccc__0"}, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("GPU-cccc__0"), std::string::npos)
+      << status.error_message();
+  allocate(*sim_, {"GPU-aaaa__4"}, &status);  // slot 4 of 4 slots
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(PluginServerTest, StartFailsForAGpuThatIsNotThere) {
+  config_.gpus.all = false;
+  config_.gpus.uuids = {"GPU-zzzz"};
+  plugin_ = std::make_unique<PluginServer>(config_, std::make_unique<FakeInventory>(fake_));
+  Status started = plugin_->start();
+  ASSERT_FALSE(started);
+  EXPECT_NE(started.error().message.find("GPU-zzzz"), std::string::npos);
+}
+
+TEST_F(PluginServerTest, ManagesOnlySelectedGpusWithTheirCapacity) {
+  config_.gpus.all = false;
+  config_.gpus.indexes = {1};
+  config_.memory_capacity.all = CapacityValue{std::nullopt, 1.5};
+  sim_->start();
+  start_plugin();
+  const auto gpus = plugin_->gpus();
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].uuid, "GPU-bbbb");
+  EXPECT_EQ(gpus[0].capacity_bytes, 24 * kGi);
+}
+
+// A stand-in for the scheduler's control socket: answers every request line with {"ok":true} and
+// records the lines.
+class FakeControlSocket {
+ public:
+  explicit FakeControlSocket(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(::listen(fd_, 8), 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeControlSocket() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::vector<std::string> lines() {
+    std::lock_guard lock(mu_);
+    return lines_;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd listen_fd{fd_, POLLIN, 0};
+      if (::poll(&listen_fd, 1, 50) <= 0) continue;
+      const int client = ::accept(fd_, nullptr, nullptr);
+      if (client < 0) continue;
+      std::string line;
+      char ch = 0;
+      while (::read(client, &ch, 1) == 1 && ch != '\n') line += ch;
+      {
+        std::lock_guard lock(mu_);
+        lines_.push_back(line);
+      }
+      const std::string reply = "{\"ok\":true,\"gpus\":[]}\n";
+      (void)!::write(client, reply.data(), reply.size());
+      ::close(client);
+    }
+  }
+
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+TEST_F(PluginServerTest, PushesTheMemoryCapacityToTheScheduler) {
+  config_.memory_capacity.all = CapacityValue{std::nullopt, 2.0};
+  config_.memory_capacity.by_uuid["GPU-bbbb"] = CapacityValue{4 * kGi, 1.0};
+  FakeControlSocket control(config_.control_socket);
+  sim_->start();
+  start_plugin();
+  ASSERT_TRUE(eventually([&] { return plugin_->stats().capacity_pushes >= 1; }));
+  const auto lines = control.lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines[0].find("\"cmd\":\"set-policy\""), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("\"capacity\":\"GPU-aaaa=" + std::to_string(32 * kGi) +
+                          ",GPU-bbbb=" + std::to_string(4 * kGi) + "\""),
+            std::string::npos)
+      << lines[0];
+}
+
+}  // namespace
+}  // namespace nvshare::deviceplugin

@@ -1,0 +1,420 @@
+// The device plugin's pure parts: the knob table, placement and Allocate's response.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "deviceplugin/allocate.h"
+#include "deviceplugin/knobs.h"
+#include "deviceplugin/placement.h"
+
+namespace nvshare::deviceplugin {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+Result<CommandLine> parse(std::vector<std::string> args, Env env = {}) {
+  args.insert(args.begin(), "nvshare-device-plugin");
+  std::vector<const char*> argv;
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data(),
+                            [env](const char* name) -> const char* {
+                              auto it = env.find(name);
+                              return it == env.end() ? nullptr : it->second.c_str();
+                            });
+}
+
+std::string error_of(std::vector<std::string> args, Env env = {}) {
+  auto parsed = parse(std::move(args), std::move(env));
+  return parsed ? std::string("(parsed)") : parsed.error().message;
+}
+
+// ---- knobs
+// ----------------------------------------------------------------------------------------
+
+TEST(PluginKnobs, EveryDefaultParses) {
+  for (const Knob& knob : knobs()) {
+    PluginConfig config;
+    EXPECT_TRUE(apply_knob(knob, knob.default_value, config)) << knob.name;
+  }
+}
+
+TEST(PluginKnobs, DefaultsAreTheAgreedOnes) {
+  const PluginConfig c = default_config();
+  EXPECT_EQ(c.resource_name, "nvshare.com/gpu");
+  EXPECT_EQ(c.slots_per_gpu, 10);
+  EXPECT_TRUE(c.gpus.all);
+  EXPECT_TRUE(c.memory_capacity.empty());
+  EXPECT_EQ(c.kubelet_socket(), "/var/lib/kubelet/device-plugins/kubelet.sock");
+  EXPECT_EQ(c.plugin_socket(), "/var/lib/kubelet/device-plugins/nvshare.sock");
+  EXPECT_EQ(c.pod_resources_socket, "/var/lib/kubelet/pod-resources/kubelet.sock");
+  EXPECT_EQ(c.library_host_path, "/var/lib/nvshare/lib/libnvshare.so");
+  EXPECT_EQ(c.library_container_path, "/usr/lib/nvshare/libnvshare.so");
+  EXPECT_EQ(c.injection, Injection::kLdPreload);
+  EXPECT_EQ(c.ld_so_preload_host_path, "/var/lib/nvshare/ld.so.preload");
+  EXPECT_EQ(c.socket_dir, "/var/run/nvshare");
+  EXPECT_EQ(c.control_socket, "/var/run/nvshare/control.sock");
+  EXPECT_EQ(c.node_name, "");
+  EXPECT_EQ(c.kubeconfig, "");
+  EXPECT_EQ(c.health_interval, std::chrono::seconds(5));
+  EXPECT_EQ(c.watch_timeout, std::chrono::seconds(300));
+  EXPECT_EQ(c.log_level, LogLevel::kInfo);
+}
+
+TEST(PluginKnobs, NamesOfFlagEnvironmentAndHelmValue) {
+  const Knob* knob = find_knob("ld-so-preload-host-path");
+  ASSERT_NE(knob, nullptr);
+  EXPECT_EQ(flag_name(*knob), "--ld-so-preload-host-path");
+  EXPECT_EQ(env_name(*knob), "NVSHARE_PLUGIN_LD_SO_PRELOAD_HOST_PATH");
+  EXPECT_EQ(helm_value(*knob), "devicePlugin.ldSoPreloadHostPath");
+  EXPECT_EQ(helm_value(*find_knob("slots-per-gpu")), "devicePlugin.slotsPerGpu");
+  EXPECT_EQ(knobs().size(), 17u);
+}
+
+TEST(PluginKnobs, FlagsWinOverEnvironmentWhichWinsOverDefaults) {
+  auto parsed = parse({"--slots-per-gpu", "4", "--injection=ld-so-preload"},
+                      {{"NVSHARE_PLUGIN_SLOTS_PER_GPU", "7"},
+                       {"NVSHARE_PLUGIN_RESOURCE_NAME", "example.com/shared-gpu"},
+                       {"NVSHARE_PLUGIN_HEALTH_INTERVAL", ""}});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed.value().config.slots_per_gpu, 4);
+  EXPECT_EQ(parsed.value().config.resource_name, "example.com/shared-gpu");
+  EXPECT_EQ(parsed.value().config.injection, Injection::kLdSoPreload);
+  EXPECT_EQ(parsed.value().config.health_interval, std::chrono::seconds(5));  // empty = unset
+}
+
+TEST(PluginKnobs, NodeNameFallsBackToDownwardApi) {
+  auto parsed = parse({}, {{"NODE_NAME", "node-a"}});
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed.value().config.node_name, "node-a");
+  parsed = parse({"--node-name", "node-b"}, {{"NODE_NAME", "node-a"}});
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed.value().config.node_name, "node-b");
+}
+
+TEST(PluginKnobs, DurationsAcceptSecondsWithOrWithoutUnit) {
+  auto parsed = parse({"--health-interval", "0.5", "--watch-timeout=60"});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed.value().config.health_interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(parsed.value().config.watch_timeout, std::chrono::seconds(60));
+  parsed = parse({"--health-interval", "2s", "--watch-timeout=30s"});
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed.value().config.health_interval, std::chrono::seconds(2));
+  EXPECT_EQ(parsed.value().config.watch_timeout, std::chrono::seconds(30));
+}
+
+TEST(PluginKnobs, GpuSelection) {
+  auto parsed = parse({"--gpus", "GPU-aaa,1"});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  const GpuSelection& gpus = parsed.value().config.gpus;
+  EXPECT_FALSE(gpus.all);
+  EXPECT_TRUE(gpus.selects("GPU-aaa", 5));
+  EXPECT_TRUE(gpus.selects("GPU-bbb", 1));
+  EXPECT_FALSE(gpus.selects("GPU-bbb", 0));
+}
+
+TEST(PluginKnobs, MemoryCapacityQuantitiesFactorsAndPerGpu) {
+  auto parsed = parse({"--memory-capacity", "1.5x,GPU-aaa=16Gi,1=2x"});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  const MemoryCapacitySpec& spec = parsed.value().config.memory_capacity;
+  const std::uint64_t gi = 1ull << 30;
+  EXPECT_EQ(spec.for_gpu("GPU-aaa", 0, 80 * gi), 16 * gi);
+  EXPECT_EQ(spec.for_gpu("GPU-bbb", 1, 80 * gi), 160 * gi);
+  EXPECT_EQ(spec.for_gpu("GPU-ccc", 2, 80 * gi), 120 * gi);
+  EXPECT_EQ(MemoryCapacitySpec{}.for_gpu("GPU-ccc", 2, 80 * gi), 80 * gi);
+  parsed = parse({"--memory-capacity", "80Gi"});
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed.value().config.memory_capacity.for_gpu("GPU-x", 0, 1), 80 * gi);
+}
+
+TEST(PluginKnobs, ErrorsNameTheKnobTheSourceAndWhatIsAccepted) {
+  EXPECT_EQ(error_of({"--slots-per-gpu", "0"}), "flag --slots-per-gpu: 0 is outside 1..1000");
+  EXPECT_EQ(error_of({"--slots-per-gpu=1001"}), "flag --slots-per-gpu: 1001 is outside 1..1000");
+  EXPECT_EQ(error_of({}, {{"NVSHARE_PLUGIN_SLOTS_PER_GPU", "ten"}}),
+            "environment variable NVSHARE_PLUGIN_SLOTS_PER_GPU: \"ten\" is not an integer");
+  EXPECT_EQ(error_of({"--injection", "preload"}),
+            "flag --injection: \"preload\" is not one of ld-preload, ld-so-preload");
+  EXPECT_EQ(error_of({"--no-such-knob", "1"}), "unknown flag --no-such-knob (see --help)");
+  EXPECT_EQ(error_of({"--slots-per-gpu"}), "flag --slots-per-gpu needs a value (see --help)");
+  EXPECT_EQ(error_of({"stray"}), "unexpected argument \"stray\" (see --help)");
+  EXPECT_NE(error_of({"--resource-name", "gpu"}).find("<domain>/<name>"), std::string::npos);
+  EXPECT_NE(error_of({"--resource-name", "kubernetes.io/gpu"}).find("reserved"), std::string::npos);
+  EXPECT_NE(error_of({"--resource-name", "nvshare.com/-gpu"}).find("start and end"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--gpus", ""}).find("use `all`"), std::string::npos);
+  EXPECT_NE(error_of({"--gpus", "GPU-a,,1"}).find("empty item"), std::string::npos);
+  EXPECT_NE(error_of({"--gpus", "tesla"}).find("neither a GPU index nor a GPU UUID"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--gpus", "1,1"}).find("given twice"), std::string::npos);
+  EXPECT_NE(error_of({"--memory-capacity", "16GB"}).find("flag --memory-capacity: "),
+            std::string::npos);
+  EXPECT_NE(error_of({"--memory-capacity", "0"}).find("is zero"), std::string::npos);
+  EXPECT_NE(error_of({"--memory-capacity", "0x"}).find("outside 0.01..1000"), std::string::npos);
+  EXPECT_NE(error_of({"--memory-capacity", "1Gi,2Gi"}).find("given twice"), std::string::npos);
+  EXPECT_NE(error_of({"--memory-capacity", "=1Gi"}).find("names no GPU"), std::string::npos);
+  EXPECT_NE(error_of({"--kubelet-dir", "relative/dir"}).find("not an absolute path"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--kubelet-dir", "/" + std::string(100, 'd')}).find("unix socket path"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--health-interval", "0"}).find("outside 0.1..3600"), std::string::npos);
+  EXPECT_NE(error_of({"--health-interval", "5m"}).find("not a decimal number"), std::string::npos);
+  EXPECT_NE(error_of({"--watch-timeout", "1.5"}).find("not an integer"), std::string::npos);
+  EXPECT_NE(error_of({"--log-level", "loud"}).find("error, warn, info, debug, trace"),
+            std::string::npos);
+}
+
+TEST(PluginKnobs, HelpListsEveryKnob) {
+  const std::string help = help_text("nvshare-device-plugin");
+  for (const Knob& knob : knobs()) {
+    EXPECT_NE(help.find(flag_name(knob) + " VALUE"), std::string::npos) << knob.name;
+    EXPECT_NE(help.find(env_name(knob)), std::string::npos) << knob.name;
+  }
+}
+
+TEST(PluginKnobs, ConfigurationDocumentIsCurrent) {
+  std::ifstream in(NVSHARE_CONFIGURATION_DOC);
+  ASSERT_TRUE(in.good()) << "cannot read " << NVSHARE_CONFIGURATION_DOC;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string table = config_doc_table();
+  EXPECT_NE(text.str().find(table), std::string::npos)
+      << "docs/configuration.md is out of date; regenerate its device plugin table with "
+         "`nvshare-device-plugin --print-config-doc`:\n"
+      << table;
+}
+
+// ---- placement
+// ------------------------------------------------------------------------------------
+
+constexpr std::uint64_t kGi = 1ull << 30;
+
+std::vector<ManagedGpu> two_gpus(int slots = 4) {
+  return {ManagedGpu{"GPU-a", 0, 16 * kGi, slots, true},
+          ManagedGpu{"GPU-b", 1, 16 * kGi, slots, true}};
+}
+
+std::vector<std::string> all_ids(const std::vector<ManagedGpu>& gpus) {
+  std::vector<std::string> ids;
+  for (const ManagedGpu& gpu : gpus) {
+    for (int slot = 0; slot < gpu.slots; ++slot) ids.push_back(make_device_id(gpu.uuid, slot));
+  }
+  return ids;
+}
+
+std::vector<std::string> without(std::vector<std::string> ids,
+                                 const std::vector<std::string>& used) {
+  std::erase_if(ids, [&](const std::string& id) {
+    return std::find(used.begin(), used.end(), id) != used.end();
+  });
+  return ids;
+}
+
+std::string gpu_of(const std::string& id) { return parse_device_id(id)->gpu_uuid; }
+
+TEST(Placement, DeviceIdsRoundTrip) {
+  EXPECT_EQ(make_device_id("GPU-a", 7), "GPU-a__7");
+  auto parsed = parse_device_id("GPU-1234-abcd__12");
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->gpu_uuid, "GPU-1234-abcd");
+  EXPECT_EQ(parsed->slot, 12);
+  for (const char* bad : {"GPU-a", "GPU-a__", "__3", "GPU-a__x", "GPU-a__-1", "GPU-a__01"}) {
+    EXPECT_FALSE(parse_device_id(bad)) << bad;
+  }
+}
+
+// Pods arrive one at a time; each lands on the GPU with fewer live pods.
+TEST(Placement, SinglePodsSpreadTwoAndTwoThenRefillTheEmptiedGpu) {
+  const auto gpus = two_gpus();
+  std::vector<LivePod> pods;
+  std::vector<std::string> used;
+  for (int i = 0; i < 4; ++i) {
+    const auto available = without(all_ids(gpus), used);
+    const auto load = compute_load(gpus, pods, {}, available);
+    auto chosen = preferred_devices(gpus, load, {available, {}, 1});
+    ASSERT_TRUE(chosen) << chosen.error().message;
+    ASSERT_EQ(chosen.value().size(), 1u);
+    pods.push_back(LivePod{"default/p" + std::to_string(i), chosen.value()});
+    used.push_back(chosen.value()[0]);
+  }
+  std::map<std::string, int> per_gpu;
+  for (const LivePod& pod : pods) ++per_gpu[gpu_of(pod.device_ids[0])];
+  EXPECT_EQ(per_gpu["GPU-a"], 2);
+  EXPECT_EQ(per_gpu["GPU-b"], 2);
+
+  // Both pods on GPU-a end: the kubelet lists them no more and offers their slots again.
+  std::vector<LivePod> remaining;
+  for (const LivePod& pod : pods) {
+    if (gpu_of(pod.device_ids[0]) == "GPU-b") remaining.push_back(pod);
+  }
+  used.clear();
+  for (const LivePod& pod : remaining) used.push_back(pod.device_ids[0]);
+  const auto available = without(all_ids(gpus), used);
+  auto chosen =
+      preferred_devices(gpus, compute_load(gpus, remaining, {}, available), {available, {}, 1});
+  ASSERT_TRUE(chosen);
+  EXPECT_EQ(gpu_of(chosen.value()[0]), "GPU-a");
+}
+
+TEST(Placement, MultiSlotRequestSpreadsOverDistinctGpus) {
+  std::vector<ManagedGpu> gpus = two_gpus();
+  gpus.push_back(ManagedGpu{"GPU-c", 2, 16 * kGi, 4, true});
+  const auto available = all_ids(gpus);
+  auto chosen = preferred_devices(gpus, compute_load(gpus, {}, {}, available), {available, {}, 3});
+  ASSERT_TRUE(chosen);
+  std::set<std::string> distinct;
+  for (const std::string& id : chosen.value()) distinct.insert(gpu_of(id));
+  EXPECT_EQ(distinct.size(), 3u);
+
+  // More slots than GPUs: as even as possible.
+  chosen = preferred_devices(gpus, compute_load(gpus, {}, {}, available), {available, {}, 5});
+  ASSERT_TRUE(chosen);
+  std::map<std::string, int> per_gpu;
+  for (const std::string& id : chosen.value()) ++per_gpu[gpu_of(id)];
+  EXPECT_EQ(per_gpu.size(), 3u);
+  for (const auto& [uuid, count] : per_gpu) EXPECT_LE(count, 2) << uuid;
+}
+
+TEST(Placement, MustIncludeComesFirstAndCountsForSpreading) {
+  const auto gpus = two_gpus();
+  const auto available = all_ids(gpus);
+  auto chosen =
+      preferred_devices(gpus, compute_load(gpus, {}, {}, available), {available, {"GPU-b__3"}, 2});
+  ASSERT_TRUE(chosen);
+  ASSERT_EQ(chosen.value().size(), 2u);
+  EXPECT_EQ(chosen.value()[0], "GPU-b__3");
+  EXPECT_EQ(gpu_of(chosen.value()[1]), "GPU-a");
+}
+
+TEST(Placement, MemoryHeldBreaksTiesBetweenEquallyBusyGpus) {
+  const auto gpus = two_gpus();
+  const std::vector<LivePod> pods = {{"ns/big", {"GPU-a__0"}}, {"ns/small", {"GPU-b__0"}}};
+  const std::map<std::string, std::uint64_t> limits = {{"ns/big", 12 * kGi}, {"ns/small", 2 * kGi}};
+  const auto available = without(all_ids(gpus), {"GPU-a__0", "GPU-b__0"});
+  const auto load = compute_load(gpus, pods, limits, available);
+  EXPECT_EQ(load.at("GPU-a").pods, 1);
+  EXPECT_EQ(load.at("GPU-a").memory_held, 12 * kGi);
+  auto chosen = preferred_devices(gpus, load, {available, {}, 1});
+  ASSERT_TRUE(chosen);
+  EXPECT_EQ(gpu_of(chosen.value()[0]), "GPU-b");
+}
+
+TEST(Placement, SlotsAllocatedButNotYetListedCountAsPods) {
+  const auto gpus = two_gpus();
+  // GPU-a__0 was just allocated: not available, not in the pod list yet.
+  const auto available = without(all_ids(gpus), {"GPU-a__0"});
+  const auto load = compute_load(gpus, {}, {}, available);
+  EXPECT_EQ(load.at("GPU-a").pods, 1);
+  EXPECT_EQ(load.at("GPU-b").pods, 0);
+  auto chosen = preferred_devices(gpus, load, {available, {}, 1});
+  ASSERT_TRUE(chosen);
+  EXPECT_EQ(gpu_of(chosen.value()[0]), "GPU-b");
+}
+
+TEST(Placement, APodCountsOncePerGpuAndForeignDevicesAreIgnored) {
+  const auto gpus = two_gpus();
+  const std::vector<LivePod> pods = {{"ns/two-slots", {"GPU-a__0", "GPU-a__1", "GPU-b__0"}},
+                                     {"ns/other", {"GPU-zzz__0", "not-a-device"}}};
+  const auto load = compute_load(gpus, pods, {}, std::nullopt);
+  EXPECT_EQ(load.at("GPU-a").pods, 1);
+  EXPECT_EQ(load.at("GPU-b").pods, 1);
+  EXPECT_EQ(load.size(), 2u);
+}
+
+TEST(Placement, RejectsImpossibleRequests) {
+  const auto gpus = two_gpus(1);
+  const auto available = all_ids(gpus);
+  const auto load = compute_load(gpus, {}, {}, available);
+  EXPECT_FALSE(preferred_devices(gpus, load, {available, {}, 0}));
+  EXPECT_FALSE(preferred_devices(gpus, load, {available, {"GPU-a__0", "GPU-b__0"}, 1}));
+  auto chosen = preferred_devices(gpus, load, {available, {}, 3});
+  ASSERT_FALSE(chosen);
+  EXPECT_NE(chosen.error().message.find("only 2 of 3"), std::string::npos);
+  // Unknown IDs in the available list are never chosen.
+  EXPECT_FALSE(preferred_devices(gpus, load, {{"GPU-zzz__0", "GPU-a__9"}, {}, 1}));
+}
+
+// ---- Allocate ---------------------------------------------------------------------------------
+
+PluginConfig allocate_config(Injection injection) {
+  PluginConfig config = default_config();
+  config.injection = injection;
+  config.library_host_path = "/host/lib/libnvshare.so";
+  config.library_container_path = "/usr/lib/nvshare/libnvshare.so";
+  config.ld_so_preload_host_path = "/host/ld.so.preload";
+  config.socket_dir = "/run/nvshare";
+  return config;
+}
+
+std::map<std::string, std::pair<std::string, bool>> mounts_of(
+    const v1beta1::ContainerAllocateResponse& response) {
+  std::map<std::string, std::pair<std::string, bool>> mounts;  // container path -> host, ro
+  for (const auto& mount : response.mounts()) {
+    mounts[mount.container_path()] = {mount.host_path(), mount.read_only()};
+  }
+  return mounts;
+}
+
+TEST(Allocate, LdPreloadMode) {
+  const auto gpus = two_gpus();
+  auto response = container_allocation(allocate_config(Injection::kLdPreload), gpus,
+                                       {"GPU-b__1", "GPU-a__0", "GPU-b__2"});
+  ASSERT_TRUE(response) << response.error().message;
+  const auto& envs = response.value().envs();
+  EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b,GPU-a");
+  EXPECT_EQ(envs.at("LD_PRELOAD"), "/usr/lib/nvshare/libnvshare.so");
+  EXPECT_EQ(envs.at("NVSHARE_SOCKET"), "/run/nvshare/scheduler.sock");
+  EXPECT_EQ(envs.size(), 3u);
+  const auto mounts = mounts_of(response.value());
+  EXPECT_EQ(mounts.size(), 2u);
+  EXPECT_EQ(mounts.at("/usr/lib/nvshare/libnvshare.so"),
+            std::make_pair(std::string("/host/lib/libnvshare.so"), true));
+  EXPECT_EQ(mounts.at("/run/nvshare"), std::make_pair(std::string("/run/nvshare"), false));
+}
+
+TEST(Allocate, LdSoPreloadMode) {
+  const auto gpus = two_gpus();
+  auto response =
+      container_allocation(allocate_config(Injection::kLdSoPreload), gpus, {"GPU-a__3"});
+  ASSERT_TRUE(response) << response.error().message;
+  const auto& envs = response.value().envs();
+  EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-a");
+  EXPECT_EQ(envs.count("LD_PRELOAD"), 0u);
+  EXPECT_EQ(envs.at("NVSHARE_SOCKET"), "/run/nvshare/scheduler.sock");
+  const auto mounts = mounts_of(response.value());
+  EXPECT_EQ(mounts.size(), 3u);
+  EXPECT_EQ(mounts.at("/etc/ld.so.preload"),
+            std::make_pair(std::string("/host/ld.so.preload"), true));
+  EXPECT_EQ(mounts.at("/usr/lib/nvshare/libnvshare.so"),
+            std::make_pair(std::string("/host/lib/libnvshare.so"), true));
+}
+
+TEST(Allocate, UnknownIdsAreRejectedByName) {
+  const auto gpus = two_gpus();
+  const PluginConfig config = allocate_config(Injection::kLdPreload);
+  auto response = container_allocation(config, gpus, {"GPU-a__0", "GPU-zzz__0", "GPU-b__4"});
+  ASSERT_FALSE(response);
+  EXPECT_NE(response.error().message.find("\"GPU-zzz__0\", \"GPU-b__4\""), std::string::npos)
+      << response.error().message;
+  EXPECT_FALSE(container_allocation(config, gpus, {}));
+}
+
+TEST(Allocate, WritesTheLdSoPreloadFile) {
+  char pattern[] = "/tmp/nvshare-dp-unit-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  PluginConfig config = allocate_config(Injection::kLdSoPreload);
+  config.ld_so_preload_host_path = std::string(pattern) + "/sub/ld.so.preload";
+  ASSERT_TRUE(write_ld_so_preload(config));
+  std::ifstream in(config.ld_so_preload_host_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "/usr/lib/nvshare/libnvshare.so\n");
+  std::filesystem::remove_all(pattern);
+}
+
+}  // namespace
+}  // namespace nvshare::deviceplugin

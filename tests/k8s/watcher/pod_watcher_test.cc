@@ -1,0 +1,404 @@
+// The pod watcher against a local HTTP server speaking the Kubernetes API shapes and the real
+// nvshare-scheduler: limits from annotations reach the scheduler's pod records.
+#include "podwatcher/pod_watcher.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "fake_api_server.h"
+#include "scheduler_process.h"
+
+namespace nvshare::podwatcher {
+namespace {
+
+using nlohmann::json;
+using testing::FakeApiServer;
+using testing::make_pod;
+using testing::SchedulerProcess;
+using namespace std::chrono_literals;
+
+constexpr const char* kNode = "node-a";
+constexpr const char* kMemory = "nvshare.com/gpu-memory-limit";
+constexpr const char* kCore = "nvshare.com/gpu-core-limit";
+constexpr std::uint64_t kGi = 1ull << 30;
+
+// Polls `condition` until it holds or the (generous) deadline passes.
+bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 20s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return condition();
+}
+
+class PodWatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/nvshare-pw-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto server = FakeApiServer::start();
+    ASSERT_TRUE(server.ok()) << server.error().message;
+    server_ = std::move(server.value());
+    kubeconfig_ = dir_ + "/kubeconfig";
+    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
+                                  "  cluster:\n    server: "
+                               << server_->url()
+                               << "\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n"
+                                  "    user: watcher\ncurrent-context: fake\nusers:\n"
+                                  "- name: watcher\n  user:\n    token: test-token\n";
+  }
+
+  void TearDown() override {
+    watcher_.reset();
+    scheduler_.reset();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void start_scheduler() {
+    auto scheduler = SchedulerProcess::start(NVSHARE_SCHEDULER_BIN, dir_);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.error().message;
+    scheduler_ = std::move(scheduler.value());
+  }
+
+  PodWatcherConfig config() const {
+    PodWatcherConfig config;
+    config.node_name = kNode;
+    config.kubeconfig_path = kubeconfig_;
+    config.control_socket = dir_ + "/control.sock";
+    config.watch_timeout = 300s;
+    config.backoff_initial = 20ms;
+    config.backoff_max = 200ms;
+    config.control_check_interval = 100ms;
+    return config;
+  }
+
+  void start_watcher(PodWatcherConfig config) {
+    watcher_ = std::make_unique<PodWatcher>(std::move(config));
+    Status started = watcher_->start();
+    ASSERT_TRUE(started.ok()) << started.error().message;
+  }
+  void start_watcher() { start_watcher(config()); }
+
+  // Waits until a watch is open.
+  bool watching() {
+    return eventually([&] { return server_->open_watches() > 0; });
+  }
+
+  // The scheduler's record of a pod: memory_limit_bytes / core_limit_percent, or null Json.
+  Json scheduler_pod(const std::string& uid) {
+    auto pod = scheduler_->pod(uid);
+    return pod.ok() ? pod.value() : Json();
+  }
+  bool scheduler_has(const std::string& uid, std::optional<std::uint64_t> memory,
+                     std::optional<int> core) {
+    Json pod = scheduler_pod(uid);
+    if (pod.is_null()) return false;
+    const Json* memory_value = pod.find("memory_limit_bytes");
+    const Json* core_value = pod.find("core_limit_percent");
+    if (memory_value == nullptr || core_value == nullptr) return false;
+    const bool memory_ok = memory ? memory_value->as_int64() == static_cast<std::int64_t>(*memory)
+                                  : memory_value->is_null();
+    const bool core_ok = core ? core_value->as_int64() == *core : core_value->is_null();
+    return memory_ok && core_ok;
+  }
+  bool scheduler_lacks(const std::string& uid) {
+    auto pod = scheduler_->pod(uid);
+    return pod.ok() && pod.value().is_null();
+  }
+
+  std::string describe(const std::string& uid) { return scheduler_pod(uid).dump(); }
+
+  std::string dir_;
+  std::string kubeconfig_;
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<SchedulerProcess> scheduler_;
+  std::unique_ptr<PodWatcher> watcher_;
+};
+
+TEST_F(PodWatcherTest, ListPushesTheLimitsOfManagedPodsOnThisNode) {
+  start_scheduler();
+  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  server_->add_pod(make_pod("uid-b", "cpu-only", kNode, {{kMemory, "1Gi"}}, false));
+  server_->add_pod(make_pod("uid-c", "elsewhere", "node-b", {{kMemory, "2Gi"}}));
+  server_->add_pod(make_pod("uid-d", "plain", kNode, {}));
+  start_watcher();
+
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 30); })) << describe("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-d", std::nullopt, std::nullopt); }))
+      << describe("uid-d");
+  EXPECT_TRUE(scheduler_lacks("uid-b"));
+  EXPECT_TRUE(scheduler_lacks("uid-c"));
+  Json pod = scheduler_pod("uid-a");
+  EXPECT_EQ(*pod.find("namespace")->as_string(), "ml");
+  EXPECT_EQ(*pod.find("name")->as_string(), "trainer");
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid(),
+            (std::map<std::string, std::uint64_t>{{"uid-a", 4 * kGi}}));
+  EXPECT_EQ(watcher_->core_limits_by_pod_uid(), (std::map<std::string, int>{{"uid-a", 30}}));
+
+  const auto requests = server_->requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests[0].method, "GET");
+  EXPECT_EQ(requests[0].path, "/api/v1/pods");
+  EXPECT_EQ(requests[0].query.at("fieldSelector"), "spec.nodeName=node-a");
+  EXPECT_EQ(requests[0].headers.at("authorization"), "Bearer test-token");
+  ASSERT_TRUE(watching());
+  const auto watch = server_->watch_requests().at(0);
+  EXPECT_EQ(watch.query.at("resourceVersion"), std::to_string(server_->resource_version()));
+  EXPECT_EQ(watch.query.at("allowWatchBookmarks"), "true");
+  EXPECT_EQ(watch.query.at("timeoutSeconds"), "300");
+  EXPECT_EQ(watch.query.at("fieldSelector"), "spec.nodeName=node-a");
+  EXPECT_TRUE(watcher_->stats().synced);
+}
+
+TEST_F(PodWatcherTest, WatchEventsAddModifyDeleteAndBookmark) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+
+  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "2Gi"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 2 * kGi, std::nullopt); }))
+      << describe("uid-a");
+  const auto changed = std::chrono::steady_clock::now();
+  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "3Gi"}, {kCore, "50%"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 3 * kGi, 50); })) << describe("uid-a");
+  // Reported, not asserted: from the API change to the scheduler's record (status polled every 10
+  // ms).
+  const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - changed);
+  RecordProperty("annotation_to_scheduler_ms", static_cast<int>(latency.count()));
+  std::printf("annotation change reached the scheduler in %lld ms\n",
+              static_cast<long long>(latency.count()));
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at("uid-a"), 3 * kGi);
+
+  // A bookmark advances the version the next watch starts from.
+  const std::string bookmark = server_->bookmark();
+  ASSERT_TRUE(eventually([&] { return watcher_->stats().resource_version == bookmark; }));
+  const std::size_t watches_before = server_->watch_requests().size();
+  server_->end_watches();
+  ASSERT_TRUE(eventually([&] { return server_->watch_requests().size() > watches_before; }));
+  EXPECT_EQ(server_->watch_requests().at(watches_before).query.at("resourceVersion"), bookmark);
+
+  server_->delete_pod("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_lacks("uid-a"); })) << describe("uid-a");
+  EXPECT_TRUE(watcher_->memory_limits_by_pod_uid().empty());
+  EXPECT_EQ(watcher_->stats().lists, 1u);
+}
+
+TEST_F(PodWatcherTest, FinishedPodsAreForgotten) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+  server_->add_pod(make_pod("uid-a", "job", kNode, {{kCore, "20"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", std::nullopt, 20); }));
+  json done = make_pod("uid-a", "job", kNode, {{kCore, "20"}});
+  done["status"]["phase"] = "Succeeded";
+  server_->modify_pod(done);
+  ASSERT_TRUE(eventually([&] { return scheduler_lacks("uid-a"); })) << describe("uid-a");
+  EXPECT_TRUE(watcher_->core_limits_by_pod_uid().empty());
+}
+
+class GoneTest : public PodWatcherTest,
+                 public ::testing::WithParamInterface<FakeApiServer::GoneStyle> {};
+
+TEST_P(GoneTest, TooOldVersionRelists) {
+  server_->set_gone_style(GetParam());
+  start_scheduler();
+  server_->add_pod(make_pod("uid-a", "a", kNode, {{kMemory, "1Gi"}}));
+  server_->add_pod(make_pod("uid-b", "b", kNode, {{kMemory, "1Gi"}}));
+  start_watcher();
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-b", kGi, std::nullopt); }));
+  ASSERT_TRUE(watching());
+
+  // Changes whose events were compacted away: only a relist can see them.
+  server_->replace_pod_unseen(make_pod("uid-a", "a", kNode, {{kMemory, "5Gi"}}));
+  server_->delete_pod_unseen("uid-b");
+  server_->expire_history();
+  server_->end_watches();
+
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 5 * kGi, std::nullopt); }))
+      << describe("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_lacks("uid-b"); })) << describe("uid-b");
+  EXPECT_GE(watcher_->stats().relists_gone, 1u);
+  // The list is counted once all of it is handled, which may be after the pushes.
+  EXPECT_TRUE(eventually([&] { return watcher_->stats().lists >= 2u; }));
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid(),
+            (std::map<std::string, std::uint64_t>{{"uid-a", 5 * kGi}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, GoneTest,
+                         ::testing::Values(FakeApiServer::GoneStyle::kHttpStatus,
+                                           FakeApiServer::GoneStyle::kErrorEvent),
+                         [](const auto& info) {
+                           return info.param == FakeApiServer::GoneStyle::kHttpStatus
+                                      ? std::string("HttpStatus")
+                                      : std::string("ErrorEvent");
+                         });
+
+TEST_F(PodWatcherTest, DroppedConnectionResumesFromTheLastVersion) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+  const std::string last = server_->add_pod(make_pod("uid-a", "a", kNode, {{kMemory, "1Gi"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", kGi, std::nullopt); }));
+  ASSERT_TRUE(eventually([&] { return watcher_->stats().resource_version == last; }));
+  const std::size_t watches_before = server_->watch_requests().size();
+
+  server_->drop_watches();
+  ASSERT_TRUE(eventually([&] { return server_->watch_requests().size() > watches_before; }));
+  EXPECT_EQ(server_->watch_requests().at(watches_before).query.at("resourceVersion"), last);
+  ASSERT_TRUE(watching());
+  server_->modify_pod(make_pod("uid-a", "a", kNode, {{kMemory, "6Gi"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 6 * kGi, std::nullopt); }));
+  EXPECT_EQ(watcher_->stats().lists, 1u);  // resumed, not relisted
+  EXPECT_GE(watcher_->stats().api_errors, 1u);
+}
+
+TEST_F(PodWatcherTest, InvalidAnnotationPostsOneWarningAndKeepsTheLimit) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 30); }));
+
+  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4GB"}, {kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return server_->posted_events().size() == 1; }));
+  const json event = server_->posted_events()[0];
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["reason"], "InvalidNvshareAnnotation");
+  EXPECT_EQ(event["involvedObject"]["kind"], "Pod");
+  EXPECT_EQ(event["involvedObject"]["apiVersion"], "v1");
+  EXPECT_EQ(event["involvedObject"]["uid"], "uid-a");
+  EXPECT_EQ(event["involvedObject"]["name"], "trainer");
+  EXPECT_EQ(event["involvedObject"]["namespace"], "ml");
+  EXPECT_EQ(event["metadata"]["namespace"], "ml");
+  EXPECT_EQ(event["source"]["component"], "nvshare-device-plugin");
+  const std::string message = event["message"];
+  EXPECT_NE(message.find(kMemory), std::string::npos) << message;
+  EXPECT_NE(message.find("\"4GB\""), std::string::npos) << message;
+  EXPECT_NE(message.find("suffix"), std::string::npos) << message;
+  const auto posts = server_->requests();
+  EXPECT_TRUE(std::any_of(posts.begin(), posts.end(), [](const auto& r) {
+    return r.method == "POST" && r.path == "/api/v1/namespaces/ml/events";
+  }));
+  EXPECT_TRUE(scheduler_has("uid-a", 4 * kGi, 30)) << describe("uid-a");
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at("uid-a"), 4 * kGi);
+
+  // Another change with the same invalid value: the valid field moves, no second warning.
+  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4GB"}, {kCore, "40"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 40); }));
+  // A different invalid value, and an invalid core: warned again.
+  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "lots"}, {kCore, "150"}}));
+  ASSERT_TRUE(eventually([&] { return server_->posted_events().size() == 3; }));
+  EXPECT_TRUE(scheduler_has("uid-a", 4 * kGi, 40)) << describe("uid-a");
+  EXPECT_EQ(server_->posted_events().size(), 3u);
+  // The server records an event before the watcher has read the answer.
+  EXPECT_TRUE(eventually([&] { return watcher_->stats().warnings_posted == 3u; }));
+}
+
+TEST_F(PodWatcherTest, RemovingAnAnnotationRemovesThatLimit) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 30); }));
+  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", std::nullopt, 30); }))
+      << describe("uid-a");
+  EXPECT_TRUE(watcher_->memory_limits_by_pod_uid().empty());
+  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", std::nullopt, std::nullopt); }))
+      << describe("uid-a");
+}
+
+TEST_F(PodWatcherTest, PodsWithoutTheResourceAreIgnored) {
+  start_scheduler();
+  PodWatcherConfig custom = config();
+  custom.resource_name = "example.com/vgpu";
+  start_watcher(custom);
+  ASSERT_TRUE(watching());
+  server_->add_pod(make_pod("uid-plain", "p", kNode, {{kMemory, "bogus"}}, true));
+  server_->add_pod(make_pod("uid-mine", "m", kNode, {{kMemory, "1Gi"}}, true, "example.com/vgpu"));
+  // Events are handled in order: once the second pod is in, the first was already looked at.
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-mine", kGi, std::nullopt); }));
+  EXPECT_TRUE(scheduler_lacks("uid-plain"));
+  EXPECT_TRUE(server_->posted_events().empty());
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid(),
+            (std::map<std::string, std::uint64_t>{{"uid-mine", kGi}}));
+}
+
+TEST_F(PodWatcherTest, SchedulerThatComesBackGetsEverythingAgain) {
+  // Not running yet: pushes are retried until it appears.
+  server_->add_pod(make_pod("uid-a", "a", kNode, {{kMemory, "2Gi"}, {kCore, "25"}}));
+  start_watcher();
+  ASSERT_TRUE(eventually([&] { return watcher_->stats().push_failures > 0; }));
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at("uid-a"), 2 * kGi);
+  start_scheduler();
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 2 * kGi, 25); })) << describe("uid-a");
+
+  // A restarted scheduler remembers nothing; the watcher notices and pushes again.
+  scheduler_->kill_and_wait();
+  scheduler_.reset();
+  start_scheduler();
+  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 2 * kGi, 25); })) << describe("uid-a");
+}
+
+TEST_F(PodWatcherTest, StopReturnsPromptlyWhileWatching) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+  const auto began = std::chrono::steady_clock::now();
+  watcher_->stop();
+  const auto took = std::chrono::steady_clock::now() - began;
+  std::printf(
+      "stop() took %lld ms\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  // The watch would run for 300 s; a stop that waited for it would blow far past this bound.
+  EXPECT_LT(took, 10s);
+  EXPECT_TRUE(eventually([&] { return server_->open_watches() == 0; }));
+  watcher_->stop();  // idempotent
+}
+
+TEST_F(PodWatcherTest, StopReturnsPromptlyWhileBackingOff) {
+  PodWatcherConfig custom = config();
+  custom.backoff_initial = 60s;
+  custom.backoff_max = 60s;
+  server_.reset();  // nothing listens: the first list fails and the watcher waits a minute
+  start_watcher(custom);
+  std::this_thread::yield();
+  const auto began = std::chrono::steady_clock::now();
+  watcher_->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 10s);
+}
+
+TEST_F(PodWatcherTest, StartRejectsBadConfiguration) {
+  PodWatcherConfig no_node = config();
+  no_node.node_name.clear();
+  EXPECT_FALSE(PodWatcher(no_node).start().ok());
+  PodWatcherConfig bad_timeout = config();
+  bad_timeout.watch_timeout = 0s;
+  EXPECT_FALSE(PodWatcher(bad_timeout).start().ok());
+  PodWatcherConfig missing = config();
+  missing.kubeconfig_path = dir_ + "/missing";
+  Status status = PodWatcher(missing).start();
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.error().message.find("missing"), std::string::npos);
+  PodWatcherConfig in_cluster = config();
+  in_cluster.kubeconfig_path.clear();
+  in_cluster.in_cluster_host = "127.0.0.1";
+  in_cluster.in_cluster_port = "1";
+  in_cluster.service_account_dir = dir_ + "/no-sa";
+  EXPECT_FALSE(PodWatcher(in_cluster).start().ok());
+}
+
+}  // namespace
+}  // namespace nvshare::podwatcher

@@ -1,0 +1,420 @@
+// The pure parts of the pod watcher: pod objects and annotations, the watch stream, the ledger of
+// desired and pushed limits, and kubeconfig / in-cluster credentials.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "podwatcher/kube_credentials.h"
+#include "podwatcher/limits_ledger.h"
+#include "podwatcher/pod_limits.h"
+#include "podwatcher/watch_stream.h"
+
+namespace nvshare::podwatcher {
+namespace {
+
+using nlohmann::json;
+
+json pod_json(const json& annotations, const json& resources,
+              const std::string& phase = "Running") {
+  json pod = {
+      {"metadata", {{"uid", "u1"}, {"name", "p"}, {"namespace", "ml"}, {"resourceVersion", "7"}}},
+      {"spec",
+       {{"nodeName", "n1"},
+        {"containers", json::array({{{"name", "c"}, {"resources", resources}}})}}},
+      {"status", {{"phase", phase}}}};
+  if (!annotations.is_null()) pod["metadata"]["annotations"] = annotations;
+  return pod;
+}
+
+const json kManaged = {{"limits", {{"nvshare.com/gpu", "1"}}}};
+
+TEST(PodLimits, ParsesTheMembersTheWatcherUses) {
+  auto pod =
+      parse_pod(pod_json({{"nvshare.com/gpu-memory-limit", "4Gi"}}, kManaged), "nvshare.com/gpu");
+  ASSERT_TRUE(pod.ok()) << pod.error().message;
+  EXPECT_EQ(pod.value().uid, "u1");
+  EXPECT_EQ(pod.value().namespace_name, "ml");
+  EXPECT_EQ(pod.value().name, "p");
+  EXPECT_EQ(pod.value().node_name, "n1");
+  EXPECT_EQ(pod.value().resource_version, "7");
+  EXPECT_TRUE(pod.value().requests_resource);
+  EXPECT_EQ(pod.value().memory_annotation, "4Gi");
+  EXPECT_FALSE(pod.value().core_annotation.has_value());
+  EXPECT_FALSE(pod.value().finished());
+}
+
+TEST(PodLimits, ResourceCountsInLimitsRequestsAndInitContainers) {
+  EXPECT_TRUE(
+      parse_pod(pod_json(nullptr, {{"requests", {{"nvshare.com/gpu", "1"}}}}), "nvshare.com/gpu")
+          .value()
+          .requests_resource);
+  EXPECT_FALSE(
+      parse_pod(pod_json(nullptr, {{"limits", {{"nvidia.com/gpu", "1"}}}}), "nvshare.com/gpu")
+          .value()
+          .requests_resource);
+  EXPECT_TRUE(
+      parse_pod(pod_json(nullptr, {{"limits", {{"example.com/vgpu", "1"}}}}), "example.com/vgpu")
+          .value()
+          .requests_resource);
+  json init = pod_json(nullptr, json::object());
+  init["spec"]["initContainers"] = json::array({{{"resources", kManaged}}});
+  EXPECT_TRUE(parse_pod(init, "nvshare.com/gpu").value().requests_resource);
+}
+
+TEST(PodLimits, RejectsObjectsWithoutUid) {
+  EXPECT_FALSE(parse_pod(json::array(), "nvshare.com/gpu").ok());
+  EXPECT_FALSE(parse_pod(json{{"metadata", {{"name", "x"}}}}, "nvshare.com/gpu").ok());
+}
+
+TEST(PodLimits, FinishedPhases) {
+  EXPECT_TRUE(
+      parse_pod(pod_json(nullptr, kManaged, "Succeeded"), "nvshare.com/gpu").value().finished());
+  EXPECT_TRUE(
+      parse_pod(pod_json(nullptr, kManaged, "Failed"), "nvshare.com/gpu").value().finished());
+  EXPECT_FALSE(
+      parse_pod(pod_json(nullptr, kManaged, "Pending"), "nvshare.com/gpu").value().finished());
+}
+
+PodView view(std::optional<std::string> memory, std::optional<std::string> core) {
+  PodView pod;
+  pod.uid = "u1";
+  pod.memory_annotation = std::move(memory);
+  pod.core_annotation = std::move(core);
+  return pod;
+}
+
+TEST(DecideLimits, ValidAnnotationsSetBothFields) {
+  auto decision = decide_limits(view("4Gi", "30%"), PodLimits{});
+  EXPECT_EQ(decision.limits.memory_bytes, 4ull << 30);
+  EXPECT_EQ(decision.limits.core_percent, 30);
+  EXPECT_TRUE(decision.problems.empty());
+  EXPECT_EQ(decide_limits(view("512Mi", "100"), {}).limits.core_percent, 100);
+}
+
+TEST(DecideLimits, AbsentAnnotationsSetNothing) {
+  auto decision = decide_limits(view(std::nullopt, std::nullopt), PodLimits{1024, 50});
+  EXPECT_EQ(decision.limits, PodLimits{});
+  EXPECT_TRUE(decision.problems.empty());
+}
+
+TEST(DecideLimits, InvalidAnnotationsKeepThePreviousValueAndSayWhy) {
+  const PodLimits previous{4ull << 30, 30};
+  auto decision = decide_limits(view("4GB", "150"), previous);
+  EXPECT_EQ(decision.limits, previous);
+  ASSERT_EQ(decision.problems.size(), 2u);
+  EXPECT_EQ(decision.problems[0].annotation, "nvshare.com/gpu-memory-limit");
+  EXPECT_EQ(decision.problems[0].value, "4GB");
+  EXPECT_NE(decision.problems[0].message.find("\"4GB\""), std::string::npos);
+  EXPECT_NE(decision.problems[0].message.find("4Gi"), std::string::npos);  // the kept limit
+  EXPECT_EQ(decision.problems[1].annotation, "nvshare.com/gpu-core-limit");
+  EXPECT_EQ(decision.problems[1].value, "150");
+  EXPECT_NE(decision.problems[1].message.find("30%"), std::string::npos);
+
+  // Without a previous limit, nothing is set.
+  auto fresh = decide_limits(view("lots", "0"), PodLimits{});
+  EXPECT_EQ(fresh.limits, PodLimits{});
+  EXPECT_EQ(fresh.problems.size(), 2u);
+}
+
+TEST(DecideLimits, ZeroMemoryIsInvalid) {
+  auto decision = decide_limits(view("0", std::nullopt), PodLimits{1 << 20, std::nullopt});
+  EXPECT_EQ(decision.limits.memory_bytes, 1u << 20);
+  ASSERT_EQ(decision.problems.size(), 1u);
+  EXPECT_NE(decision.problems[0].reason.find("greater than zero"), std::string::npos);
+}
+
+TEST(DecideLimits, OneInvalidFieldLeavesTheOtherValid) {
+  auto decision = decide_limits(view("2Gi", "abc"), PodLimits{1 << 20, 40});
+  EXPECT_EQ(decision.limits.memory_bytes, 2ull << 30);
+  EXPECT_EQ(decision.limits.core_percent, 40);
+  EXPECT_EQ(decision.problems.size(), 1u);
+}
+
+TEST(LineSplitter, JoinsPiecesAndSplitsLines) {
+  LineSplitter splitter;
+  std::vector<std::string> lines;
+  auto collect = [&](std::string_view line) {
+    lines.emplace_back(line);
+    return true;
+  };
+  ASSERT_TRUE(splitter.feed("{\"a\":", collect).ok());
+  EXPECT_TRUE(lines.empty());
+  ASSERT_TRUE(splitter.feed("1}\n{\"b\":2}\r\n\n{\"c\"", collect).ok());
+  ASSERT_TRUE(splitter.feed(":3}\n", collect).ok());
+  EXPECT_EQ(lines, (std::vector<std::string>{"{\"a\":1}", "{\"b\":2}", "{\"c\":3}"}));
+  EXPECT_EQ(splitter.pending(), 0u);
+}
+
+TEST(LineSplitter, StopsWhenAskedAndRefusesHugeLines) {
+  LineSplitter splitter(8);
+  int seen = 0;
+  ASSERT_TRUE(splitter.feed("a\nb\nc\n", [&](std::string_view) { return ++seen < 2; }).ok());
+  EXPECT_EQ(seen, 2);
+  EXPECT_FALSE(splitter.feed("0123456789", [](std::string_view) { return true; }).ok());
+  LineSplitter other(8);
+  EXPECT_FALSE(other.feed("0123\n45678901234\n", [](std::string_view) { return true; }).ok());
+}
+
+TEST(WatchEvents, ParsesEachType) {
+  auto added = parse_watch_event(
+      R"({"type":"ADDED","object":{"kind":"Pod","metadata":{"uid":"u","resourceVersion":"12"}}})");
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(added.value().type, WatchEvent::Type::kAdded);
+  EXPECT_EQ(added.value().resource_version, "12");
+  EXPECT_EQ(parse_watch_event(R"({"type":"MODIFIED","object":{}})").value().type,
+            WatchEvent::Type::kModified);
+  EXPECT_EQ(parse_watch_event(R"({"type":"DELETED","object":{}})").value().type,
+            WatchEvent::Type::kDeleted);
+  auto bookmark = parse_watch_event(
+      R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"99"}}})");
+  EXPECT_EQ(bookmark.value().type, WatchEvent::Type::kBookmark);
+  EXPECT_EQ(bookmark.value().resource_version, "99");
+  auto error = parse_watch_event(
+      R"x({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired",)x"
+      R"x("message":"too old resource version: 5 (10)"}})x");
+  EXPECT_EQ(error.value().type, WatchEvent::Type::kError);
+  EXPECT_EQ(error.value().error_code, 410);
+  EXPECT_EQ(error.value().error_message, "too old resource version: 5 (10)");
+}
+
+TEST(WatchEvents, RejectsMalformedLines) {
+  EXPECT_FALSE(parse_watch_event("not json").ok());
+  EXPECT_FALSE(parse_watch_event("[]").ok());
+  EXPECT_FALSE(parse_watch_event(R"({"object":{}})").ok());
+  EXPECT_FALSE(parse_watch_event(R"({"type":"ADDED"})").ok());
+  EXPECT_FALSE(parse_watch_event(R"({"type":"RENAMED","object":{}})").ok());
+}
+
+TEST(PodListParse, NeedsAResourceVersion) {
+  auto list = parse_pod_list(
+      R"({"kind":"PodList","metadata":{"resourceVersion":"42"},"items":[{"metadata":{"uid":"a"}}]})");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list.value().resource_version, "42");
+  EXPECT_EQ(list.value().items.size(), 1u);
+  EXPECT_TRUE(parse_pod_list(R"({"metadata":{"resourceVersion":"1"},"items":null})").ok());
+  EXPECT_FALSE(parse_pod_list(R"({"items":[]})").ok());
+  EXPECT_FALSE(parse_pod_list("{").ok());
+}
+
+TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
+  LimitsLedger ledger;
+  EXPECT_FALSE(ledger.next_command().has_value());
+  ledger.set_desired("u1", "ml", "p", PodLimits{4ull << 30, std::nullopt});
+  auto first = ledger.next_command();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->to_request().dump(),
+            R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},)"
+            R"("memory":4294967296,"core":"inherit"})");
+  ledger.mark_done(*first);
+  EXPECT_FALSE(ledger.next_command().has_value());
+
+  ledger.set_desired("u1", "ml", "p", PodLimits{4ull << 30, 30});
+  auto second = ledger.next_command();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(
+      second->to_request().dump(),
+      R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},"core":30})");
+  ledger.mark_done(*second);
+
+  // Removing the memory annotation: "inherit" (this layer no longer sets it).
+  ledger.set_desired("u1", "ml", "p", PodLimits{std::nullopt, 30});
+  auto third = ledger.next_command();
+  ASSERT_TRUE(third.has_value());
+  EXPECT_EQ(
+      third->to_request().dump(),
+      R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},"memory":"inherit"})");
+}
+
+TEST(LimitsLedger, AChangeDuringAPushIsSentNext) {
+  LimitsLedger ledger;
+  ledger.set_desired("u1", "ml", "p", PodLimits{1 << 20, std::nullopt});
+  auto in_flight = ledger.next_command();
+  ledger.set_desired("u1", "ml", "p", PodLimits{2 << 20, std::nullopt});
+  ledger.mark_done(*in_flight);
+  auto next = ledger.next_command();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_TRUE(next->send_memory);
+  EXPECT_EQ(next->limits.memory_bytes, 2u << 20);
+}
+
+TEST(LimitsLedger, RemovedPodsAreForgottenOnlyWhenPushed) {
+  LimitsLedger ledger;
+  ledger.set_desired("never", "ml", "a", PodLimits{});
+  ledger.remove("never");
+  EXPECT_FALSE(ledger.next_command().has_value());
+
+  ledger.set_desired("u1", "ml", "p", PodLimits{1 << 20, 50});
+  ledger.mark_done(*ledger.next_command());
+  EXPECT_EQ(ledger.memory_limits(), (std::map<std::string, std::uint64_t>{{"u1", 1u << 20}}));
+  EXPECT_EQ(ledger.core_limits(), (std::map<std::string, int>{{"u1", 50}}));
+  ledger.remove("u1");
+  EXPECT_TRUE(ledger.memory_limits().empty());
+  auto forget = ledger.next_command();
+  ASSERT_TRUE(forget.has_value());
+  EXPECT_EQ(forget->to_request().dump(), R"({"cmd":"forget-pod","pod_uid":"u1"})");
+  ledger.mark_done(*forget);
+  EXPECT_FALSE(ledger.next_command().has_value());
+}
+
+TEST(LimitsLedger, AllUnpushedSendsEverythingAgainAndDropsForgets) {
+  LimitsLedger ledger;
+  ledger.set_desired("a", "ml", "a", PodLimits{1 << 20, std::nullopt});
+  ledger.set_desired("b", "ml", "b", PodLimits{std::nullopt, 20});
+  for (auto command = ledger.next_command(); command; command = ledger.next_command()) {
+    ledger.mark_done(*command);
+  }
+  ledger.remove("b");
+  ledger.mark_all_unpushed();
+  auto command = ledger.next_command();
+  ASSERT_TRUE(command.has_value());
+  EXPECT_EQ(command->pod_uid, "a");
+  EXPECT_TRUE(command->send_memory && command->send_core);
+  ledger.mark_done(*command);
+  EXPECT_FALSE(ledger.next_command().has_value());
+}
+
+// ---- credentials ----
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/nvshare-pw-unit-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string path = path_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+constexpr const char* kKubeconfig = R"(apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==
+    server: https://10.0.0.1:6443/
+  name: prod
+- cluster:
+    server: "http://127.0.0.1:8080"   # a comment
+    insecure-skip-tls-verify: true
+  name: dev
+contexts:
+- context:
+    cluster: prod
+    user: admin
+  name: prod-admin
+- name: dev-ctx
+  context:
+    cluster: dev
+    user: 'dev user'
+current-context: dev-ctx
+preferences: {}
+users:
+- name: admin
+  user:
+    client-certificate: certs/admin.crt
+    client-key: /abs/admin.key
+- name: dev user
+  user:
+    token: abc123
+)";
+
+TEST(Kubeconfig, ParsesKubectlYaml) {
+  auto parsed = parse_kubeconfig_text(kKubeconfig);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const json& config = parsed.value();
+  EXPECT_EQ(config["current-context"], "dev-ctx");
+  EXPECT_EQ(config["clusters"].size(), 2u);
+  EXPECT_EQ(config["clusters"][1]["cluster"]["server"], "http://127.0.0.1:8080");
+  EXPECT_EQ(config["contexts"][1]["context"]["user"], "dev user");
+  EXPECT_TRUE(config["preferences"].is_object());
+
+  auto credentials = kubeconfig_credentials(config, "/base");
+  ASSERT_TRUE(credentials.ok()) << credentials.error().message;
+  EXPECT_EQ(credentials.value().server, "http://127.0.0.1:8080");
+  EXPECT_TRUE(credentials.value().insecure_skip_tls_verify);
+  EXPECT_EQ(credentials.value().current_token().value(), "abc123");
+
+  json prod = config;
+  prod["current-context"] = "prod-admin";
+  auto admin = kubeconfig_credentials(prod, "/base");
+  ASSERT_TRUE(admin.ok()) << admin.error().message;
+  EXPECT_EQ(admin.value().server, "https://10.0.0.1:6443");
+  EXPECT_EQ(admin.value().ca_pem, "-----BEGIN CERTIFICATE-----\n");
+  EXPECT_EQ(admin.value().client_cert_file, "/base/certs/admin.crt");
+  EXPECT_EQ(admin.value().client_key_file, "/abs/admin.key");
+  EXPECT_FALSE(admin.value().insecure_skip_tls_verify);
+}
+
+TEST(Kubeconfig, ReportsWhatIsMissing) {
+  json config = parse_kubeconfig_text(kKubeconfig).value();
+  json missing = config;
+  missing["current-context"] = "nope";
+  auto error = kubeconfig_credentials(missing, "");
+  ASSERT_FALSE(error.ok());
+  EXPECT_NE(error.error().message.find("context \"nope\" not found"), std::string::npos);
+  json exec = config;
+  exec["users"][1]["user"] = {{"exec", {{"command", "aws"}}}};
+  auto unsupported = kubeconfig_credentials(exec, "");
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_NE(unsupported.error().message.find("not supported"), std::string::npos);
+  EXPECT_FALSE(parse_kubeconfig_text("a: b\n  c: d\n").ok());
+  EXPECT_FALSE(parse_kubeconfig_text("key: |\n  block\n").ok());
+  EXPECT_FALSE(load_kubeconfig("/nonexistent/kubeconfig").ok());
+}
+
+TEST(Kubeconfig, AcceptsJsonAndTokenFiles) {
+  TempDir dir;
+  dir.write("token", "first\n");
+  const std::string path = dir.write(
+      "config.json",
+      R"({"current-context":"c","contexts":[{"name":"c","context":{"cluster":"k","user":"u"}}],)"
+      R"("clusters":[{"name":"k","cluster":{"server":"http://127.0.0.1:1"}}],)"
+      R"("users":[{"name":"u","user":{"tokenFile":"token"}}]})");
+  auto credentials = load_kubeconfig(path);
+  ASSERT_TRUE(credentials.ok()) << credentials.error().message;
+  EXPECT_EQ(credentials.value().current_token().value(), "first");
+  dir.write("token", "rotated\n");
+  EXPECT_EQ(credentials.value().current_token().value(), "rotated");
+}
+
+TEST(InCluster, ReadsTheServiceAccountAndRereadsTheToken) {
+  TempDir dir;
+  dir.write("token", "sa-token-1");
+  dir.write("ca.crt", "pem");
+  auto credentials = in_cluster_credentials("10.96.0.1", "443", dir.path());
+  ASSERT_TRUE(credentials.ok()) << credentials.error().message;
+  EXPECT_EQ(credentials.value().server, "https://10.96.0.1:443");
+  EXPECT_EQ(credentials.value().ca_file, dir.path() + "/ca.crt");
+  EXPECT_EQ(credentials.value().current_token().value(), "sa-token-1");
+  dir.write("token", "sa-token-2");
+  EXPECT_EQ(credentials.value().current_token().value(), "sa-token-2");
+  EXPECT_EQ(in_cluster_credentials("fd00::1", "443", dir.path()).value().server,
+            "https://[fd00::1]:443");
+  EXPECT_FALSE(in_cluster_credentials("10.96.0.1", "443", dir.path() + "/missing").ok());
+}
+
+TEST(InCluster, NeedsTheServiceEnvironment) {
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+  auto credentials = in_cluster_credentials("", "", "/nonexistent");
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_NE(credentials.error().message.find("KUBERNETES_SERVICE_HOST"), std::string::npos);
+}
+
+TEST(Base64, DecodesStandardAndUrlAlphabets) {
+  EXPECT_EQ(decode_base64("aGVsbG8=").value(), "hello");
+  EXPECT_EQ(decode_base64("aGVs\nbG8").value(), "hello");
+  EXPECT_FALSE(decode_base64("a$b").ok());
+}
+
+}  // namespace
+}  // namespace nvshare::podwatcher
