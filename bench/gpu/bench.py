@@ -280,30 +280,39 @@ class Bench:
         name = "pair_fit"
         d = self.scenario_dir(name)
         single = self.native_single["matmul"]
-        eff = {"native": [], "auto": [], "exclusive": []}
+        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None),
+                    "exclusive-idle20": ("exclusive", "20")}
+        eff = {"native": [], **{v: [] for v in variants}}
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(self.sized("matmul"), None)] * 2)
             if self.makespan(r):
                 eff["native"].append(2 * single / self.makespan(r))
-            for mode in ("auto", "exclusive"):
+            for variant, (mode, idle_ms) in variants.items():
+                extra = {"NVSHARE_TRACE_FILE": str(d / f"trace-{variant}.jsonl")}
+                if idle_ms:
+                    extra["NVSHARE_IDLE_RELEASE_MS"] = idle_ms
                 with Scheduler(self, d, ["--mode", mode]) as s:
-                    r = self.run_jobs(name, [(self.sized("matmul"), {"NVSHARE_TRACE_FILE": str(d / f"trace-{mode}.jsonl")})] * 2, env=s.env())
+                    r = self.run_jobs(name, [(self.sized("matmul"), extra)] * 2, env=s.env())
                 if self.makespan(r):
-                    eff[mode].append(2 * single / self.makespan(r))
+                    eff[variant].append(2 * single / self.makespan(r))
         best = max(("auto", "exclusive"), key=lambda m: median(eff[m]) or 0)
         v = median(eff["auto"])
         self.metric("pair_fit_efficiency_auto", v, ">= 0.99", v is not None and v >= 0.99, "",
                     native=median(eff["native"]), runs=eff)
-        v = median(eff["exclusive"])
-        self.metric("pair_fit_efficiency_exclusive", v, ">= 0.99", v is not None and v >= 0.99,
-                    "", native=median(eff["native"]), runs=eff, best_mode=best)
+        for variant in ("exclusive", "exclusive-idle20"):
+            v = median(eff[variant])
+            self.metric(f"pair_fit_efficiency_{variant.replace('-', '_')}", v, ">= 0.99",
+                        v is not None and v >= 0.99, "", native=median(eff["native"]), runs=eff,
+                        best_mode=best)
 
     def idle3(self):
         """Three idle-ish jobs (short kernel, 20 ms host work per iteration): makespan / one
         alone."""
         name = "idle3"
         d = self.scenario_dir(name)
-        alone, ratios = [], {"native": [], "auto": [], "exclusive": []}
+        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None),
+                    "exclusive-idle5": ("exclusive", "5")}
+        alone, ratios = [], {"native": [], **{v: [] for v in variants}}
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(self.sized("idle"), None)])
             if self.ok(r):
@@ -313,14 +322,17 @@ class Bench:
             r = self.run_jobs(name, [(self.sized("idle"), None)] * 3)
             if self.makespan(r):
                 ratios["native"].append(self.makespan(r) / a)
-            for mode in ("auto", "exclusive"):
+            for variant, (mode, idle_ms) in variants.items():
+                extra = {"NVSHARE_TRACE_FILE": str(d / f"trace-{variant}.jsonl")}
+                if idle_ms:
+                    extra["NVSHARE_IDLE_RELEASE_MS"] = idle_ms
                 with Scheduler(self, d, ["--mode", mode]) as s:
-                    r = self.run_jobs(name, [(self.sized("idle"), {"NVSHARE_TRACE_FILE": str(d / f"trace-{mode}.jsonl")})] * 3, env=s.env())
+                    r = self.run_jobs(name, [(self.sized("idle"), extra)] * 3, env=s.env())
                 if self.makespan(r):
-                    ratios[mode].append(self.makespan(r) / a)
-        for mode in ("auto", "exclusive"):
-            v = median(ratios[mode])
-            self.metric(f"idle3_makespan_ratio_{mode}", v, "<= 1.05", v is not None and v <= 1.05,
+                    ratios[variant].append(self.makespan(r) / a)
+        for variant in variants:
+            v = median(ratios[variant])
+            self.metric(f"idle3_makespan_ratio_{variant.replace('-', '_')}", v, "<= 1.05", v is not None and v <= 1.05,
                         "x one alone", native=median(ratios["native"]), runs=ratios,
                         alone_s=alone)
 
