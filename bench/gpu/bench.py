@@ -271,7 +271,8 @@ class Bench:
                         "x native", native=1.0, native_best_ns=min(n) if n else None,
                         nvshare_best_ns=min(v) if v else None,
                         median_ratio=median(v) / median(n) if n and v else None,
-                        native_ns=n, nvshare_ns=v, gate_active=gated)
+                        native_ns=n, nvshare_ns=v, gate_active=gated,
+                        ctx_get_current_ns=[r.get("ctx_get_current_ns") for r in native])
 
     def pair_fit(self):
         """Two compute-bound jobs that fit together, started together: sum of native single
@@ -391,6 +392,35 @@ class Bench:
         self.metric("cap_error_max_points", v, "<= 2", v is not None and v <= 2, "points",
                     native=None, rows=rows, native_rate=native_rate, window_s=window, skip_s=skip)
 
+    def caps_exclusive(self):
+        """The caps that share one GPU, again in mode exclusive (turns instead of co-running)."""
+        name = "caps_exclusive"
+        d = self.scenario_dir(name)
+        window, skip = 10.0, 2.0
+        base = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip), None)])
+        native_rate = base[0].get("steady_rate") or self.calibration["matmul"]
+        rows = []
+        for caps in ([30, 60], [50, 50], [80, 80], [30, None]):
+            total = sum(c for c in caps if c)
+            uncapped = any(c is None for c in caps)
+            jobs = [(self.torch_job("matmul", seconds=window, skip_s=skip),
+                     {"NVSHARE_CORE_LIMIT": str(c)} if c else {}) for c in caps]
+            with Scheduler(self, d, ["--mode", "exclusive"]) as s:
+                res = self.run_jobs(name, jobs, env=s.env())
+            for c, r in zip(caps, res):
+                if c is None:
+                    continue
+                target = c * 100.0 / total if total > 100 and not uncapped else float(c)
+                share = 100.0 * r.get("steady_rate", 0) / native_rate if r.get("result") == "ok" else None
+                rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps) + " excl",
+                             "cap": c, "target": target, "share": share,
+                             "error": None if share is None else share - target})
+                log(f"cap {rows[-1]}")
+        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+        v = max(errors) if len(errors) == len(rows) else None
+        self.metric("cap_error_max_points_shared_gpu_exclusive", v, "<= 2", v is not None and v <= 2,
+                    "points", rows=rows, native_rate=native_rate)
+
     def handoff(self):
         """Hand-off latency without swap: two compute-bound jobs in exclusive mode with a 0.25 s
         quantum; from the library's trace: revoke -> release (drain) and release -> the other
@@ -504,7 +534,7 @@ def machine_info():
 # Groups of scenarios that fit in one call of a few minutes each.
 PHASES = {
     "overhead": ["single", "launch", "handoff"],
-    "together": ["pair_fit", "idle3"],
+    "together": ["pair_fit", "idle3", "caps_exclusive"],
     "turns": ["notfit", "caps"],
     "multi": ["multi"],
 }
@@ -531,7 +561,7 @@ def main():
                "calibration": bench.calibration, "job_seconds": args.job_seconds,
                "repeats": args.repeats}
     needs = set()
-    if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "multi")):
+    if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "caps_exclusive", "multi")):
         needs |= {"membound", "matmul"}
     if "idle3" in scenarios:
         needs.add("idle")

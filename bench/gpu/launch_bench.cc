@@ -121,10 +121,20 @@ int main(int argc, char** argv) {
     }
     sync_ns.push_back((now_s() - t0) * 1e9 / static_cast<double>(round_trips));
   }
+  // The cost of one cuCtxGetCurrent, which the library's launch path makes on every launch to find
+  // the calling thread's GPU (reported so the gate's share of a launch can be told apart).
+  const long ctx_calls = 1000000;
+  double t0 = now_s();
+  for (long i = 0; i < ctx_calls; ++i) {
+    CUcontext current = nullptr;
+    CHECK(cuCtxGetCurrent(&current));
+  }
+  const double ctx_ns = (now_s() - t0) * 1e9 / static_cast<double>(ctx_calls);
   std::printf(
-      "{\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,\"sync_ns_per_launch\":%.1f,"
+      "{\"ctx_get_current_ns\":%.1f,\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
+      "\"sync_ns_per_launch\":%.1f,"
       "\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"result\":\"ok\"}\n",
-      launches, repeats, *std::min_element(async_ns.begin(), async_ns.end()),
+      ctx_ns, launches, repeats, *std::min_element(async_ns.begin(), async_ns.end()),
       *std::min_element(sync_ns.begin(), sync_ns.end()), join(async_ns).c_str(),
       join(sync_ns).c_str());
   CHECK(cuStreamDestroy(stream));

@@ -14,6 +14,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 phase=${1:-all}
+label=${phase//,/-}  # file names in $OUT: letters, digits, . _ - only
 shift || true
 build="$root/build-bench"
 out="${OUT:-$build/out}"
@@ -30,18 +31,18 @@ if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVSHARE_BUILD_
   exit 1
 fi
 
-work="$build/work-$phase"
+work="$build/work-$label"
 rm -rf "$work"
 mkdir -p "$work"
 python3 bench/gpu/bench.py --build "$build" --out "$work" --phase "$phase" "$@" 2>&1 |
   tee "$out/bench.log" | grep -E "METRIC|failed|==" || true
-cp "$work/results.json" "$out/results-$phase.json" 2>/dev/null
+cp "$work/results.json" "$out/results-$label.json" 2>/dev/null
 mkdir -p "$out/plots"
-python3 bench/gpu/report.py "$work/results.json" --markdown "$out/table-$phase.md" \
-  --json "$out/benchmarks-$phase.json" --plots "$work/plots" --raw "$work/raw" >/dev/null
+python3 bench/gpu/report.py "$work/results.json" --markdown "$out/table-$label.md" \
+  --json "$out/benchmarks-$label.json" --plots "$work/plots" --raw "$work/raw" >/dev/null
 # $OUT returns few files: plots and raw data travel as archives.
-tar -czf "$out/plots-$phase.tgz" -C "$work" plots 2>/dev/null
-tar -czf "$out/raw-$phase.tgz" -C "$work" raw 2>/dev/null
+tar -czf "$out/plots-$label.tgz" -C "$work" plots 2>/dev/null
+tar -czf "$out/raw-$label.tgz" -C "$work" raw 2>/dev/null
 rmdir "$out/plots" 2>/dev/null
 echo
-cat "$out/table-$phase.md"
+cat "$out/table-$label.md"
