@@ -52,7 +52,9 @@ Result<v1beta1::ContainerAllocateResponse> container_allocation(
   envs["NVIDIA_VISIBLE_DEVICES"] = visible;
   envs["NVSHARE_SOCKET"] = config.socket_dir + "/scheduler.sock";
   add_mount(response, config.library_host_path, config.library_container_path, true);
-  add_mount(response, config.socket_dir, config.socket_dir, false);
+  // Read-only: clients only connect(2) to the socket, which a read-only mount allows; a writable
+  // one would let a container replace scheduler.sock for every other pod on the node.
+  add_mount(response, config.socket_dir, config.socket_dir, true);
   if (config.injection == Injection::kLdPreload) {
     envs["LD_PRELOAD"] = config.library_container_path;
   } else {

@@ -3,8 +3,9 @@
 // For the device IDs of one container the response holds:
 //  - NVIDIA_VISIBLE_DEVICES = the distinct GPU UUIDs of those slots, comma-separated, in the order
 //    they first appear (the NVIDIA container runtime exposes exactly those GPUs);
-//  - NVSHARE_SOCKET = <socket-dir>/scheduler.sock, and a read-write mount of socket-dir at the same
-//    path, so the library reaches the node's scheduler;
+//  - NVSHARE_SOCKET = <socket-dir>/scheduler.sock, and a read-only mount of socket-dir at the same
+//    path, so the library reaches the node's scheduler (connecting to a unix socket needs no
+//    write access to its file system; the control socket lies elsewhere, see default_paths.h);
 //  - a read-only mount of library-host-path at library-container-path;
 //  - injection ld-preload: LD_PRELOAD = library-container-path; injection ld-so-preload: a
 //    read-only mount of ld-so-preload-host-path at /etc/ld.so.preload.

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
@@ -280,14 +281,16 @@ const Knob kKnobs[] = {
                     [&](std::string p) { c.ld_so_preload_host_path = std::move(p); });
      }},
     {"socket-dir", "/var/run/nvshare", "an absolute directory path",
-     "The scheduler's socket directory on the host, mounted at the same path in containers, which "
-     "get NVSHARE_SOCKET=<socket-dir>/scheduler.sock.",
+     "The scheduler's socket directory on the host, mounted read-only at the same path in "
+     "containers, which get NVSHARE_SOCKET=<socket-dir>/scheduler.sock.",
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(parse_directory(v, "scheduler.sock"),
                     [&](std::string p) { c.socket_dir = std::move(p); });
      }},
     {"control-socket", kDefaultControlSocketPath, "an absolute socket path",
-     "The scheduler's control socket: pod memory limits and the memory capacity are pushed there.",
+     "The scheduler's control socket: pod memory limits and the memory capacity are pushed there. "
+     "It admits root, so it belongs outside socket-dir, which every GPU container gets (the plugin "
+     "warns at start otherwise).",
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(parse_socket_path(v), [&](std::string p) { c.control_socket = std::move(p); });
      }},
@@ -397,6 +400,19 @@ PluginConfig default_config() {
   return config;
 }
 
+Status check_socket_layout(const PluginConfig& config) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::path(config.socket_dir).lexically_normal().string();
+  const std::string control = fs::path(config.control_socket).lexically_normal().string();
+  const std::string prefix = dir.ends_with('/') ? dir : dir + "/";
+  if (!control.starts_with(prefix)) return Status::Ok();
+  return make_error("control-socket " + config.control_socket + " lies in socket-dir " +
+                    config.socket_dir +
+                    ", which every GPU container gets: a root process in any GPU pod could "
+                    "change limits through it; give it a directory of its own (default " +
+                    std::string(kDefaultControlSocketPath) + ")");
+}
+
 Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv) {
   CommandLine command_line;
   command_line.config = default_config();
@@ -448,6 +464,9 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv, const 
   if (config.node_name.empty()) {
     if (const char* node = getenv("NODE_NAME"); node != nullptr) config.node_name = node;
   }
+  // A warning rather than a refusal: outside a cluster (tests, a plugin run by hand) nothing mounts
+  // socket-dir anywhere; on a node it is a hole, and the chart refuses to render it.
+  if (Status s = check_socket_layout(config); !s) NVSHARE_WARN("%s", s.error().message.c_str());
   return command_line;
 }
 

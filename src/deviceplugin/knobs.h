@@ -115,9 +115,14 @@ struct CommandLine {
 
 using EnvLookup = std::function<const char*(const char*)>;
 
+// An error when control-socket lies inside socket-dir (compared lexically): socket-dir is mounted
+// into every GPU container, and the control socket admits root.
+Status check_socket_layout(const PluginConfig& config);
+
 // Builds the configuration from the defaults, then the environment (through `getenv`; an empty
 // value counts as unset), then argv (`--name value` or `--name=value`). An empty node-name is
-// then taken from NODE_NAME (the downward API), when set.
+// then taken from NODE_NAME (the downward API), when set. A configuration that fails
+// check_socket_layout is logged as a warning, not refused.
 Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv);
 
 // `--help` text and the Markdown table of docs/configuration.md, both generated from the table.

@@ -27,19 +27,6 @@ namespace {
 using namespace nvshare;
 using namespace nvshare::deviceplugin;
 
-#ifdef NVSHARE_WITH_PODWATCHER
-// Placement needs memory limits by "namespace/name" (pod-resources has no pod UID); the watcher
-// provides them when it has such an accessor.
-template <typename Watcher>
-MemoryLimitsSource memory_limits_of(const Watcher& watcher) {
-  if constexpr (requires { watcher.memory_limits_by_pod_name(); }) {
-    return [&watcher] { return watcher.memory_limits_by_pod_name(); };
-  } else {
-    return {};
-  }
-}
-#endif
-
 int run(const PluginConfig& config) {
   // Signals are taken synchronously by this thread; every thread started later inherits the mask.
   sigset_t signals;
@@ -54,10 +41,13 @@ int run(const PluginConfig& config) {
     NVSHARE_ERROR("%s", inventory.error().message.c_str());
     return 1;
   }
+#ifdef NVSHARE_WITH_PODWATCHER
+  // Declared before the plugin so that it outlives every placement call that reads it.
+  std::unique_ptr<podwatcher::PodWatcher> watcher;
+#endif
   PluginServer plugin(config, std::move(inventory).value());
 
 #ifdef NVSHARE_WITH_PODWATCHER
-  std::unique_ptr<podwatcher::PodWatcher> watcher;
   if (config.node_name.empty()) {
     NVSHARE_WARN(
         "no node name (node-name knob or NODE_NAME): pod annotations are not watched, so no "
@@ -70,7 +60,10 @@ int run(const PluginConfig& config) {
     watch.resource_name = config.resource_name;
     watch.watch_timeout = std::chrono::duration_cast<std::chrono::seconds>(config.watch_timeout);
     watcher = std::make_unique<podwatcher::PodWatcher>(watch);
-    plugin.set_memory_limits_source(memory_limits_of(*watcher));
+    // Placement weighs GPUs by the memory limits of the pods on them, read live from the watcher
+    // by "namespace/name" (pod-resources names pods that way, without UIDs).
+    plugin.set_memory_limits_source(
+        [&source = *watcher] { return source.memory_limits_by_pod_name(); });
     if (Status s = watcher->start(); !s) {
       NVSHARE_ERROR("pod watcher: %s", s.error().message.c_str());
       return 1;

@@ -101,6 +101,14 @@ struct PodWatcher::Impl {
   LimitsLedger ledger;                  // guarded by mu
   std::deque<PendingWarning> warnings;  // guarded by mu
   PodWatcherStats stats;                // guarded by mu
+  // "namespace/name" of each pod in the ledger, and the order in which their events were handled
+  // (the later of two pods with one name is the live one). Guarded by mu.
+  struct PodKey {
+    std::string key;
+    std::uint64_t sequence = 0;
+  };
+  std::map<std::string, PodKey> pod_keys;  // by UID
+  std::uint64_t pod_key_sequence = 0;
 
   // Watch-thread state.
   struct TrackedPod {
@@ -140,6 +148,7 @@ struct PodWatcher::Impl {
     {
       std::lock_guard lock(mu);
       ledger.remove(uid);
+      pod_keys.erase(uid);
     }
     wake.notify_all();
   }
@@ -181,6 +190,7 @@ struct PodWatcher::Impl {
     {
       std::lock_guard lock(mu);
       ledger.set_desired(pod.uid, pod.namespace_name, pod.name, decision.limits);
+      pod_keys[pod.uid] = PodKey{pod.namespace_name + "/" + pod.name, ++pod_key_sequence};
       for (auto& warning : new_warnings) warnings.push_back(std::move(warning));
     }
     if (changed || !new_warnings.empty()) wake.notify_all();
@@ -570,6 +580,23 @@ void PodWatcher::stop() {
 std::map<std::string, std::uint64_t> PodWatcher::memory_limits_by_pod_uid() const {
   std::lock_guard lock(impl_->mu);
   return impl_->ledger.memory_limits();
+}
+
+std::map<std::string, std::uint64_t> PodWatcher::memory_limits_by_pod_name() const {
+  std::lock_guard lock(impl_->mu);
+  std::map<std::string, std::uint64_t> limits;
+  std::map<std::string, std::uint64_t> winner;  // key -> sequence of the pod that holds it
+  for (const auto& [uid, key] : impl_->pod_keys) {
+    auto [it, inserted] = winner.try_emplace(key.key, key.sequence);
+    if (!inserted && it->second > key.sequence) continue;
+    it->second = key.sequence;
+    // A later pod without a memory limit hides the earlier one's: the name now means that pod.
+    limits.erase(key.key);
+    if (auto desired = impl_->ledger.desired(uid); desired && desired->memory_bytes) {
+      limits[key.key] = *desired->memory_bytes;
+    }
+  }
+  return limits;
 }
 
 std::map<std::string, int> PodWatcher::core_limits_by_pod_uid() const {

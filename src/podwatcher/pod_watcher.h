@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "common/default_paths.h"
 #include "common/result.h"
 
 namespace nvshare::podwatcher {
@@ -36,7 +37,7 @@ namespace nvshare::podwatcher {
 struct PodWatcherConfig {
   std::string node_name;        // required: pods with spec.nodeName == node_name are watched
   std::string kubeconfig_path;  // "" = in-cluster credentials (service account)
-  std::string control_socket = "/var/run/nvshare/control.sock";
+  std::string control_socket = kDefaultControlSocketPath;
   std::string resource_name = "nvshare.com/gpu";
   std::chrono::seconds watch_timeout{300};  // server-side timeoutSeconds of each watch request
 
@@ -90,6 +91,10 @@ class PodWatcher {
   // The memory limits (bytes) currently in force from annotations, by pod UID, for the managed pods
   // on this node. A pod without a (valid) memory annotation is absent.
   std::map<std::string, std::uint64_t> memory_limits_by_pod_uid() const;
+  // The same memory limits keyed "namespace/name": the kubelet's pod-resources API, which placement
+  // reads, names pods that way and carries no UID. When two managed pods share a name (one deleted
+  // and recreated before the deletion was seen), the one whose event came last wins.
+  std::map<std::string, std::uint64_t> memory_limits_by_pod_name() const;
   // The same for gpu-core-limit (percent 1..100).
   std::map<std::string, int> core_limits_by_pod_uid() const;
   PodWatcherStats stats() const;

@@ -1,6 +1,7 @@
 #include "scheduler/control_server.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -11,6 +12,33 @@
 #include "scheduler/control_api.h"
 
 namespace nvshare::scheduler {
+namespace {
+
+std::string parent_directory(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return "";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Creates `dir` with `mode` when it is missing, and its missing parents 0755 (as listen_unix makes
+// a socket's parents). Returns whether `dir` itself was created.
+Result<bool> make_directory(const std::string& dir, mode_t mode) {
+  if (dir.empty() || dir == "/") return false;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return make_error(dir + " exists and is not a directory");
+    return false;
+  }
+  if (errno != ENOENT) return make_error("cannot stat " + dir + ": " + std::strerror(errno));
+  if (auto parent = make_directory(parent_directory(dir), 0755); !parent) return parent.error();
+  if (::mkdir(dir.c_str(), mode) != 0) {
+    if (errno == EEXIST) return false;
+    return make_error("cannot create directory " + dir + ": " + std::strerror(errno));
+  }
+  return true;
+}
+
+}  // namespace
 
 ControlServer::ControlServer(Reactor& reactor, DaemonStats& stats, LineHandler handler)
     : reactor_(reactor), stats_(stats), handler_(std::move(handler)) {}
@@ -21,6 +49,10 @@ ControlServer::~ControlServer() {
 }
 
 Status ControlServer::listen(const std::string& path) {
+  const std::string dir = parent_directory(path);
+  auto created = make_directory(dir, kControlDirectoryMode);
+  if (!created) return created.error();
+  if (created.value()) NVSHARE_INFO("created %s (mode 0700) for the control socket", dir.c_str());
   auto listener = listen_unix(path, 0600);
   if (!listener) return listener.error();
   listener_ = std::move(listener).value();

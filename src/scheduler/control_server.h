@@ -3,6 +3,10 @@
 // The socket file is created mode 0600, and each accepted peer is checked again with SO_PEERCRED:
 // only the scheduler's own uid and root are served (a socket file's mode can be loosened by anyone
 // who owns it; the credential check cannot). A refused peer gets one error line and is closed.
+// The socket's directory is created mode 0700 when it is missing (its missing parents 0755); an
+// existing directory is left as it is, since it may also hold the client socket (nvshare-run puts
+// both side by side in a private directory). The default directory is the control socket's own
+// (default_paths.h), never the one mounted into GPU containers.
 //
 // Framing: one JSON request per line, one JSON response line per request, in order. A request that
 // is not valid JSON gets an error response and the connection stays open; a line longer than
@@ -30,13 +34,14 @@ class ControlServer {
  public:
   using LineHandler = std::function<Json(std::string_view line)>;
   static constexpr std::size_t kMaxConnections = 64;
+  static constexpr unsigned kControlDirectoryMode = 0700;
 
   ControlServer(Reactor& reactor, DaemonStats& stats, LineHandler handler);
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
   ~ControlServer();
 
-  // Creates the socket at `path` (mode 0600) and starts accepting.
+  // Creates the socket at `path` (mode 0600; its directory 0700 when missing) and starts accepting.
   Status listen(const std::string& path);
 
  private:

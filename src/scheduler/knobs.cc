@@ -81,7 +81,9 @@ const Knob kKnobs[] = {
      }},
     {"control-socket", kDefaultControlSocketPath, "a filesystem path",
      "Unix socket of the control API (line-delimited JSON; nvsharectl, the device plugin). Created "
-     "mode 0600; peers whose uid is neither the scheduler's nor root are refused.",
+     "mode 0600, its directory mode 0700 when missing; peers whose uid is neither the scheduler's "
+     "nor root are refused. It admits root, so it lies outside the client socket's directory, "
+     "which GPU containers get.",
      KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        if (v.empty()) return make_error("the path is empty");

@@ -12,7 +12,8 @@
 //  3. when nothing accepts on that socket, starts nvshare-scheduler ($NVSHARE_SCHEDULER_BIN,
 //     else next to this executable, else the build tree, else $PATH) detached from this
 //     process, in local mode (--trust-client-limits: the limits a process declares are
-//     honoured), with its control socket and log file next to the socket, and waits (at most
+//     honoured), with its log file next to the socket and its control socket there too (the
+//     system socket gets the system control socket, default_paths.h), and waits (at most
 //     5 s) until it accepts; a lock file next to the socket keeps two nvshare-runs from
 //     starting two schedulers;
 //  4. runs the command with LD_PRELOAD (the library first), NVSHARE_SOCKET, and the declared limits
@@ -82,9 +83,11 @@ Options:
   --help                 this text
   --version              the version
 
-A scheduler started here runs detached in local mode (--trust-client-limits), with its control
-socket and its log next to the client socket (scheduler.sock: control.sock and scheduler.log). It
-keeps running after the command ends, for the next one.
+A scheduler started here runs detached in local mode (--trust-client-limits), with its log next to
+the client socket and its control socket there too (scheduler.sock: control.sock and
+scheduler.log), except that the system socket /var/run/nvshare/scheduler.sock gets the system
+control socket /var/run/nvshare-control/control.sock. It keeps running after the command ends, for
+the next one.
 
 Environment: NVSHARE_LIBRARY (the library to preload), NVSHARE_SCHEDULER_BIN (the scheduler to
 start); every other NVSHARE_* variable reaches the command's library and the scheduler as is (see
@@ -259,17 +262,20 @@ Result<std::string> find_scheduler() {
 }
 
 // Creates `dir` (and missing parents) with `mode`. A per-user directory in a shared place must be
-// ours and private, or another user could plant a socket there.
+// ours and private, or another user could plant a socket there; it must not be a symbolic link
+// either. Other directories may be links (/var/run is one to /run on most distributions).
 Status make_directory(const std::string& dir, mode_t mode, bool must_be_private) {
   if (dir.empty() || dir == "/" || dir == ".") return Status::Ok();
+  const auto status_of = [must_be_private](const std::string& path, struct stat* st) {
+    return must_be_private ? ::lstat(path.c_str(), st) : ::stat(path.c_str(), st);
+  };
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) {
+  if (status_of(dir, &st) != 0) {
     if (Status parent = make_directory(directory_of(dir), 0755, false); !parent) return parent;
     if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
       return make_error("cannot create directory " + dir + ": " + errno_text());
     }
-    if (::lstat(dir.c_str(), &st) != 0)
-      return make_error("cannot stat " + dir + ": " + errno_text());
+    if (status_of(dir, &st) != 0) return make_error("cannot stat " + dir + ": " + errno_text());
   }
   if (!S_ISDIR(st.st_mode)) return make_error(dir + " exists and is not a directory");
   if (must_be_private && (st.st_uid != ::getuid() || (st.st_mode & 0077) != 0)) {
@@ -312,9 +318,15 @@ Result<SchedulerPaths> scheduler_paths(const Options& options) {
   if (stem.size() > 5 && stem.compare(stem.size() - 5, 5, ".sock") == 0) {
     stem.resize(stem.size() - 5);
   }
-  // The system pair is scheduler.sock + control.sock; keep that naming when the socket has it.
-  paths.control_socket =
-      base == "scheduler.sock" ? (dir == "/" ? "" : dir) + "/control.sock" : stem + ".control.sock";
+  // The system socket gets the system control socket (in its own directory, which the scheduler
+  // creates), so that nvsharectl finds it without flags. Elsewhere the control socket lies next to
+  // the client socket, named like the system pair when the socket is called scheduler.sock.
+  if (paths.socket == nvshare::kDefaultSocketPath) {
+    paths.control_socket = nvshare::kDefaultControlSocketPath;
+  } else {
+    paths.control_socket = base == "scheduler.sock" ? (dir == "/" ? "" : dir) + "/control.sock"
+                                                    : stem + ".control.sock";
+  }
   paths.log = stem + ".log";
   paths.lock = stem + ".lock";
   return paths;

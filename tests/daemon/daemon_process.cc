@@ -47,6 +47,10 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::start(const std::vector<st
   std::vector<std::string> args = {binary, "--socket", daemon->socket_, "--control-socket",
                                    daemon->control_socket_};
   args.insert(args.end(), flags.begin(), flags.end());
+  // A --control-socket among the flags wins (the last flag does), and is the one waited for.
+  for (std::size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--control-socket") daemon->control_socket_ = flags[i + 1];
+  }
   const std::string log_path = daemon->dir_ + "/scheduler.log";
   const pid_t pid = ::fork();
   if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));

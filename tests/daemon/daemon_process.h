@@ -2,7 +2,8 @@
 // fresh temporary directory, and helpers to run other programs (nvsharectl) and capture their
 // output.
 //
-// start() returns once both sockets accept connections; the destructor kills the daemon if it is
+// start() returns once both sockets accept connections (the control socket is <dir>/control.sock
+// unless the flags name another with --control-socket); the destructor kills the daemon if it is
 // still running and removes the directory. The daemon's stderr goes to <dir>/scheduler.log, which
 // log() returns, so a failing test can print what the daemon said.
 #pragma once

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/json.h"
@@ -37,6 +39,12 @@ using protocol::Welcome;
 constexpr std::uint64_t Mi = 1ull << 20;
 constexpr std::uint64_t Gi = 1ull << 30;
 const std::string kGpu = "GPU-00000000-1111-2222-3333-444444444444";
+
+mode_t current_umask() {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
 
 class DaemonProcessTest : public ::testing::Test {
  protected:
@@ -626,6 +634,57 @@ TEST_F(DaemonProcessTest, NvsharectlExplainsWhenTheSchedulerIsNotRunning) {
 
 // ---- lifecycle
 // ---------------------------------------------------------------------------------------
+
+// The default control socket has a directory of its own, which nothing else creates outside
+// Kubernetes: the scheduler makes it, private to its uid, and its missing parents 0755. A directory
+// that exists is left as it is (it may also hold the client socket).
+TEST_F(DaemonProcessTest, CreatesAMissingControlSocketDirectoryMode0700) {
+  char pattern[] = "/tmp/nvshare-control-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string root = pattern;
+  const std::string control = root + "/run/nvshare-control/control.sock";
+  start({"--control-socket", control});
+  struct stat st {};
+  ASSERT_EQ(::stat((root + "/run/nvshare-control").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  ASSERT_EQ(::stat((root + "/run").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u & ~current_umask());
+  ASSERT_EQ(::stat(control.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(daemon_->log().find("created " + root + "/run/nvshare-control (mode 0700)"),
+            std::string::npos)
+      << daemon_->log();
+  auto response = tools::control_call(control, Json(Json::Object{{"cmd", "version"}}));
+  EXPECT_TRUE(response.ok()) << response.error().message;
+
+  // Restarted, it finds the directory and leaves it (and its mode) alone.
+  ASSERT_TRUE(daemon_->stop(SIGTERM, 5000ms).ok());
+  ASSERT_EQ(::chmod((root + "/run/nvshare-control").c_str(), 0750), 0);
+  daemon_.reset();
+  start({"--control-socket", control});
+  ASSERT_EQ(::stat((root + "/run/nvshare-control").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  EXPECT_EQ(daemon_->log().find("for the control socket"), std::string::npos) << daemon_->log();
+  daemon_.reset();
+  std::filesystem::remove_all(root);
+}
+
+TEST_F(DaemonProcessTest, AControlSocketDirectoryThatIsAFileIsAClearError) {
+  char pattern[] = "/tmp/nvshare-control-dir-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string root = pattern;
+  const std::string file = root + "/not-a-directory";
+  { std::ofstream(file) << "x"; }
+  auto result = run_command({NVSHARE_SCHEDULER_BIN, "--socket", root + "/scheduler.sock",
+                             "--control-socket", file + "/control.sock"});
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  EXPECT_EQ(result.value().exit_code, 1);
+  EXPECT_NE(result.value().err.find(file + " exists and is not a directory"), std::string::npos)
+      << result.value().err;
+  std::filesystem::remove_all(root);
+}
 
 TEST_F(DaemonProcessTest, SigtermExitsZeroAndRemovesTheSockets) {
   start({});

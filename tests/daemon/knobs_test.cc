@@ -49,7 +49,7 @@ TEST(Knobs, EveryDefaultParsesAndMatchesThePolicyDefaults) {
   EXPECT_TRUE(policy::validate(config.policy).ok());
 
   EXPECT_EQ(config.socket_path, "/var/run/nvshare/scheduler.sock");
-  EXPECT_EQ(config.control_socket_path, "/var/run/nvshare/control.sock");
+  EXPECT_EQ(config.control_socket_path, "/var/run/nvshare-control/control.sock");
   EXPECT_FALSE(config.trust_client_limits);
   EXPECT_EQ(config.client_buffer_limit, 1u << 20);
   EXPECT_EQ(config.log_level, LogLevel::kInfo);

@@ -457,6 +457,14 @@ def check_templates(root, values, scheduler_knobs, plugin_knobs):
             fail(f"templates/device-plugin.yaml: missing {why} ({needle})")
     if "hostPID" in plugin:
         fail("templates/device-plugin.yaml: the plugin must not share the host's pid namespace")
+    # The control socket admits root: its directory reaches the scheduler and, read-only, the
+    # plugin; the socket directory (which GPU containers get) never holds it.
+    if not re.search(r"- name: control-dir\n\s+mountPath: [^\n]+\n\s+readOnly: true", plugin):
+        fail("templates/device-plugin.yaml: the control directory must be mounted read-only")
+    if "socket-dir" in plugin:
+        fail("templates/device-plugin.yaml: the plugin needs no mount of the socket directory")
+    if not re.search(r'hasPrefix \(printf "%s/" \$dir\) \(clean \$control\)', helpers):
+        fail("_helpers.tpl nvshare.checkSockets: must refuse a control socket inside socketDir")
     scheduler = texts.get("scheduler.yaml", "")
     for needle in ("hostPID: true", "automountServiceAccountToken: false"):
         if needle not in scheduler:
@@ -586,7 +594,16 @@ def check_manifests(root, values, chart, scheduler_knobs, plugin_knobs):
              f"plugin's socket-dir {socket_dir}")
     if s_spec["containers"][0]["resources"] != values["scheduler"]["resources"]:
         fail(f"{label} nvshare-scheduler: resources differ from values.yaml")
-    check_host_mounts(label + " nvshare-scheduler", s_spec, {socket_dir: socket_dir})
+    control_socket = plugin_defaults["control-socket"]
+    control_dir = os.path.dirname(control_socket)
+    if scheduler_defaults["control-socket"] != control_socket:
+        fail(f"knob defaults: the scheduler's control-socket {scheduler_defaults['control-socket']} "
+             f"is not the plugin's {control_socket}")
+    if (control_dir + "/").startswith(socket_dir.rstrip("/") + "/"):
+        fail(f"knob defaults: the control socket {control_socket} lies in the plugin's socket-dir "
+             f"{socket_dir}, which every GPU container gets")
+    check_host_mounts(label + " nvshare-scheduler", s_spec,
+                      {socket_dir: socket_dir, control_dir: control_dir})
 
     p_spec = plugin["spec"]["template"]["spec"]
     if p_spec.get("hostPID"):
@@ -605,9 +622,12 @@ def check_manifests(root, values, chart, scheduler_knobs, plugin_knobs):
     check_host_mounts(label + " nvshare-device-plugin", p_spec, {
         plugin_defaults["kubelet-dir"]: plugin_defaults["kubelet-dir"],
         pod_resources_dir: pod_resources_dir,
-        socket_dir: socket_dir,
+        control_dir: control_dir,
         os.path.dirname(library): os.path.dirname(library),
-    })
+    }, read_only={control_dir, os.path.dirname(library)})
+    if any((v.get("hostPath") or {}).get("path") == socket_dir for v in p_spec.get("volumes", [])):
+        fail(f"{label} nvshare-device-plugin: mounts the socket directory {socket_dir}, "
+             f"which it does not need")
     init = (p_spec.get("initContainers") or [{}])[0]
     command = init.get("command") or []
     if len(command) != 3 or command[0] != "/usr/bin/nvshare-install-library" or \
@@ -618,18 +638,22 @@ def check_manifests(root, values, chart, scheduler_knobs, plugin_knobs):
         fail(f"{label} nvshare-device-plugin: init container resources differ from values.yaml")
 
 
-def check_host_mounts(where, spec, expected):
+def check_host_mounts(where, spec, expected, read_only=frozenset()):
     """Every host directory in `expected` is a hostPath volume mounted at the expected path in the
-    pod's main container."""
+    pod's main container, read-only when it is in `read_only`."""
     volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in spec.get("volumes", [])}
-    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0].get("volumeMounts", [])}
+    mounts = {m["name"]: m for m in spec["containers"][0].get("volumeMounts", [])}
     for host_path, container_path in expected.items():
         names = [name for name, path in volumes.items() if path == host_path]
         if not names:
             fail(f"{where}: no hostPath volume for {host_path}")
-        elif mounts.get(names[0]) != container_path:
-            fail(f"{where}: {host_path} is mounted at {mounts.get(names[0])}, "
+            continue
+        mount = mounts.get(names[0]) or {}
+        if mount.get("mountPath") != container_path:
+            fail(f"{where}: {host_path} is mounted at {mount.get('mountPath')}, "
                  f"expected {container_path}")
+        elif host_path in read_only and mount.get("readOnly") is not True:
+            fail(f"{where}: {host_path} must be mounted read-only")
 
 
 def check_examples(root, plugin_knobs):

@@ -313,6 +313,7 @@ TEST_F(PluginServerTest, AllocateInLdPreloadMode) {
   EXPECT_TRUE(container.mounts(0).read_only());
   EXPECT_EQ(container.mounts(1).host_path(), config_.socket_dir);
   EXPECT_EQ(container.mounts(1).container_path(), config_.socket_dir);
+  EXPECT_TRUE(container.mounts(1).read_only());
   EXPECT_FALSE(std::filesystem::exists(config_.ld_so_preload_host_path));
 }
 

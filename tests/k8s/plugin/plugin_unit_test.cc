@@ -58,7 +58,7 @@ TEST(PluginKnobs, DefaultsAreTheAgreedOnes) {
   EXPECT_EQ(c.injection, Injection::kLdPreload);
   EXPECT_EQ(c.ld_so_preload_host_path, "/var/lib/nvshare/ld.so.preload");
   EXPECT_EQ(c.socket_dir, "/var/run/nvshare");
-  EXPECT_EQ(c.control_socket, "/var/run/nvshare/control.sock");
+  EXPECT_EQ(c.control_socket, "/var/run/nvshare-control/control.sock");
   EXPECT_EQ(c.node_name, "");
   EXPECT_EQ(c.kubeconfig, "");
   EXPECT_EQ(c.health_interval, std::chrono::seconds(5));
@@ -166,6 +166,38 @@ TEST(PluginKnobs, ErrorsNameTheKnobTheSourceAndWhatIsAccepted) {
   EXPECT_NE(error_of({"--watch-timeout", "1.5"}).find("not an integer"), std::string::npos);
   EXPECT_NE(error_of({"--log-level", "loud"}).find("error, warn, info, debug, trace"),
             std::string::npos);
+}
+
+// socket-dir is mounted into every GPU container and the control socket admits root: a layout
+// that puts the control socket there is reported, however it is spelled (and still parses, with a
+// warning: outside a cluster nothing mounts socket-dir).
+TEST(PluginKnobs, AControlSocketInTheSocketDirectoryIsReported) {
+  const auto layout_error = [](Env env) {
+    auto parsed = parse({}, std::move(env));
+    if (!parsed) return "(not parsed) " + parsed.error().message;
+    Status s = check_socket_layout(parsed.value().config);
+    return s ? std::string("(ok)") : s.error().message;
+  };
+  EXPECT_EQ(layout_error({}), "(ok)");  // the defaults keep them apart
+  for (const std::string& control :
+       {"/var/run/nvshare/control.sock", "/var/run/nvshare/sub/control.sock",
+        "/var/run/nvshare-control/../nvshare/control.sock", "/var/run//nvshare/./control.sock"}) {
+    const std::string error = layout_error({{"NVSHARE_PLUGIN_CONTROL_SOCKET", control}});
+    EXPECT_NE(error.find("control-socket " + control + " lies in socket-dir /var/run/nvshare"),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("default /var/run/nvshare-control/control.sock"), std::string::npos);
+  }
+  EXPECT_NE(layout_error({{"NVSHARE_PLUGIN_SOCKET_DIR", "/run/gpu/"},
+                          {"NVSHARE_PLUGIN_CONTROL_SOCKET", "/run/gpu/control.sock"}})
+                .find("lies in socket-dir"),
+            std::string::npos);
+  // A sibling whose name merely starts like the socket directory is another directory.
+  EXPECT_EQ(layout_error({{"NVSHARE_PLUGIN_CONTROL_SOCKET", "/var/run/nvshare2/control.sock"}}),
+            "(ok)");
+  EXPECT_EQ(layout_error({{"NVSHARE_PLUGIN_SOCKET_DIR", "/run/a"},
+                          {"NVSHARE_PLUGIN_CONTROL_SOCKET", "/run/control.sock"}}),
+            "(ok)");
 }
 
 TEST(PluginKnobs, HelpListsEveryKnob) {
@@ -373,7 +405,9 @@ TEST(Allocate, LdPreloadMode) {
   EXPECT_EQ(mounts.size(), 2u);
   EXPECT_EQ(mounts.at("/usr/lib/nvshare/libnvshare.so"),
             std::make_pair(std::string("/host/lib/libnvshare.so"), true));
-  EXPECT_EQ(mounts.at("/run/nvshare"), std::make_pair(std::string("/run/nvshare"), false));
+  // Read-only: connecting to scheduler.sock needs no write access, and a writable mount would let
+  // a container replace the socket for every other pod on the node.
+  EXPECT_EQ(mounts.at("/run/nvshare"), std::make_pair(std::string("/run/nvshare"), true));
 }
 
 TEST(Allocate, LdSoPreloadMode) {
@@ -387,6 +421,7 @@ TEST(Allocate, LdSoPreloadMode) {
   EXPECT_EQ(envs.at("NVSHARE_SOCKET"), "/run/nvshare/scheduler.sock");
   const auto mounts = mounts_of(response.value());
   EXPECT_EQ(mounts.size(), 3u);
+  EXPECT_EQ(mounts.at("/run/nvshare"), std::make_pair(std::string("/run/nvshare"), true));
   EXPECT_EQ(mounts.at("/etc/ld.so.preload"),
             std::make_pair(std::string("/host/ld.so.preload"), true));
   EXPECT_EQ(mounts.at("/usr/lib/nvshare/libnvshare.so"),

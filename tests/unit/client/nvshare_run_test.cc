@@ -113,6 +113,17 @@ TEST_F(NvshareRunTest, SchedulerSocketNamedLikeTheSystemOneGetsControlSockNextTo
   EXPECT_TRUE(std::filesystem::exists(dir_.file("run/scheduler.log")));
 }
 
+// A missing socket directory under a symbolic link to a directory is created (as root the system
+// socket's /var/run is one to /run on most distributions, and /run/nvshare may not exist yet).
+TEST_F(NvshareRunTest, CreatesTheSocketDirectoryBeneathALinkedParent) {
+  std::filesystem::create_directory(dir_.file("real"));
+  std::filesystem::create_directory_symlink(dir_.file("real"), dir_.file("link"));
+  const std::string sock = socket("link/nvshare/s.sock");
+  const ProcessResult result = run({"--socket", sock, "true"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(std::filesystem::exists(dir_.file("real/nvshare/s.control.sock")));
+}
+
 TEST_F(NvshareRunTest, ReturnsTheCommandsExitStatus) {
   const std::string sock = socket();
   EXPECT_EQ(run({"--socket", sock, "--", "sh", "-c", "exit 7"}).exit_code, 7);

@@ -117,11 +117,11 @@ literals below are those defaults (check_chart.py fails when they and the knob t
 {{- end -}}
 
 {{- define "nvshare.schedulerControlSocket" -}}
-{{- .Values.scheduler.controlSocket | default "/var/run/nvshare/control.sock" -}}
+{{- .Values.scheduler.controlSocket | default "/var/run/nvshare-control/control.sock" -}}
 {{- end -}}
 
 {{- define "nvshare.pluginControlSocket" -}}
-{{- .Values.devicePlugin.controlSocket | default "/var/run/nvshare/control.sock" -}}
+{{- .Values.devicePlugin.controlSocket | default "/var/run/nvshare-control/control.sock" -}}
 {{- end -}}
 
 {{- define "nvshare.kubeletDir" -}}
@@ -145,9 +145,11 @@ literals below are those defaults (check_chart.py fails when they and the knob t
 {{- end -}}
 
 {{/*
-The socket directory serves the scheduler, the plugin and every GPU container, so the socket knobs of
-the two programs must agree; rendering stops with a message when they do not. The control socket may
-lie in another directory (which GPU containers do not get): the chart then mounts that one too.
+The socket directory serves the scheduler and every GPU container (read-only), so the socket knobs of
+the two programs must agree; rendering stops with a message when they do not. The control socket
+admits root, so its directory is another one, mounted into the scheduler and the plugin only; a
+control socket inside the socket directory would reach every GPU container and is refused, and so is
+one in a parent of the socket directory (the chart would mount that whole parent).
 */}}
 {{- define "nvshare.checkSockets" -}}
 {{- $dir := include "nvshare.socketDir" . -}}
@@ -159,12 +161,15 @@ lie in another directory (which GPU containers do not get): the chart then mount
 {{- if ne $control (include "nvshare.pluginControlSocket" .) -}}
 {{- fail (printf "scheduler.controlSocket (%s) and devicePlugin.controlSocket (%s) must be the same socket" $control (include "nvshare.pluginControlSocket" .)) -}}
 {{- end -}}
+{{- if hasPrefix (printf "%s/" $dir) (clean $control) -}}
+{{- fail (printf "scheduler.controlSocket (%s) must lie outside devicePlugin.socketDir (%s), which every GPU container gets: the control socket admits root" $control $dir) -}}
+{{- end -}}
+{{- if hasPrefix (printf "%s/" (dir (clean $control) | trimSuffix "/")) $dir -}}
+{{- fail (printf "scheduler.controlSocket (%s) must lie in a directory of its own, not in a parent of devicePlugin.socketDir (%s): the chart mounts that directory into the scheduler and the plugin" $control $dir) -}}
+{{- end -}}
 {{- end -}}
 
-{{/* The control socket's directory when it is not the socket directory, else "". */}}
-{{- define "nvshare.separateControlDir" -}}
-{{- $controlDir := dir (include "nvshare.schedulerControlSocket" .) -}}
-{{- if ne $controlDir (include "nvshare.socketDir" .) -}}
-{{- $controlDir -}}
-{{- end -}}
+{{/* The control socket's directory on the host. */}}
+{{- define "nvshare.controlDir" -}}
+{{- dir (include "nvshare.schedulerControlSocket" .) -}}
 {{- end -}}
