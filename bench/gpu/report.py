@@ -26,6 +26,16 @@ ROWS = [
     ("notfit_makespan_over_serial", "two jobs that do not fit: makespan / serial sum"),
     ("cap_error_max_points", "cap error (points), worst of every mix"),
     ("release_to_grant_p99_ms", "release -> next grant, no swap, p99 (ms)"),
+    ("cap_error_single_job_max_points", "cap error (points), one job alone at 10..90%"),
+    ("cap_error_max_points_shared_gpu_exclusive", "cap error (points), jobs sharing a GPU, mode exclusive"),
+    ("two_gpu_independent_time_ratio", "two GPUs: a job on each, makespan / native"),
+    ("two_gpu_one_process_time_ratio", "two GPUs: one process on both, time / native"),
+    ("two_gpu_cap_error_max_points", "two GPUs: 30% on one and 60% on the other, cap error (points)"),
+    ("single_matmul_time_ratio", "single compute-bound job, time / native"),
+    ("launch_sync_time_per_launch_ratio", "launch then synchronize, time / native"),
+    ("release_to_grant_p50_ms", "release -> next grant, p50 (ms)"),
+    ("revoke_to_release_p50_ms", "revoke -> release (drain), p50 (ms)"),
+    ("revoke_to_release_p99_ms", "revoke -> release (drain), p99 (ms)"),
 ]
 
 
@@ -53,6 +63,9 @@ def load(paths):
 
 def machine_words(m):
     gpu = m.get("gpu") or "unknown GPU"
+    count = len([line for line in (m.get("gpus") or "").splitlines() if line.strip()])
+    if count > 1:
+        gpu = f"{count}x {gpu}"
     return f"{gpu}, driver {m.get('driver', '?')}, {m.get('cuda', '?')}, torch {m.get('torch', '?')}"
 
 
