@@ -281,8 +281,7 @@ class Bench:
         name = "pair_fit"
         d = self.scenario_dir(name)
         single = self.native_single["matmul"]
-        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None),
-                    "exclusive-idle20": ("exclusive", "20")}
+        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None)}
         eff = {"native": [], **{v: [] for v in variants}}
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(self.sized("matmul"), None)] * 2)
@@ -300,7 +299,7 @@ class Bench:
         v = median(eff["auto"])
         self.metric("pair_fit_efficiency_auto", v, ">= 0.99", v is not None and v >= 0.99, "",
                     native=median(eff["native"]), runs=eff)
-        for variant in ("exclusive", "exclusive-idle20"):
+        for variant in ("exclusive",):
             v = median(eff[variant])
             self.metric(f"pair_fit_efficiency_{variant.replace('-', '_')}", v, ">= 0.99",
                         v is not None and v >= 0.99, "", native=median(eff["native"]), runs=eff,
@@ -311,8 +310,7 @@ class Bench:
         alone."""
         name = "idle3"
         d = self.scenario_dir(name)
-        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None),
-                    "exclusive-idle5": ("exclusive", "5")}
+        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None)}
         alone, ratios = [], {"native": [], **{v: [] for v in variants}}
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(self.sized("idle"), None)])

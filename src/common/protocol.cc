@@ -84,7 +84,7 @@ void encode_payload(ByteWriter& w, const Revoke& m) {
 }
 void decode_payload(ByteReader& r, Revoke& m, bool& valid) {
   m.epoch = r.u64();
-  m.reason = read_enum<RevokeReason>(r, static_cast<std::uint8_t>(RevokeReason::kAdmin), valid);
+  m.reason = read_enum<RevokeReason>(r, static_cast<std::uint8_t>(RevokeReason::kYield), valid);
   m.swap_out = read_bool(r, valid);
 }
 
@@ -111,7 +111,9 @@ void decode_payload(ByteReader& r, Usage& m, bool&) {
 }
 
 void encode_payload(ByteWriter& w, const SetLimits& m) { encode_limits(w, m.limits); }
-void decode_payload(ByteReader& r, SetLimits& m, bool& valid) { m.limits = decode_limits(r, valid); }
+void decode_payload(ByteReader& r, SetLimits& m, bool& valid) {
+  m.limits = decode_limits(r, valid);
+}
 
 void encode_payload(ByteWriter& w, const Wait& m) { w.u8(static_cast<std::uint8_t>(m.reason)); }
 void decode_payload(ByteReader& r, Wait& m, bool& valid) {
@@ -161,36 +163,56 @@ MessageType type_of(const Message& message) {
 
 std::string_view to_string(MessageType type) {
   switch (type) {
-    case MessageType::kHello: return "hello";
-    case MessageType::kWelcome: return "welcome";
-    case MessageType::kRequest: return "request";
-    case MessageType::kGrant: return "grant";
-    case MessageType::kRevoke: return "revoke";
-    case MessageType::kReleased: return "released";
-    case MessageType::kUsage: return "usage";
-    case MessageType::kLimits: return "limits";
-    case MessageType::kWait: return "wait";
-    case MessageType::kPing: return "ping";
-    case MessageType::kPong: return "pong";
+    case MessageType::kHello:
+      return "hello";
+    case MessageType::kWelcome:
+      return "welcome";
+    case MessageType::kRequest:
+      return "request";
+    case MessageType::kGrant:
+      return "grant";
+    case MessageType::kRevoke:
+      return "revoke";
+    case MessageType::kReleased:
+      return "released";
+    case MessageType::kUsage:
+      return "usage";
+    case MessageType::kLimits:
+      return "limits";
+    case MessageType::kWait:
+      return "wait";
+    case MessageType::kPing:
+      return "ping";
+    case MessageType::kPong:
+      return "pong";
   }
   return "unknown";
 }
 
 std::string_view to_string(RevokeReason reason) {
   switch (reason) {
-    case RevokeReason::kTurn: return "turn";
-    case RevokeReason::kQuota: return "quota";
-    case RevokeReason::kMemory: return "memory";
-    case RevokeReason::kAdmin: return "admin";
+    case RevokeReason::kTurn:
+      return "turn";
+    case RevokeReason::kQuota:
+      return "quota";
+    case RevokeReason::kMemory:
+      return "memory";
+    case RevokeReason::kAdmin:
+      return "admin";
+    case RevokeReason::kYield:
+      return "yield";
   }
   return "unknown";
 }
 
 std::string_view to_string(WaitReason reason) {
   switch (reason) {
-    case WaitReason::kMemory: return "memory";
-    case WaitReason::kTurn: return "turn";
-    case WaitReason::kQuota: return "quota";
+    case WaitReason::kMemory:
+      return "memory";
+    case WaitReason::kTurn:
+      return "turn";
+    case WaitReason::kQuota:
+      return "quota";
   }
   return "unknown";
 }
@@ -240,7 +262,8 @@ Result<std::optional<Decoded>> decode_frame(std::span<const std::uint8_t> bytes)
   if (version < kMinVersion || version > kMaxVersion) {
     return malformed("unsupported protocol version " + std::to_string(version));
   }
-  if (type < 1 || type > kMessageTypes) return malformed("unknown message type " + std::to_string(type));
+  if (type < 1 || type > kMessageTypes)
+    return malformed("unknown message type " + std::to_string(type));
   if (length > kMaxPayload) {
     return malformed("payload length " + std::to_string(length) + " exceeds the maximum " +
                      std::to_string(kMaxPayload));
@@ -254,7 +277,8 @@ Result<std::optional<Decoded>> decode_frame(std::span<const std::uint8_t> bytes)
   if (!reader.ok()) return malformed(name + " payload is truncated or a string is too long");
   if (!valid) return malformed(name + " payload has a field out of range");
   if (!reader.done()) {
-    return malformed(name + " payload has " + std::to_string(reader.remaining()) + " trailing bytes");
+    return malformed(name + " payload has " + std::to_string(reader.remaining()) +
+                     " trailing bytes");
   }
   return Out{Decoded{Frame{version, std::move(message)}, kHeaderSize + length}};
 }

@@ -7,14 +7,16 @@
 //   offset 6  u16  type         MessageType
 //   offset 8  u32  length       payload bytes that follow, at most kMaxPayload
 //
-// All integers are little endian, written and read field by field (no struct memcpy). Strings are a u16
-// length and that many bytes, each with its own maximum. A payload must be consumed exactly: a field
-// missing or a byte left over makes the frame malformed, and so does an enum value outside its range.
+// All integers are little endian, written and read field by field (no struct memcpy). Strings are a
+// u16 length and that many bytes, each with its own maximum. A payload must be consumed exactly: a
+// field missing or a byte left over makes the frame malformed, and so does an enum value outside
+// its range.
 //
 // Contract of FrameDecoder: bytes may arrive in any split (streaming); next() yields each complete
-// message in order, nullopt while a frame is incomplete, or an error for malformed input. A header is
-// checked as soon as its 12 bytes are present, so an oversized length is rejected before any payload is
-// awaited. After an error the decoder stays failed: the connection it serves is to be closed.
+// message in order, nullopt while a frame is incomplete, or an error for malformed input. A header
+// is checked as soon as its 12 bytes are present, so an oversized length is rejected before any
+// payload is awaited. After an error the decoder stays failed: the connection it serves is to be
+// closed.
 #pragma once
 
 #include <cstddef>
@@ -52,18 +54,28 @@ enum class MessageType : std::uint16_t {
   kPong = 11,     // answer to ping with the same nonce
 };
 
-enum class RevokeReason : std::uint8_t { kTurn = 1, kQuota = 2, kMemory = 3, kAdmin = 4 };
+// kYield is a soft revoke: someone waits for this holder and the hand-off moves no memory, so the
+// holder gives the grant back (released, no drain) as soon as it is idle; it keeps running until
+// then. Sent only to clients that announce capability::kYield.
+enum class RevokeReason : std::uint8_t {
+  kTurn = 1,
+  kQuota = 2,
+  kMemory = 3,
+  kAdmin = 4,
+  kYield = 5
+};
 enum class WaitReason : std::uint8_t { kMemory = 1, kTurn = 2, kQuota = 3 };
 
 // Capability bits a peer announces in hello/welcome; unknown bits are ignored.
 namespace capability {
-inline constexpr std::uint64_t kSwap = 1u << 0;         // can move its allocations to host on revoke
-inline constexpr std::uint64_t kIdleRelease = 1u << 1;  // releases the grant by itself when idle
-inline constexpr std::uint64_t kUsageReports = 1u << 2; // sends usage messages
+inline constexpr std::uint64_t kSwap = 1u << 0;  // can move its allocations to host on revoke
+inline constexpr std::uint64_t kIdleRelease = 1u << 1;   // releases the grant by itself when idle
+inline constexpr std::uint64_t kUsageReports = 1u << 2;  // sends usage messages
+inline constexpr std::uint64_t kYield = 1u << 3;         // understands RevokeReason::kYield
 }  // namespace capability
 
-// Limits as enforced by the client. memory_bytes 0 means no memory limit; core_percent is 1..100 and
-// 100 means uncapped.
+// Limits as enforced by the client. memory_bytes 0 means no memory limit; core_percent is 1..100
+// and 100 means uncapped.
 struct Limits {
   std::uint64_t memory_bytes = 0;
   std::uint8_t core_percent = 100;
@@ -73,12 +85,12 @@ struct Limits {
 struct Hello {
   std::uint16_t min_version = kMinVersion;
   std::uint16_t max_version = kMaxVersion;
-  std::uint32_t pid = 0;                // informational: the scheduler trusts SO_PEERCRED
-  std::string gpu_uuid;                 // "GPU-..." of the device this session is for
-  std::uint64_t gpu_memory_bytes = 0;   // physical memory of that GPU as the driver reports it
+  std::uint32_t pid = 0;               // informational: the scheduler trusts SO_PEERCRED
+  std::string gpu_uuid;                // "GPU-..." of the device this session is for
+  std::uint64_t gpu_memory_bytes = 0;  // physical memory of that GPU as the driver reports it
   std::uint64_t capabilities = 0;
-  Limits declared;                      // honoured only when the scheduler trusts client limits
-  std::string pod_uid;                  // declared pod identity, informational unless trusted
+  Limits declared;      // honoured only when the scheduler trusts client limits
+  std::string pod_uid;  // declared pod identity, informational unless trusted
   std::string process_name;
   bool operator==(const Hello&) const = default;
 };
@@ -140,8 +152,8 @@ struct Pong {
   bool operator==(const Pong&) const = default;
 };
 
-using Message = std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits, Wait,
-                             Ping, Pong>;
+using Message = std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits,
+                             Wait, Ping, Pong>;
 
 MessageType type_of(const Message& message);
 std::string_view to_string(MessageType type);
@@ -151,9 +163,10 @@ std::string_view to_string(WaitReason reason);
 // The version both sides speak, or nullopt when the peer's range does not overlap ours.
 std::optional<std::uint16_t> negotiate_version(std::uint16_t peer_min, std::uint16_t peer_max);
 
-// Encodes one frame (header and payload) in protocol version `version`. Fails only when a field does
-// not fit its wire limits (a string longer than its maximum).
-Result<std::vector<std::uint8_t>> encode(const Message& message, std::uint16_t version = kMaxVersion);
+// Encodes one frame (header and payload) in protocol version `version`. Fails only when a field
+// does not fit its wire limits (a string longer than its maximum).
+Result<std::vector<std::uint8_t>> encode(const Message& message,
+                                         std::uint16_t version = kMaxVersion);
 // Appends the frame to `out`; same failure rule as encode.
 Status encode_to(const Message& message, std::vector<std::uint8_t>& out,
                  std::uint16_t version = kMaxVersion);
@@ -163,8 +176,8 @@ struct Frame {
   Message message;
 };
 
-// Decodes the frame at the start of `bytes`. Returns the frame and the bytes it used, nullopt when the
-// frame is not complete yet, or an error when what is there is malformed.
+// Decodes the frame at the start of `bytes`. Returns the frame and the bytes it used, nullopt when
+// the frame is not complete yet, or an error when what is there is malformed.
 struct Decoded {
   Frame frame;
   std::size_t consumed = 0;

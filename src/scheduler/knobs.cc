@@ -1,8 +1,5 @@
 #include "scheduler/knobs.h"
 
-#include <cstdio>
-#include <cstdlib>
-
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
 #include "common/quantity.h"
@@ -19,9 +16,6 @@ using knobparse::parse_decimal;
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
 using knobparse::parse_seconds;
-using knobparse::strip_backticks;
-using knobparse::upper_snake;
-using knobparse::wrap;
 
 Result<CapacitySpec> parse_capacity(std::string_view text) {
   CapacitySpec spec;
@@ -202,6 +196,8 @@ const Knob kKnobs[] = {
      }},
 };
 
+const knobtable::KnobTable<Knob, DaemonConfig> kTable(kKnobs, "NVSHARE_");
+
 }  // namespace
 
 std::optional<std::uint64_t> CapacitySpec::for_gpu(const std::string& uuid) const {
@@ -225,16 +221,9 @@ std::string CapacitySpec::to_string() const {
 }
 
 std::span<const Knob> knobs() { return kKnobs; }
-
-const Knob* find_knob(std::string_view name) {
-  for (const Knob& knob : kKnobs) {
-    if (knob.name == name) return &knob;
-  }
-  return nullptr;
-}
-
-std::string flag_name(const Knob& knob) { return "--" + std::string(knob.name); }
-std::string env_name(const Knob& knob) { return "NVSHARE_" + upper_snake(knob.name); }
+const Knob* find_knob(std::string_view name) { return kTable.find(name); }
+std::string flag_name(const Knob& knob) { return kTable.flag_name(knob); }
+std::string env_name(const Knob& knob) { return kTable.env_name(knob); }
 
 std::string set_policy_member(const Knob& knob) {
   if (knob.scope != KnobScope::kPolicy) return "";
@@ -257,114 +246,41 @@ const Knob* knob_for_set_policy_member(std::string_view member) {
 }
 
 Status apply_knob(const Knob& knob, std::string_view value, DaemonConfig& config) {
-  if (Status s = knob.apply(value, config); !s) {
-    return make_error(std::string(knob.name) + ": " + s.error().message);
-  }
-  return Status::Ok();
+  return kTable.apply(knob, value, config);
 }
 
-DaemonConfig default_config() {
-  DaemonConfig config;
-  for (const Knob& knob : kKnobs) {
-    // The defaults are literals of this file; a unit test proves each one parses.
-    (void)apply_knob(knob, knob.default_value, config);
-  }
-  return config;
-}
+DaemonConfig default_config() { return kTable.defaults(); }
 
 Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv) {
-  CommandLine command_line;
-  command_line.config = default_config();
-  DaemonConfig& config = command_line.config;
-
-  for (const Knob& knob : kKnobs) {
-    const std::string env = env_name(knob);
-    const char* value = getenv(env.c_str());
-    if (value == nullptr || *value == '\0') continue;
-    if (Status s = knob.apply(value, config); !s) {
-      return make_error("environment variable " + env + ": " + s.error().message);
-    }
-  }
-
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      command_line.help = true;
-      continue;
-    }
-    if (arg == "--version") {
-      command_line.version = true;
-      continue;
-    }
-    if (arg == "--print-config-doc") {
-      command_line.print_config_doc = true;
-      continue;
-    }
-    if (arg.substr(0, 2) != "--") {
-      return make_error("unexpected argument \"" + std::string(arg) + "\" (see --help)");
-    }
-    const std::size_t eq = arg.find('=');
-    const std::string_view name = arg.substr(2, eq == std::string_view::npos ? arg.npos : eq - 2);
-    const Knob* knob = find_knob(name);
-    if (knob == nullptr) return make_error("unknown flag --" + std::string(name) + " (see --help)");
-    std::string_view value;
-    if (eq != std::string_view::npos) {
-      value = arg.substr(eq + 1);
-    } else if (knob->is_switch) {
-      value = "true";
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return make_error("flag --" + std::string(name) + " needs a value (see --help)");
-    }
-    if (Status s = knob->apply(value, config); !s) {
-      return make_error("flag --" + std::string(name) + ": " + s.error().message);
-    }
-  }
-
-  if (Status s = policy::validate(config.policy); !s) {
+  auto command_line = kTable.parse_command_line(argc, argv, getenv);
+  if (!command_line) return command_line;
+  if (Status s = policy::validate(command_line.value().config.policy); !s) {
     return make_error("invalid policy settings: " + s.error().message);
   }
   return command_line;
 }
 
 std::string help_text(std::string_view program) {
-  std::string out = "Usage: " + std::string(program) + " [FLAGS]\n\n";
-  out += wrap(
+  return kTable.help_text(
+      program,
       "nvshare-scheduler arbitrates each GPU of this node between the processes that share it. "
-      "Every "
-      "flag can also be set by its environment variable; flags win over the environment.",
-      100, "");
-  out += "\nFlags:\n";
-  for (const Knob& knob : kKnobs) {
-    out += "  " + flag_name(knob) + (knob.is_switch ? "[=BOOL]" : " VALUE") + "  (env " +
-           env_name(knob) + ")\n";
-    out += wrap(strip_backticks(knob.meaning), 100, "      ");
-    const std::string shown_default =
-        knob.default_value.empty() ? "(empty)" : std::string(knob.default_value);
-    out += wrap("Default: " + shown_default + ". Range: " + strip_backticks(knob.range) + ".", 100,
-                "      ");
-  }
-  out += "  --help             print this text\n";
-  out += "  --version          print the version\n";
-  out += "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n";
-  return out;
+      "Every flag can also be set by its environment variable; flags win over the environment.");
 }
 
 std::string config_doc_table() {
-  std::string out =
-      "| knob | flag | environment variable | default | range | set-policy member | meaning |\n"
-      "|---|---|---|---|---|---|---|\n";
-  for (const Knob& knob : kKnobs) {
-    const std::string shown_default =
-        knob.default_value.empty() ? "(empty)" : "`" + std::string(knob.default_value) + "`";
-    out +=
-        "| " + std::string(knob.name) + " | `" + flag_name(knob) + "` | `" + env_name(knob) +
-        "` | " + shown_default + " | " + std::string(knob.range) + " | " +
-        (knob.scope == KnobScope::kPolicy ? "`" + set_policy_member(knob) + "`" : "(start only)") +
-        " | " + std::string(knob.meaning) + " |\n";
-  }
-  return out;
+  using knobtable::DocField;
+  return kTable.doc_table({DocField::kKnob,
+                           DocField::kFlag,
+                           DocField::kEnvironment,
+                           DocField::kDefault,
+                           DocField::kRange,
+                           {"set-policy member",
+                            [](const Knob& knob) -> std::string {
+                              return knob.scope == KnobScope::kPolicy
+                                         ? "`" + set_policy_member(knob) + "`"
+                                         : "(start only)";
+                            }},
+                           DocField::kMeaning});
 }
 
 }  // namespace nvshare::scheduler

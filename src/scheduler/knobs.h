@@ -5,6 +5,8 @@
 // definition: the daemon's starting configuration is built by applying each knob's default text,
 // then the environment, then the command line (later wins); `--help`, `--print-config-doc` and the
 // table in docs/configuration.md are generated from it (a test checks the document is current).
+// The mechanism is common/knob_table.h, shared with the device plugin; this file holds the table
+// and what only the scheduler has (knob scopes, set-policy members, policy validation).
 //
 // Knobs of scope kPolicy are per-GPU policy settings; the control API's set-policy applies them at
 // run time through the same parsers (apply_knob), so a value means the same thing wherever it is
@@ -16,13 +18,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "common/knob_table.h"
 #include "common/log.h"
 #include "common/result.h"
 #include "scheduler/policy/config.h"
@@ -83,14 +85,8 @@ Status apply_knob(const Knob& knob, std::string_view value, DaemonConfig& config
 // The configuration from every knob's default (valid by construction; a test checks it).
 DaemonConfig default_config();
 
-struct CommandLine {
-  DaemonConfig config;
-  bool help = false;
-  bool version = false;
-  bool print_config_doc = false;
-};
-
-using EnvLookup = std::function<const char*(const char*)>;
+using CommandLine = knobtable::CommandLine<DaemonConfig>;
+using EnvLookup = knobtable::EnvLookup;
 
 // Builds the configuration from the defaults, then the environment (through `getenv`), then argv
 // (`--name value`, `--name=value`, switches as `--name` or `--name=true|false`). Validates the

@@ -138,6 +138,13 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
             channel_.send(a.client, protocol::Grant{a.epoch});
           } else if constexpr (std::is_same_v<T, policy::SendRevoke>) {
             channel_.send(a.client, protocol::Revoke{a.epoch, a.reason, a.swap_out});
+          } else if constexpr (std::is_same_v<T, policy::SendYield>) {
+            // Only clients that understand it get a soft revoke; others keep their quantum.
+            if (auto it = clients_.find(a.client);
+                it != clients_.end() && (it->second.capabilities & protocol::capability::kYield)) {
+              channel_.send(a.client,
+                            protocol::Revoke{a.epoch, protocol::RevokeReason::kYield, false});
+            }
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {

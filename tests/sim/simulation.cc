@@ -273,6 +273,17 @@ class World {
     schedule(now_ + delay, What::kRelease, index, a.epoch);
   }
 
+  void on_action(const policy::SendYield& a) {
+    SimClient* c = by_id(a.client);
+    log("<- yield c" + std::to_string(a.client) + " epoch " + std::to_string(a.epoch));
+    if (c == nullptr) return fail("yield to unknown client " + std::to_string(a.client));
+    if (c->holding != a.epoch || c->revoked) {
+      return fail("yield to " + name(*c) + " for epoch " + std::to_string(a.epoch) +
+                  ", which it does not hold unrevoked");
+    }
+    ++result_.yields;  // simulated clients keep their grant until revoked or idle as before
+  }
+
   void on_action(const policy::SendWait& a) {
     SimClient* c = by_id(a.client);
     log("<- wait c" + std::to_string(a.client) + " " + std::string(protocol::to_string(a.reason)));

@@ -37,6 +37,7 @@ struct SimResult {
   std::uint64_t revokes = 0;
   std::uint64_t quota_revokes = 0;
   std::uint64_t swap_outs = 0;
+  std::uint64_t yields = 0;  // soft revokes sent (exclusive mode, someone waits and fits)
   std::uint64_t unresponsive = 0;
   std::uint64_t stale_releases = 0;
   std::uint64_t limit_changes = 0;

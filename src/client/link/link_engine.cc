@@ -26,6 +26,9 @@ constexpr std::size_t kMaxPendingOutput = std::size_t{1} << 20;
 constexpr std::size_t kReadChunk = 4096;
 // The longest the thread sleeps with nothing due, so a stop request is never missed for long.
 constexpr Duration kMaxSleep = std::chrono::seconds(1);
+// Idle time after which a holder asked to yield releases: long enough not to hand over in the gap
+// between two launches of a busy loop, short against the host work of an interactive job.
+constexpr Duration kYieldIdle = std::chrono::microseconds(500);
 
 MonoTime now_mono() { return SteadyClock::instance().now(); }
 
@@ -333,12 +336,14 @@ void DeviceChannel::service_timers(MonoTime now, MonoTime& next) {
     }
   }
 
-  const Duration idle = engine_.options_.idle_release;
+  const Duration idle = idle_threshold();
   if (state_ == GrantState::kHeld && idle.count() > 0) {
     if (now >= s.next_idle_check) {
       try_idle_release(now);
       if (s.conn != Conn::kUp) return;
-      s.next_idle_check = now + std::max<Duration>(idle / 2, std::chrono::milliseconds(1));
+      const Duration floor =
+          s.yield_epoch == s.epoch ? std::chrono::microseconds(250) : std::chrono::milliseconds(1);
+      s.next_idle_check = now + std::max<Duration>(idle / 2, floor);
     }
     if (state_ == GrantState::kHeld) next = std::min(next, s.next_idle_check);
   }
@@ -387,7 +392,7 @@ void DeviceChannel::try_connect(MonoTime now) {
   hello.pid = static_cast<std::uint32_t>(::getpid());
   hello.gpu_uuid = identity_.gpu_uuid.substr(0, protocol::kMaxUuidLength);
   hello.gpu_memory_bytes = identity_.gpu_memory_bytes;
-  hello.capabilities = protocol::capability::kUsageReports;
+  hello.capabilities = protocol::capability::kUsageReports | protocol::capability::kYield;
   if (options.can_swap) hello.capabilities |= protocol::capability::kSwap;
   if (options.idle_release.count() > 0) hello.capabilities |= protocol::capability::kIdleRelease;
   hello.declared = options.declared;
@@ -596,8 +601,25 @@ void DeviceChannel::on_grant(const protocol::Grant& grant, MonoTime now) {
   engine_.trace_.record("grant", identity_.gpu_uuid, grant.epoch, swap_in_ms);
 }
 
+Duration DeviceChannel::idle_threshold() const {
+  const Duration idle = engine_.options_.idle_release;
+  if (session_.yield_epoch != 0 && session_.yield_epoch == session_.epoch) {
+    return idle.count() > 0 ? std::min(idle, kYieldIdle) : kYieldIdle;
+  }
+  return idle;
+}
+
 void DeviceChannel::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
   Session& s = session_;
+  if (revoke.reason == protocol::RevokeReason::kYield) {
+    // Not a revoke: keep running, but release as soon as idle (checked from the next pass on).
+    if (state_ == GrantState::kHeld && revoke.epoch == s.epoch) {
+      s.yield_epoch = revoke.epoch;
+      s.next_idle_check = now;
+      engine_.trace_.record("yield", identity_.gpu_uuid, revoke.epoch);
+    }
+    return;
+  }
   if (state_ != GrantState::kHeld || revoke.epoch != s.epoch) {
     NVSHARE_DEBUG("%s: stale revoke of grant %llu ignored (state %s, grant %llu)",
                   identity_.gpu_uuid.c_str(), static_cast<unsigned long long>(revoke.epoch),
@@ -654,7 +676,7 @@ void DeviceChannel::finish_revoke(MonoTime now) {
 void DeviceChannel::try_idle_release(MonoTime now) {
   Session& s = session_;
   if (s.revoke_pending || !agent_allowed()) return;
-  const Duration idle = engine_.options_.idle_release;
+  const Duration idle = idle_threshold();
   if (agent_.idle_for() < idle) return;
   std::uint64_t inside;
   {

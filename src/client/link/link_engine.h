@@ -162,6 +162,7 @@ class DeviceChannel final : public DeviceLink {
     bool swapped_out = false;
     std::uint64_t swap_out_bytes_per_s = 0;
     MonoTime next_idle_check{};
+    std::uint64_t yield_epoch = 0;  // a soft revoke (yield) asks to release this grant once idle
     bool usage_sent = false;
     protocol::Usage last_usage;
     MonoTime last_usage_at{};
@@ -185,6 +186,9 @@ class DeviceChannel final : public DeviceLink {
   void on_welcome(const protocol::Welcome& welcome, MonoTime now);
   void on_grant(const protocol::Grant& grant, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
+  // How long the holder must be idle before it releases by itself: the idle release, or the much
+  // shorter yield threshold while someone waits for this grant.
+  Duration idle_threshold() const;
   void finish_revoke(MonoTime now);
   void try_idle_release(MonoTime now);
   void send_usage(MonoTime now, bool force);

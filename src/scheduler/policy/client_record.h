@@ -35,6 +35,7 @@ struct ClientRecord {
   RevokeReason revoke_reason = RevokeReason::kTurn;
   bool swap_out = false;
   MonoTime unresponsive_at{};
+  GrantEpoch yield_epoch = 0;  // the grant a yield was sent for (once per grant)
 
   // Set while waiting.
   MonoTime waiting_since{};

@@ -85,6 +85,14 @@ struct SendRevoke {
   bool swap_out = false;  // the next runner does not fit beside this one: move memory to host first
 };
 
+// Someone waits for this holder and would fit beside its memory (exclusive mode): the holder may
+// give the grant back as soon as it is idle instead of holding it to the end of its quantum. Sent
+// once per grant; the holder answers with an ordinary release (or none, if it stays busy).
+struct SendYield {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+};
+
 struct SendWait {
   ClientId client = 0;
   WaitReason reason = WaitReason::kTurn;
@@ -101,6 +109,7 @@ struct HolderUnresponsive {
   GrantEpoch epoch = 0;
 };
 
-using Action = std::variant<SendGrant, SendRevoke, SendWait, SendLimits, HolderUnresponsive>;
+using Action =
+    std::variant<SendGrant, SendRevoke, SendYield, SendWait, SendLimits, HolderUnresponsive>;
 
 }  // namespace nvshare::policy

@@ -163,6 +163,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   grant_in_order(now, out);
   revoke_ended_turns(now, out);
   send_wait_reasons(out);
+  send_yields(out);
   update_rates();
   next_deadline_ = compute_deadline();
 }
@@ -293,6 +294,25 @@ void GpuPolicy::send_wait_reasons(std::vector<Action>& out) {
     if (reason && reason != c.wait_reason) {
       c.wait_reason = reason;
       out.push_back(SendWait{c.id, *reason});
+    }
+  }
+}
+
+// Exclusive mode: while the head of the queue waits for its turn and would fit beside the holders'
+// memory (the hand-off moves nothing), each holder is asked once per grant to give the GPU back as
+// soon as it is idle. A busy holder keeps its quantum; one that pauses (host work between short
+// kernels, a finished job) hands over at once instead of after its idle release.
+void GpuPolicy::send_yields(std::vector<Action>& out) {
+  if (config_.mode != Mode::kExclusive) return;
+  const ClientRecord* next = head();
+  if (next == nullptr) return;
+  const std::vector<const ClientRecord*> holders = blocking_holders();
+  if (holders.empty() || !fits(sum_working_sets(holders) + next->allocated_bytes)) return;
+  for (const ClientRecord* holder : holders) {
+    ClientRecord& c = *find(holder->id);
+    if (c.state == ClientState::kRunning && c.yield_epoch != c.epoch) {
+      c.yield_epoch = c.epoch;
+      out.push_back(SendYield{c.id, c.epoch});
     }
   }
 }

@@ -141,6 +141,7 @@ class GpuPolicy {
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   void send_wait_reasons(std::vector<Action>& out);
+  void send_yields(std::vector<Action>& out);
   void update_rates();
   std::optional<MonoTime> compute_deadline() const;
 

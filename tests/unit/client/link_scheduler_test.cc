@@ -99,7 +99,8 @@ TEST(LinkWithScheduler, TurnsRevokeDrainAndHandOverBothWays) {
 }
 
 // Both clients append to one trace file: each line is whole JSON, and the hand-over reads in order
-// request, grant (a), request (b), revoke, release (a), grant (b), with monotonic times.
+// request, grant (a), request (b), yield (a is asked to hand over once idle; it stays busy),
+// revoke, release (a), grant (b), with monotonic times.
 TEST(LinkWithScheduler, TraceRecordsTheHandOverInOrder) {
   TempDir dir;
   SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "0.2"});
@@ -130,10 +131,28 @@ TEST(LinkWithScheduler, TraceRecordsTheHandOverInOrder) {
       EXPECT_GE(j.find("ms")->as_double().value_or(-1), 0.0) << line;
     }
   }
-  const std::vector<std::string> expected = {"request", "grant",   "request",
+  const std::vector<std::string> expected = {"request", "grant",   "request", "yield",
                                              "revoke",  "release", "grant"};
   ASSERT_GE(events.size(), expected.size());
-  EXPECT_EQ(std::vector<std::string>(events.begin(), events.begin() + 6), expected);
+  EXPECT_EQ(std::vector<std::string>(events.begin(), events.begin() + 7), expected);
+}
+
+// Exclusive mode with a long quantum and a long idle release: a holder that goes idle while another
+// client waits hands the GPU over at once (the scheduler's yield), not after 60 s or 10 s.
+TEST(LinkWithScheduler, IdleHolderYieldsToAWaiterAtOnce) {
+  TempDir dir;
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "60"});
+  ASSERT_TRUE(scheduler.ready()) << scheduler.log();
+  Client a(scheduler.socket(), 10s);
+  Client b(scheduler.socket(), 10s);
+  a.submit();
+  ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
+  b.submit();
+  EXPECT_FALSE(b.submitted_within(300ms)) << "a busy holder keeps its turn";
+  a.agent().set_idle(1s);  // a's work is done
+  ASSERT_TRUE(b.submitted_within(3s)) << "an idle holder did not yield: " << scheduler.log();
+  EXPECT_EQ(a.state(), GrantState::kIdle);
+  EXPECT_EQ(a.agent().drains.load(), 0) << "a yield is an idle release: nothing to drain";
 }
 
 TEST(LinkWithScheduler, UnwritableTraceFileLeavesTheLinkWorking) {

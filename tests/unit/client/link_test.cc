@@ -108,7 +108,8 @@ TEST_F(LinkTest, HelloCarriesIdentityCapabilitiesAndDeclaredLimits) {
   EXPECT_EQ(hello->gpu_uuid, "GPU-abc");
   EXPECT_EQ(hello->gpu_memory_bytes, kGpuMemory);
   EXPECT_EQ(hello->capabilities, protocol::capability::kSwap | protocol::capability::kIdleRelease |
-                                     protocol::capability::kUsageReports);
+                                     protocol::capability::kUsageReports |
+                                     protocol::capability::kYield);
   EXPECT_EQ(hello->declared, (protocol::Limits{1ull << 30, 30}));
   EXPECT_EQ(hello->pod_uid, "pod-1234");
   std::ifstream comm("/proc/self/comm");
@@ -132,7 +133,8 @@ TEST_F(LinkTest, CapabilitiesFollowTheOptions) {
   ASSERT_NE(peer_, nullptr);
   auto hello = peer_->expect<protocol::Hello>();
   ASSERT_TRUE(hello);
-  EXPECT_EQ(hello->capabilities, protocol::capability::kUsageReports);
+  EXPECT_EQ(hello->capabilities,
+            protocol::capability::kUsageReports | protocol::capability::kYield);
 }
 
 TEST_F(LinkTest, SameUuidSameLinkAndOneSessionPerGpu) {

@@ -179,8 +179,8 @@ TEST(Protocol, ShortPayloadIsRejected) {
 }
 
 TEST(Protocol, OutOfRangeFieldsAreRejected) {
-  // Revoke with reason 0, reason 5, swap flag 2.
-  for (auto [reason, swap] : {std::pair{0, 0}, std::pair{5, 0}, std::pair{1, 2}}) {
+  // Revoke with reason 0, reason 6, swap flag 2.
+  for (auto [reason, swap] : {std::pair{0, 0}, std::pair{6, 0}, std::pair{1, 2}}) {
     std::vector<std::uint8_t> payload(8, 0);
     payload.push_back(static_cast<std::uint8_t>(reason));
     payload.push_back(static_cast<std::uint8_t>(swap));

@@ -159,3 +159,41 @@ TEST(Turns, RevokedClientIsRequeuedBehindTheOthers) {
 
 }  // namespace
 }  // namespace nvshare::policy::testing
+
+namespace nvshare::policy::testing {
+namespace {
+
+// Exclusive mode: a waiter that fits beside the holder's memory makes the scheduler ask the holder,
+// once per grant, to hand over as soon as it is idle; the holder keeps its grant until it releases.
+TEST(Yield, ExclusiveHolderIsAskedOnceWhenAFittingClientWaits) {
+  Harness h(virtual_gpu(Mode::kExclusive));
+  h.add_and_request(1, 4 * kGiB);
+  EXPECT_TRUE(only<SendYield>(h.last).empty()) << "nobody waits yet";
+  const std::vector<Action> actions = h.add_and_request(2, 4 * kGiB);
+  ASSERT_EQ(only<SendYield>(actions).size(), 1u);
+  EXPECT_EQ(only<SendYield>(actions)[0].client, 1u);
+  EXPECT_EQ(only<SendYield>(actions)[0].epoch, h.epoch(1));
+  EXPECT_EQ(h.state(1), ClientState::kRunning);
+  EXPECT_TRUE(only<SendYield>(h.add_and_request(3, 4 * kGiB)).empty()) << "once per grant";
+  // The holder releases (its idle release): the head runs, and is asked in turn while 3 waits.
+  const std::vector<Action> after = h.release(1);
+  EXPECT_TRUE(granted(after, 2));
+  ASSERT_EQ(only<SendYield>(after).size(), 1u);
+  EXPECT_EQ(only<SendYield>(after)[0].client, 2u);
+}
+
+TEST(Yield, NoYieldWhenTheHandOffWouldMoveMemory) {
+  Harness h(virtual_gpu(Mode::kExclusive));  // 18 GiB usable
+  h.add_and_request(1, 12 * kGiB);
+  EXPECT_TRUE(only<SendYield>(h.add_and_request(2, 12 * kGiB)).empty());
+}
+
+TEST(Yield, AutoModeNeverAsks) {
+  Harness h(virtual_gpu(Mode::kAuto));
+  h.add_and_request(1, 12 * kGiB);
+  EXPECT_TRUE(only<SendYield>(h.add_and_request(2, 12 * kGiB)).empty());
+  EXPECT_TRUE(only<SendYield>(h.advance(60s)).empty());
+}
+
+}  // namespace
+}  // namespace nvshare::policy::testing
