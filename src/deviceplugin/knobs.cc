@@ -14,9 +14,6 @@ namespace {
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
 using knobparse::parse_seconds_with_unit;
-using knobparse::strip_backticks;
-using knobparse::upper_snake;
-using knobparse::wrap;
 
 constexpr std::size_t kMaxUnixPath = 107;  // sun_path holds 108 bytes with the terminating NUL
 
@@ -329,6 +326,8 @@ const Knob kKnobs[] = {
      }},
 };
 
+const knobtable::KnobTable<Knob, PluginConfig> kTable(kKnobs, "NVSHARE_PLUGIN_");
+
 }  // namespace
 
 bool GpuSelection::selects(const std::string& uuid, unsigned index) const {
@@ -359,16 +358,9 @@ std::string PluginConfig::kubelet_socket() const { return kubelet_dir + "/kubele
 std::string PluginConfig::plugin_socket() const { return kubelet_dir + "/" + kPluginSocketName; }
 
 std::span<const Knob> knobs() { return kKnobs; }
-
-const Knob* find_knob(std::string_view name) {
-  for (const Knob& knob : kKnobs) {
-    if (knob.name == name) return &knob;
-  }
-  return nullptr;
-}
-
-std::string flag_name(const Knob& knob) { return "--" + std::string(knob.name); }
-std::string env_name(const Knob& knob) { return "NVSHARE_PLUGIN_" + upper_snake(knob.name); }
+const Knob* find_knob(std::string_view name) { return kTable.find(name); }
+std::string flag_name(const Knob& knob) { return kTable.flag_name(knob); }
+std::string env_name(const Knob& knob) { return kTable.env_name(knob); }
 
 std::string helm_value(const Knob& knob) {
   std::string out = "devicePlugin.";
@@ -385,20 +377,10 @@ std::string helm_value(const Knob& knob) {
 }
 
 Status apply_knob(const Knob& knob, std::string_view value, PluginConfig& config) {
-  if (Status s = knob.apply(value, config); !s) {
-    return make_error(std::string(knob.name) + ": " + s.error().message);
-  }
-  return Status::Ok();
+  return kTable.apply(knob, value, config);
 }
 
-PluginConfig default_config() {
-  PluginConfig config;
-  for (const Knob& knob : kKnobs) {
-    // The defaults are literals of this file; a unit test proves each one parses.
-    (void)apply_knob(knob, knob.default_value, config);
-  }
-  return config;
-}
+PluginConfig default_config() { return kTable.defaults(); }
 
 Status check_socket_layout(const PluginConfig& config) {
   namespace fs = std::filesystem;
@@ -414,53 +396,9 @@ Status check_socket_layout(const PluginConfig& config) {
 }
 
 Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv) {
-  CommandLine command_line;
-  command_line.config = default_config();
-  PluginConfig& config = command_line.config;
-
-  for (const Knob& knob : kKnobs) {
-    const std::string env = env_name(knob);
-    const char* value = getenv(env.c_str());
-    if (value == nullptr || *value == '\0') continue;
-    if (Status s = knob.apply(value, config); !s) {
-      return make_error("environment variable " + env + ": " + s.error().message);
-    }
-  }
-
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      command_line.help = true;
-      continue;
-    }
-    if (arg == "--version") {
-      command_line.version = true;
-      continue;
-    }
-    if (arg == "--print-config-doc") {
-      command_line.print_config_doc = true;
-      continue;
-    }
-    if (arg.substr(0, 2) != "--") {
-      return make_error("unexpected argument \"" + std::string(arg) + "\" (see --help)");
-    }
-    const std::size_t eq = arg.find('=');
-    const std::string_view name = arg.substr(2, eq == std::string_view::npos ? arg.npos : eq - 2);
-    const Knob* knob = find_knob(name);
-    if (knob == nullptr) return make_error("unknown flag --" + std::string(name) + " (see --help)");
-    std::string_view value;
-    if (eq != std::string_view::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return make_error("flag --" + std::string(name) + " needs a value (see --help)");
-    }
-    if (Status s = knob->apply(value, config); !s) {
-      return make_error("flag --" + std::string(name) + ": " + s.error().message);
-    }
-  }
-
+  auto command_line = kTable.parse_command_line(argc, argv, getenv);
+  if (!command_line) return command_line;
+  PluginConfig& config = command_line.value().config;
   if (config.node_name.empty()) {
     if (const char* node = getenv("NODE_NAME"); node != nullptr) config.node_name = node;
   }
@@ -471,40 +409,24 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv, const 
 }
 
 std::string help_text(std::string_view program) {
-  std::string out = "Usage: " + std::string(program) + " [FLAGS]\n\n";
-  out += wrap(
+  return kTable.help_text(
+      program,
       "nvshare-device-plugin advertises each GPU of this node to the kubelet as slots of an "
       "extended resource, places containers on the least-loaded GPUs and injects the nvshare "
       "client library into them. Every flag can also be set by its environment variable; flags "
-      "win over the environment.",
-      100, "");
-  out += "\nFlags:\n";
-  for (const Knob& knob : kKnobs) {
-    out += "  " + flag_name(knob) + " VALUE  (env " + env_name(knob) + ")\n";
-    out += wrap(strip_backticks(knob.meaning), 100, "      ");
-    const std::string shown_default =
-        knob.default_value.empty() ? "(empty)" : std::string(knob.default_value);
-    out += wrap("Default: " + shown_default + ". Range: " + strip_backticks(knob.range) + ".", 100,
-                "      ");
-  }
-  out += "  --help             print this text\n";
-  out += "  --version          print the version\n";
-  out += "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n";
-  return out;
+      "win over the environment.");
 }
 
 std::string config_doc_table() {
-  std::string out =
-      "| knob | flag | environment variable | Helm value | default | range | meaning |\n"
-      "|---|---|---|---|---|---|---|\n";
-  for (const Knob& knob : kKnobs) {
-    const std::string shown_default =
-        knob.default_value.empty() ? "(empty)" : "`" + std::string(knob.default_value) + "`";
-    out += "| " + std::string(knob.name) + " | `" + flag_name(knob) + "` | `" + env_name(knob) +
-           "` | `" + helm_value(knob) + "` | " + shown_default + " | " + std::string(knob.range) +
-           " | " + std::string(knob.meaning) + " |\n";
-  }
-  return out;
+  using knobtable::DocField;
+  return kTable.doc_table(
+      {DocField::kKnob,
+       DocField::kFlag,
+       DocField::kEnvironment,
+       {"Helm value", [](const Knob& knob) { return "`" + helm_value(knob) + "`"; }},
+       DocField::kDefault,
+       DocField::kRange,
+       DocField::kMeaning});
 }
 
 }  // namespace nvshare::deviceplugin

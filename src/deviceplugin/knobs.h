@@ -5,14 +5,15 @@
 // derived, a default, a range and a meaning. The plugin's configuration is built from each knob's
 // default text, then the environment, then the command line (later wins); `--help`,
 // `--print-config-doc` and the device-plugin table of docs/configuration.md are generated from the
-// table (a test checks the document is current).
+// table (a test checks the document is current). The mechanism is common/knob_table.h, shared
+// with the scheduler; this file holds the table and what only the plugin has (Helm value names, the
+// node-name fallback, the socket layout check).
 //
 // Contract: parsing never exits or throws; every error names the knob, where the value came from
 // (flag or environment variable) and what is accepted.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/knob_table.h"
 #include "common/log.h"
 #include "common/result.h"
 
@@ -106,14 +108,8 @@ Status apply_knob(const Knob& knob, std::string_view value, PluginConfig& config
 // The configuration from every knob's default (valid by construction; a test checks it).
 PluginConfig default_config();
 
-struct CommandLine {
-  PluginConfig config;
-  bool help = false;
-  bool version = false;
-  bool print_config_doc = false;
-};
-
-using EnvLookup = std::function<const char*(const char*)>;
+using CommandLine = knobtable::CommandLine<PluginConfig>;
+using EnvLookup = knobtable::EnvLookup;
 
 // An error when control-socket lies inside socket-dir (compared lexically): socket-dir is mounted
 // into every GPU container, and the control socket admits root.
