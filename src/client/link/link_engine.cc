@@ -28,7 +28,7 @@ constexpr std::size_t kReadChunk = 4096;
 constexpr Duration kMaxSleep = std::chrono::seconds(1);
 // Idle time after which a holder asked to yield releases: long enough not to hand over in the gap
 // between two launches of a busy loop, short against the host work of an interactive job.
-constexpr Duration kYieldIdle = std::chrono::microseconds(500);
+constexpr Duration kYieldIdle = std::chrono::microseconds(200);
 
 MonoTime now_mono() { return SteadyClock::instance().now(); }
 
