@@ -17,23 +17,23 @@ from pathlib import Path
 ROWS = [
     ("single_membound_time_ratio", "single memory-bound job, time / native"),
     ("launch_async_time_per_launch_ratio", "launch-bound, time per launch / native (gate active)"),
-    ("pair_fit_efficiency_auto", "two compute-bound jobs that fit: aggregate efficiency (mode auto, co-run)"),
-    ("pair_fit_efficiency_exclusive", "two compute-bound jobs that fit: aggregate efficiency (mode exclusive, turns)"),
-    ("pair_fit_efficiency_exclusive_idle20", "two compute-bound jobs that fit: aggregate efficiency (exclusive, 20 ms idle release)"),
+    ("pair_fit_efficiency_exclusive", "two compute-bound jobs that fit: aggregate efficiency (mode exclusive, the default)"),
+    ("pair_fit_efficiency_auto", "two compute-bound jobs that fit: aggregate efficiency (mode auto)"),
+    ("idle3_makespan_ratio_exclusive", "three idle-ish jobs: makespan / one alone (mode exclusive, the default)"),
     ("idle3_makespan_ratio_auto", "three idle-ish jobs: makespan / one alone (mode auto)"),
-    ("idle3_makespan_ratio_exclusive", "three idle-ish jobs: makespan / one alone (mode exclusive)"),
-    ("idle3_makespan_ratio_exclusive_idle5", "three idle-ish jobs: makespan / one alone (exclusive, 5 ms idle release)"),
     ("notfit_makespan_over_serial", "two jobs that do not fit: makespan / serial sum"),
-    ("cap_error_max_points", "cap error (points), worst of every mix"),
-    ("release_to_grant_p99_ms", "release -> next grant, no swap, p99 (ms)"),
+    ("cap_error_max_points_default_mode", "cap error (points), worst of every mix (mode exclusive)"),
     ("cap_error_single_job_max_points", "cap error (points), one job alone at 10..90%"),
     ("cap_error_max_points_shared_gpu_exclusive", "cap error (points), jobs sharing a GPU, mode exclusive"),
+    ("cap_error_max_points_auto", "cap error (points), jobs sharing a GPU, mode auto"),
+    ("release_to_grant_p99_yield_ms", "release -> next grant, no swap, p99 (ms)"),
+    ("release_to_grant_p99_ms", "release -> next grant at quantum ends, p99 (ms)"),
     ("two_gpu_independent_time_ratio", "two GPUs: a job on each, makespan / native"),
     ("two_gpu_one_process_time_ratio", "two GPUs: one process on both, time / native"),
     ("two_gpu_cap_error_max_points", "two GPUs: 30% on one and 60% on the other, cap error (points)"),
     ("single_matmul_time_ratio", "single compute-bound job, time / native"),
     ("launch_sync_time_per_launch_ratio", "launch then synchronize, time / native"),
-    ("release_to_grant_p50_ms", "release -> next grant, p50 (ms)"),
+    ("release_to_grant_p50_ms", "release -> next grant at quantum ends, p50 (ms)"),
     ("revoke_to_release_p50_ms", "revoke -> release (drain), p50 (ms)"),
     ("revoke_to_release_p99_ms", "revoke -> release (drain), p99 (ms)"),
 ]
@@ -144,7 +144,9 @@ def cap_plot(metrics, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = list((metrics.get("cap_error_max_points") or {}).get("detail", {}).get("rows", []))
+    rows = list((metrics.get("cap_error_max_points_auto") or metrics.get("cap_error_max_points") or
+                 {}).get("detail", {}).get("rows", []))
+    rows += list((metrics.get("cap_error_max_points_shared_gpu_exclusive") or {}).get("detail", {}).get("rows", []))
     rows += [dict(r, caps=f"GPU{r['gpu']}:{r['cap']}") for r in
              (metrics.get("two_gpu_cap_error_max_points") or {}).get("detail", {}).get("rows", [])]
     rows = [r for r in rows if r.get("share") is not None]
