@@ -9,6 +9,9 @@
 #   B  6Gi  capped at 30%  ... and B never gets more than 30% of the GPU's time
 #   C 12Gi  uncapped       does not fit beside A or B: it takes turns with them, and every hand-off
 #                          swaps the leaving jobs' memory to the host and the next one's back
+# The scheduler runs with `--mode auto`, given explicitly: the mode in which jobs that fit run
+# together. Its default mode, `exclusive`, runs one job at a time (docs/scheduling.md), so there A
+# and B would take turns too.
 # A line refreshed every 0.5 s shows what `nvsharectl status --json` says; a table at the end gives
 # each job's wall time, the GPU time it received and how long it waited, by reason.
 #
@@ -84,17 +87,19 @@ fi
 quantum=4
 
 echo "nvshare demo: running on $where"
-echo "  scheduler: private (sockets in $work), capacity $capacity (90% usable: 10% reserve), turns of ${quantum} s"
+echo "  scheduler: private (sockets in $work), mode auto, capacity $capacity (90% usable: 10% reserve)," \
+  "turns of ${quantum} s"
 printf '  %-2s %-7s %-14s %s\n' \
   A "$mem_a" uncapped "fits beside B" \
   B "$mem_b" "capped at 30%" "fits beside A; may use at most 30% of the GPU's time" \
   C "$mem_c" uncapped "fits beside neither: takes turns with A and B, swapping at each hand-off"
 echo
 
+# --mode auto: A and B co-run (the default mode, exclusive, would give them turns).
 # --trust-client-limits: this is a single host, so the scheduler honours the cap B declares for itself
 # (NVSHARE_CORE_LIMIT), as nvshare-run does.
 "$scheduler" --socket "$work/scheduler.sock" --control-socket "$work/control.sock" \
-  --capacity "$capacity" --quantum "$quantum" --trust-client-limits \
+  --mode auto --capacity "$capacity" --quantum "$quantum" --trust-client-limits \
   >"$work/scheduler.log" 2>&1 &
 scheduler_pid=$!
 for _ in $(seq 100); do

@@ -103,7 +103,7 @@ TEST_F(SchedulerTest, RegistrationSendsTheLimitsInForceAndCreatesOnePolicyPerGpu
 }
 
 TEST_F(SchedulerTest, RequestsReleasesAndDisconnectsRouteToTheGpusPolicy) {
-  make({"--capacity", "1Gi", "--reserve", "0", "--quantum", "600"});
+  make({"--mode", "auto", "--capacity", "1Gi", "--reserve", "0", "--quantum", "600"});
   const ClientId a = add();
   const ClientId b = add();
   scheduler_->usage(a, protocol::Usage{700 * Mi, 700 * Mi, 0}, now_);
@@ -274,7 +274,8 @@ TEST_F(SchedulerTest, SelectorsAndValuesAreChecked) {
 }
 
 TEST_F(SchedulerTest, SetPolicyValidatesEverythingBeforeChangingAnything) {
-  make({"--capacity", "1Gi", "--reserve", "0", "--quantum", "600"});
+  // Auto mode, so that a larger capacity lets b co-run and the later mode change is a change.
+  make({"--mode", "auto", "--capacity", "1Gi", "--reserve", "0", "--quantum", "600"});
   const ClientId a = add();
   const ClientId b = add();
   scheduler_->usage(a, protocol::Usage{700 * Mi, 700 * Mi, 0}, now_);
@@ -318,7 +319,7 @@ TEST_F(SchedulerTest, SetPolicyValidatesEverythingBeforeChangingAnything) {
 }
 
 TEST_F(SchedulerTest, ExplainNamesTheGpuAndState) {
-  make({"--capacity", "1Gi", "--reserve", "0"});
+  make({"--mode", "auto", "--capacity", "1Gi", "--reserve", "0"});
   const ClientId a = add();
   const ClientId b = add();
   scheduler_->usage(a, protocol::Usage{700 * Mi, 700 * Mi, 0}, now_);

@@ -90,6 +90,7 @@ std::vector<Scenario> named_scenarios() {
     Scenario s;
     s.name = name;
     s.seed = 1;
+    s.config.mode = Mode::kAuto;  // most situations are about co-running; one sets exclusive
     s.config.capacity_bytes = 16 * kGiB;
     s.config.fixed_quantum = 1s;
     s.config.revoke_grace = 2s;
@@ -195,6 +196,7 @@ Scenario cap_scenario(const std::string& name, std::uint64_t seed, const std::ve
   Scenario s;
   s.name = name;
   s.seed = seed;
+  s.config.mode = Mode::kAuto;          // caps are measured while everyone runs together
   s.config.capacity_bytes = 16 * kGiB;  // 1Gi each: all fit together
   s.length = 60s;
   for (int cap : caps) {

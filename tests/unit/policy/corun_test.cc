@@ -39,7 +39,7 @@ TEST(CoRun, ReserveIsKeptFree) {
 }
 
 TEST(CoRun, CapacityIsTheSmallestReportedGpuMemory) {
-  Harness h;  // no virtual capacity
+  Harness h(reported_gpu());  // no virtual capacity
   h.add(1, 8 * kGiB, 100, 24 * kGiB);
   h.add(2, 11 * kGiB, 100, 0);  // unknown: ignored
   EXPECT_EQ(h.policy.view(h.now).capacity_bytes, 24 * kGiB);
@@ -52,7 +52,7 @@ TEST(CoRun, CapacityIsTheSmallestReportedGpuMemory) {
 }
 
 TEST(CoRun, VirtualCapacityOverridesReportedMemory) {
-  PolicyConfig config;
+  PolicyConfig config = reported_gpu();
   config.capacity_bytes = 10 * kGiB;  // a small GPU emulated on a big one: 9Gi usable
   Harness h(config);
   h.add(1, 5 * kGiB, 100, 80 * kGiB);
@@ -63,7 +63,7 @@ TEST(CoRun, VirtualCapacityOverridesReportedMemory) {
 }
 
 TEST(CoRun, UnknownCapacityRunsOneAtATime) {
-  Harness h;
+  Harness h(reported_gpu());
   h.add(1, 1 * kGiB, 100, 0);
   h.add(2, 1 * kGiB, 100, 0);
   EXPECT_TRUE(granted(h.request(1), 1));

@@ -59,7 +59,8 @@ inline std::optional<WaitReason> wait_of(const std::vector<Action>& actions, Cli
 
 class Harness {
  public:
-  explicit Harness(PolicyConfig config = {}) : policy(std::move(config)) {}
+  // No default: each test names the mode it is about (most are about co-running: auto).
+  explicit Harness(PolicyConfig config) : policy(std::move(config)) {}
 
   std::vector<Action> feed(const Event& event) {
     last = policy.handle(event, now);
@@ -117,10 +118,18 @@ class Harness {
   std::vector<Action> last;
 };
 
-// A configuration with a known capacity: 20 GiB virtual, 10% reserve, so 18 GiB usable.
-inline PolicyConfig virtual_gpu(Mode mode = Mode::kAuto) {
+// The default configuration in the given mode: capacity is what the clients report (24 GiB from
+// add() unless a test says otherwise), 10% reserve. Auto unless named, since the tests that build
+// on these helpers are mostly about who runs together.
+inline PolicyConfig reported_gpu(Mode mode = Mode::kAuto) {
   PolicyConfig config;
   config.mode = mode;
+  return config;
+}
+
+// A configuration with a known capacity: 20 GiB virtual, 10% reserve, so 18 GiB usable.
+inline PolicyConfig virtual_gpu(Mode mode = Mode::kAuto) {
+  PolicyConfig config = reported_gpu(mode);
   config.capacity_bytes = 20 * kGiB;
   return config;
 }
