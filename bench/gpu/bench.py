@@ -356,69 +356,52 @@ class Bench:
                     "x serial", native=None, runs=ratios, swaps=swaps,
                     note="natively the pair does not fit: it thrashes or fails")
 
-    def caps(self):
-        """Compute caps in the default mode: achieved share (rate capped / rate alone, over the
-        steady window after the first quota window) minus the effective cap, in points."""
-        name = "caps"
+    def cap_mixes(self, name, configs, flags, label=""):
+        """Runs each mix of caps (a list of percents, None for an uncapped job) as compute-bound jobs
+        started together under a scheduler with `flags`; returns one row per capped job: the
+        achieved share (rate over the steady window after the first quota window, over the native
+        rate) and its error against the effective cap, in points."""
         d = self.scenario_dir(name)
         window, skip = 10.0, 2.0
         base = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip), None)])
         native_rate = base[0].get("steady_rate") or self.calibration["matmul"]
-        configs = [[10], [25], [30], [50], [75], [90], [30, 60], [50, 50], [80, 80], [30, None]]
         rows = []
         for caps in configs:
             total = sum(c for c in caps if c)
             uncapped = any(c is None for c in caps)
-            jobs = []
-            for c in caps:
-                extra = {"NVSHARE_CORE_LIMIT": str(c)} if c else {}
-                jobs.append((self.torch_job("matmul", seconds=window, skip_s=skip), extra))
-            with Scheduler(self, d, []) as s:
+            jobs = [(self.torch_job("matmul", seconds=window, skip_s=skip),
+                     {"NVSHARE_CORE_LIMIT": str(c)} if c else {}) for c in caps]
+            with Scheduler(self, d, flags) as s:
                 res = self.run_jobs(name, jobs, env=s.env())
             for c, r in zip(caps, res):
                 if c is None:
                     continue
+                # Caps that sum over 100% on one GPU are scaled to share it.
                 target = c * 100.0 / total if total > 100 and not uncapped else float(c)
-                share = 100.0 * r.get("steady_rate", 0) / native_rate if r.get("result") == "ok" else None
-                whole = 100.0 * r.get("rate", 0) / native_rate if r.get("result") == "ok" else None
-                rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps),
+                ok = r.get("result") == "ok"
+                share = 100.0 * r.get("steady_rate", 0) / native_rate if ok else None
+                whole = 100.0 * r.get("rate", 0) / native_rate if ok else None
+                rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps) + label,
                              "cap": c, "target": target, "share": share, "whole_share": whole,
                              "error": None if share is None else share - target})
                 log(f"cap {rows[-1]}")
         errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-        v = max(errors) if len(errors) == len(rows) else None
+        worst = max(errors) if len(errors) == len(rows) else None
+        return worst, rows, {"native_rate": native_rate, "window_s": window, "skip_s": skip}
+
+    def caps(self):
+        """Compute caps in the default mode: every single cap and every mix sharing a GPU."""
+        configs = [[10], [25], [30], [50], [75], [90], [30, 60], [50, 50], [80, 80], [30, None]]
+        v, rows, how = self.cap_mixes("caps", configs, [])
         self.metric("cap_error_max_points_default_mode", v, "<= 2", v is not None and v <= 2,
-                    "points", native=None, rows=rows, native_rate=native_rate, window_s=window,
-                    skip_s=skip)
+                    "points", native=None, rows=rows, **how)
 
     def caps_auto(self):
-        """The caps that share one GPU, again in mode auto (co-running instead of turns)."""
-        name = "caps_auto"
-        d = self.scenario_dir(name)
-        window, skip = 10.0, 2.0
-        base = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip), None)])
-        native_rate = base[0].get("steady_rate") or self.calibration["matmul"]
-        rows = []
-        for caps in ([30, 60], [50, 50], [80, 80], [30, None]):
-            total = sum(c for c in caps if c)
-            uncapped = any(c is None for c in caps)
-            jobs = [(self.torch_job("matmul", seconds=window, skip_s=skip),
-                     {"NVSHARE_CORE_LIMIT": str(c)} if c else {}) for c in caps]
-            with Scheduler(self, d, ["--mode", "auto"]) as s:
-                res = self.run_jobs(name, jobs, env=s.env())
-            for c, r in zip(caps, res):
-                if c is None:
-                    continue
-                target = c * 100.0 / total if total > 100 and not uncapped else float(c)
-                share = 100.0 * r.get("steady_rate", 0) / native_rate if r.get("result") == "ok" else None
-                rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps) + " auto",
-                             "cap": c, "target": target, "share": share,
-                             "error": None if share is None else share - target})
-                log(f"cap {rows[-1]}")
-        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-        v = max(errors) if len(errors) == len(rows) else None
-        self.metric("cap_error_max_points_auto", v, "<= 2", v is not None and v <= 2,
-                    "points", rows=rows, native_rate=native_rate)
+        """The mixes that share one GPU, again in mode auto (co-running instead of turns)."""
+        configs = [[30, 60], [50, 50], [80, 80], [30, None]]
+        v, rows, how = self.cap_mixes("caps_auto", configs, ["--mode", "auto"], " auto")
+        self.metric("cap_error_max_points_auto", v, "<= 2", v is not None and v <= 2, "points",
+                    rows=rows, **how)
 
     def handoff(self):
         """Hand-off latency without swap: two compute-bound jobs in exclusive mode with a 0.25 s
