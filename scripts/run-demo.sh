@@ -9,9 +9,8 @@
 #   B  6Gi  capped at 30%  ... and B never gets more than 30% of the GPU's time
 #   C 12Gi  uncapped       does not fit beside A or B: it takes turns with them, and every hand-off
 #                          swaps the leaving jobs' memory to the host and the next one's back
-# The scheduler runs with `--mode auto`, given explicitly: the mode in which jobs that fit run
-# together. Its default mode, `exclusive`, runs one job at a time (docs/scheduling.md), so there A
-# and B would take turns too.
+# The scheduler runs with `--mode auto` (the default, given explicitly): the mode in which jobs that
+# fit run together. In mode `exclusive` (docs/scheduling.md) A and B would take turns too.
 # A line refreshed every 0.5 s shows what `nvsharectl status --json` says; a table at the end gives
 # each job's wall time, the GPU time it received and how long it waited, by reason.
 #
@@ -95,7 +94,7 @@ printf '  %-2s %-7s %-14s %s\n' \
   C "$mem_c" uncapped "fits beside neither: takes turns with A and B, swapping at each hand-off"
 echo
 
-# --mode auto: A and B co-run (the default mode, exclusive, would give them turns).
+# --mode auto (the default, named because the demo depends on it): A and B co-run.
 # --trust-client-limits: this is a single host, so the scheduler honours the cap B declares for itself
 # (NVSHARE_CORE_LIMIT), as nvshare-run does.
 "$scheduler" --socket "$work/scheduler.sock" --control-socket "$work/control.sock" \

@@ -84,10 +84,10 @@ const Knob kKnobs[] = {
        c.control_socket_path = std::string(v);
        return Status::Ok();
      }},
-    {"mode", "exclusive", "`exclusive`, `auto`, `serial` (an alias of exclusive)",
-     "`exclusive` gives the GPU to one client at a time: turns, with a holder that goes idle "
-     "handing over at once while a client that fits waits (docs/benchmarks.md says why this is "
-     "the default); `auto` runs clients whose working sets fit in memory together.",
+    {"mode", "auto", "`auto`, `exclusive`, `serial` (an alias of exclusive)",
+     "`auto` runs clients whose working sets fit in memory together and takes turns otherwise; "
+     "`exclusive` gives the GPU to one client at a time, a holder that goes idle handing over at "
+     "once while a client that fits waits (docs/benchmarks.md compares the two).",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(policy::parse_mode(v), [&](policy::Mode m) { c.policy.mode = m; });

@@ -57,7 +57,7 @@ TEST_F(ControlApiTest, StatusHasSchedulerGpusAndPods) {
   EXPECT_EQ(scheduler->find("client_sessions")->as_int64(), 3);
   EXPECT_EQ(scheduler->find("clients")->as_int64(), 1);
   EXPECT_DOUBLE_EQ(*scheduler->find("uptime_s")->as_double(), 10.0);
-  EXPECT_EQ(*scheduler->find("config")->find("mode")->as_string(), "exclusive");
+  EXPECT_EQ(*scheduler->find("config")->find("mode")->as_string(), "auto");
   EXPECT_EQ(response.find("gpus")->as_array()->size(), 1u);
   EXPECT_TRUE(response.find("pods")->is_array());
 }

@@ -174,8 +174,6 @@ TEST_F(DaemonProcessTest, FramesBeforeHelloOrFromTheWrongDirectionAreClosed) {
 // ---- grant, wait, revoke, release
 // --------------------------------------------------------------------
 
-// In the default mode (exclusive): the two do not fit together, so B waits for its turn and A keeps
-// the GPU until its quantum ends.
 TEST_F(DaemonProcessTest, ClientsThatDoNotFitTakeTurnsAndStaleReleasesAreIgnored) {
   start({"--capacity", "1Gi", "--reserve", "0", "--quantum", "0.3"});
   ProtocolClient a = registered();
@@ -190,7 +188,7 @@ TEST_F(DaemonProcessTest, ClientsThatDoNotFitTakeTurnsAndStaleReleasesAreIgnored
   ASSERT_TRUE(b.send(Request{}).ok());
   auto wait = b.expect<Wait>(2000ms);
   ASSERT_TRUE(wait.ok()) << wait.error().message;
-  EXPECT_EQ(wait.value().reason, protocol::WaitReason::kTurn);
+  EXPECT_EQ(wait.value().reason, protocol::WaitReason::kMemory);
 
   // A's quantum (0.3 s) ends while B waits: revoked for B's turn, swapping out since B cannot fit
   // beside.
@@ -212,7 +210,7 @@ TEST_F(DaemonProcessTest, ClientsThatDoNotFitTakeTurnsAndStaleReleasesAreIgnored
   ASSERT_TRUE(second.ok()) << second.error().message;
   EXPECT_GT(second.value().epoch, first.value().epoch);
 
-  // A was preempted, so it is queued again behind B and waits for its turn.
+  // A was preempted, so it is queued again behind B and waits for memory.
   auto a_waits = a.wait_for<Wait>(2000ms);
   ASSERT_TRUE(a_waits.ok()) << a_waits.error().message;
   EXPECT_EQ(client_status(a.client_id()).find("state")->as_string()->c_str(),
@@ -435,7 +433,6 @@ TEST_F(DaemonProcessTest, ControlSocketAnswersBadJsonAndClosesOversizedLines) {
 // ---- nvsharectl
 // ----------------------------------------------------------------------------------------
 
-// In the default mode: status names it, and the client that waits does so for its turn.
 TEST_F(DaemonProcessTest, NvsharectlStatusJsonReflectsClientsStatesAndLimits) {
   start({"--capacity", "1Gi", "--reserve", "0", "--quantum", "600", "--trust-client-limits"});
   const std::string pod = "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d";
@@ -463,8 +460,6 @@ TEST_F(DaemonProcessTest, NvsharectlStatusJsonReflectsClientsStatesAndLimits) {
   ASSERT_EQ(s.find("gpus")->as_array()->size(), 1u);
   const Json& gpu = s.find("gpus")->as_array()->at(0);
   EXPECT_EQ(*gpu.find("uuid")->as_string(), kGpu);
-  EXPECT_EQ(*gpu.find("mode")->as_string(), "exclusive");
-  EXPECT_EQ(*s.find("scheduler")->find("config")->find("mode")->as_string(), "exclusive");
   EXPECT_EQ(gpu.find("capacity_bytes")->as_int64(), static_cast<std::int64_t>(Gi));
   const auto& clients = *gpu.find("clients")->as_array();
   ASSERT_EQ(clients.size(), 2u);
@@ -485,7 +480,7 @@ TEST_F(DaemonProcessTest, NvsharectlStatusJsonReflectsClientsStatesAndLimits) {
   const Json& cb = clients[1];
   EXPECT_EQ(cb.find("id")->as_int64(), static_cast<std::int64_t>(b.client_id()));
   EXPECT_EQ(*cb.find("state")->as_string(), "waiting");
-  EXPECT_EQ(*cb.find("waiting_for")->as_string(), "turn");
+  EXPECT_EQ(*cb.find("waiting_for")->as_string(), "memory");
   EXPECT_TRUE(cb.find("memory_limit_bytes")->is_null());
   EXPECT_EQ(cb.find("core_limit_percent")->as_int64(), 100);
 
@@ -499,8 +494,7 @@ TEST_F(DaemonProcessTest, NvsharectlStatusJsonReflectsClientsStatesAndLimits) {
   EXPECT_EQ(table.value().exit_code, 0);
   EXPECT_NE(table.value().out.find("team-a/trainer-0"), std::string::npos) << table.value().out;
   EXPECT_NE(table.value().out.find("700Mi / 2Gi"), std::string::npos) << table.value().out;
-  EXPECT_NE(table.value().out.find("mode exclusive"), std::string::npos) << table.value().out;
-  EXPECT_NE(table.value().out.find("turn"), std::string::npos) << table.value().out;
+  EXPECT_NE(table.value().out.find("memory"), std::string::npos) << table.value().out;
 
   auto top = ctl({"top", "--interval", "0.05", "--iterations", "2"});
   ASSERT_TRUE(top.ok());
@@ -602,9 +596,8 @@ TEST_F(DaemonProcessTest, DeclaredPodAndLimitsAreIgnoredUnlessTrusted) {
   EXPECT_EQ(status.find("core_limit_percent")->as_int64(), 100);
 }
 
-// Auto mode: a larger capacity lets the waiting client run beside the holder.
 TEST_F(DaemonProcessTest, SetPolicyCapacityLetsAWaitingClientRun) {
-  start({"--mode", "auto", "--capacity", "1Gi", "--reserve", "0", "--quantum", "600"});
+  start({"--capacity", "1Gi", "--reserve", "0", "--quantum", "600"});
   ProtocolClient a = registered();
   ProtocolClient b = registered();
   ASSERT_TRUE(a.send(Usage{700 * Mi, 700 * Mi, 0}).ok());

@@ -37,7 +37,6 @@ TEST(Knobs, EveryDefaultParsesAndMatchesThePolicyDefaults) {
   const DaemonConfig config = default_config();
   const policy::PolicyConfig reference;
   EXPECT_EQ(config.policy.mode, reference.mode);
-  EXPECT_EQ(config.policy.mode, policy::Mode::kExclusive);
   EXPECT_DOUBLE_EQ(config.policy.reserve_fraction, reference.reserve_fraction);
   EXPECT_EQ(config.policy.capacity_bytes, reference.capacity_bytes);
   EXPECT_EQ(config.policy.fixed_quantum, reference.fixed_quantum);

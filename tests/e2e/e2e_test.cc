@@ -218,10 +218,9 @@ class E2eTest : public ::testing::Test {
 
 // Two trainers whose memory fits together on the GPU (2Gi + 2Gi of 16Gi) are granted at once and
 // share the GPU: each sees the simulated GPU at 1/2 speed, so each takes about twice its work
-// (K x D = 2 s), and the scheduler shows both running at the same time, neither waiting. Auto mode,
-// the one that runs clients that fit together.
+// (K x D = 2 s), and the scheduler shows both running at the same time, neither waiting.
 TEST_F(E2eTest, TwoThatFitRunTogether) {
-  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--mode", "auto"}));
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
   const std::vector<std::string> args = {
       "--bytes",     "2Gi",   "--kernels",  "100",
       "--kernel-us", "20000", "--progress", "--first-kernel-timestamp"};
@@ -285,9 +284,7 @@ TEST_F(E2eTest, TwoThatFitRunTogether) {
 // Two trainers that do not fit together (6Gi each under a virtual capacity of 8Gi, of which 90% is
 // usable, on a 16Gi simulated GPU) take turns of 1 s: at most one holds the GPU at any time, and
 // each hand-off swaps the leaving trainer's memory to the host and the next one's back in bulk
-// (the simulated driver counts the bytes moved by prefetches, and demand faults separately). In the
-// default mode (exclusive) the waiter waits for its turn; the holder is never asked to yield, since
-// the two do not fit together.
+// (the simulated driver counts the bytes moved by prefetches, and demand faults separately).
 TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
   // 48Gi/s makes one 6Gi swap 125 ms of simulated copy time, so several turns fit in the test.
   extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
@@ -300,7 +297,7 @@ TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
   ASSERT_FALSE(HasFailure());
 
   int max_holding = 0;
-  bool saw_turn_wait = false;
+  bool saw_memory_wait = false;
   // Residency in the middle of a turn, once: the runner's buffer on the device, the buffer of the
   // waiter (which has run before, so it was swapped out) on the host.
   Json runner_slot;
@@ -321,8 +318,8 @@ TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
           ++holding;
         }
         if (state == "running" && json_number(c, "state_for_ms") >= 300) runner = c;
-        if (state == "waiting" && json_string(c, "waiting_for") == "turn") {
-          saw_turn_wait = true;
+        if (state == "waiting" && json_string(c, "waiting_for") == "memory") {
+          saw_memory_wait = true;
           if (json_number(c, "epoch") > 0) waiter = c;
         }
       }
@@ -349,7 +346,7 @@ TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
 
   EXPECT_EQ(max_holding, 1)
       << "two trainers that do not fit held the GPU at once with their memory";
-  EXPECT_TRUE(saw_turn_wait) << "status never showed a trainer waiting for its turn";
+  EXPECT_TRUE(saw_memory_wait) << "status never showed a trainer waiting for memory";
 
   // Turns: order all kernels by launch and count the switches between trainers.
   std::vector<Interval> ka = intervals(a.progress(), 0);
@@ -644,10 +641,9 @@ TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
 
 // A holder killed with SIGKILL: the trainer waiting behind it gets the GPU within 100 ms, measured
 // from just before kill(2) to the instant the waiter's first cuLaunchKernel returned
-// (CLOCK_MONOTONIC in both processes). Both runs use 64Mi each under a 100Mi virtual capacity, so
-// the two do not fit together: in the default mode (exclusive) the waiter waits for its turn and
-// the holder is not asked to yield (it would hand over at its first idle moment); in auto mode the
-// waiter waits for memory.
+// (CLOCK_MONOTONIC in both processes). Run twice, 64Mi each under a 100Mi virtual capacity so the
+// two do not fit together (the holder is never asked to yield): waiting for its turn (exclusive
+// mode) and waiting for memory (auto).
 class HolderKilledTest : public E2eTest {
  protected:
   void run(const std::vector<std::string>& scheduler_flags, const std::string& expected_reason) {
@@ -699,11 +695,11 @@ class HolderKilledTest : public E2eTest {
 };
 
 TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForTurn) {
-  run({"--capacity", "100Mi", "--quantum", "30"}, "turn");
+  run({"--mode", "exclusive", "--capacity", "100Mi", "--quantum", "30"}, "turn");
 }
 
 TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForMemory) {
-  run({"--mode", "auto", "--capacity", "100Mi", "--quantum", "30"}, "memory");
+  run({"--capacity", "100Mi", "--quantum", "30"}, "memory");
 }
 
 // NVSHARE_ENABLE=0 with the library preloaded changes nothing: the same trainer output (apart from

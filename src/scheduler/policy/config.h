@@ -17,14 +17,14 @@ using namespace std::chrono_literals;
 
 enum class Mode {
   kAuto,       // clients whose working sets fit together run together
-  kExclusive,  // one runner at a time (alias "serial"); an idle holder yields to a waiter that fits
+  kExclusive,  // one runner at a time (alias "serial")
 };
 
 Result<Mode> parse_mode(std::string_view text);
 std::string_view to_string(Mode mode);
 
 struct PolicyConfig {
-  Mode mode = Mode::kExclusive;
+  Mode mode = Mode::kAuto;
   // Fraction of capacity kept free when deciding who fits together.
   double reserve_fraction = 0.10;
   // Virtual capacity; when unset, the GPU memory reported by its clients (the smallest report).

@@ -29,7 +29,7 @@ TEST(PolicyConfig, ModeNamesRoundTrip) {
 TEST(PolicyConfig, DefaultsAreValid) {
   const PolicyConfig config;
   EXPECT_TRUE(validate(config).ok());
-  EXPECT_EQ(config.mode, Mode::kExclusive);
+  EXPECT_EQ(config.mode, Mode::kAuto);
   EXPECT_DOUBLE_EQ(config.reserve_fraction, 0.10);
   EXPECT_DOUBLE_EQ(config.quantum_swap_multiple, 5.0);
   EXPECT_EQ(config.quantum_min, std::chrono::seconds(5));
