@@ -33,6 +33,19 @@ def log(*args):
     print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
 
 
+def read_trace(path):
+    """The library's grant trace (NVSHARE_TRACE_FILE) as events sorted by time; [] when absent."""
+    events = []
+    if os.path.exists(path):
+        for line in open(path):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut short by a killed process
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
 def median(values):
     return statistics.median(values) if values else None
 
@@ -93,15 +106,7 @@ class Scheduler:
         self.log.close()
 
     def trace_events(self):
-        events = []
-        if os.path.exists(self.trace):
-            for line in open(self.trace):
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    pass
-        events.sort(key=lambda e: e["t"])
-        return events
+        return read_trace(self.trace)
 
 
 class Bench:
@@ -274,64 +279,63 @@ class Bench:
                         native_ns=n, nvshare_ns=v, gate_active=gated,
                         ctx_get_current_ns=[r.get("ctx_get_current_ns") for r in native])
 
+    MODES = ("auto", "exclusive")
+
+    def makespan_per_mode(self, name, jobs):
+        """Runs `jobs` together under a scheduler in each mode; returns {mode: makespan or None}.
+        Each mode's grant trace goes to trace-<mode>.jsonl in the scenario's directory."""
+        d = self.raw / name
+        out = {}
+        for mode in self.MODES:
+            extra = {"NVSHARE_TRACE_FILE": str(d / f"trace-{mode}.jsonl")}
+            with Scheduler(self, d, ["--mode", mode]) as s:
+                out[mode] = self.makespan(
+                    self.run_jobs(name, [(argv, extra) for argv, _ in jobs], env=s.env()))
+        return out
+
     def pair_fit(self):
         """Two compute-bound jobs that fit together, started together: sum of native single
         times / makespan. Native (time-sliced by the driver), nvshare auto (co-run) and nvshare
         exclusive (turns without swap)."""
         name = "pair_fit"
-        d = self.scenario_dir(name)
+        self.scenario_dir(name)
         single = self.native_single["matmul"]
-        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None)}
-        eff = {"native": [], **{v: [] for v in variants}}
+        jobs = [(self.sized("matmul"), None)] * 2
+        eff = {"native": [], **{m: [] for m in self.MODES}}
         for _ in range(self.repeats):
-            r = self.run_jobs(name, [(self.sized("matmul"), None)] * 2)
-            if self.makespan(r):
-                eff["native"].append(2 * single / self.makespan(r))
-            for variant, (mode, idle_ms) in variants.items():
-                extra = {"NVSHARE_TRACE_FILE": str(d / f"trace-{variant}.jsonl")}
-                if idle_ms:
-                    extra["NVSHARE_IDLE_RELEASE_MS"] = idle_ms
-                with Scheduler(self, d, ["--mode", mode]) as s:
-                    r = self.run_jobs(name, [(self.sized("matmul"), extra)] * 2, env=s.env())
-                if self.makespan(r):
-                    eff[variant].append(2 * single / self.makespan(r))
-        best = max(("auto", "exclusive"), key=lambda m: median(eff[m]) or 0)
-        v = median(eff["auto"])
-        self.metric("pair_fit_efficiency_auto", v, ">= 0.99", v is not None and v >= 0.99, "",
-                    native=median(eff["native"]), runs=eff)
-        for variant in ("exclusive",):
-            v = median(eff[variant])
-            self.metric(f"pair_fit_efficiency_{variant.replace('-', '_')}", v, ">= 0.99",
-                        v is not None and v >= 0.99, "", native=median(eff["native"]), runs=eff,
-                        best_mode=best)
+            spans = {"native": self.makespan(self.run_jobs(name, jobs)),
+                     **self.makespan_per_mode(name, jobs)}
+            for key, span in spans.items():
+                if span:
+                    eff[key].append(2 * single / span)
+        best = max(self.MODES, key=lambda m: median(eff[m]) or 0)
+        for mode in self.MODES:
+            v = median(eff[mode])
+            self.metric(f"pair_fit_efficiency_{mode}", v, ">= 0.99", v is not None and v >= 0.99,
+                        "", native=median(eff["native"]), runs=eff, best_mode=best)
 
     def idle3(self):
         """Three idle-ish jobs (short kernel, 20 ms host work per iteration): makespan / one
         alone."""
         name = "idle3"
-        d = self.scenario_dir(name)
-        variants = {"auto": ("auto", None), "exclusive": ("exclusive", None)}
-        alone, ratios = [], {"native": [], **{v: [] for v in variants}}
+        self.scenario_dir(name)
+        alone = []
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(self.sized("idle"), None)])
             if self.ok(r):
                 alone.append(r[0]["loop_s"])
         a = median(alone)
+        jobs = [(self.sized("idle"), None)] * 3
+        ratios = {"native": [], **{m: [] for m in self.MODES}}
         for _ in range(self.repeats):
-            r = self.run_jobs(name, [(self.sized("idle"), None)] * 3)
-            if self.makespan(r):
-                ratios["native"].append(self.makespan(r) / a)
-            for variant, (mode, idle_ms) in variants.items():
-                extra = {"NVSHARE_TRACE_FILE": str(d / f"trace-{variant}.jsonl")}
-                if idle_ms:
-                    extra["NVSHARE_IDLE_RELEASE_MS"] = idle_ms
-                with Scheduler(self, d, ["--mode", mode]) as s:
-                    r = self.run_jobs(name, [(self.sized("idle"), extra)] * 3, env=s.env())
-                if self.makespan(r):
-                    ratios[variant].append(self.makespan(r) / a)
-        for variant in variants:
-            v = median(ratios[variant])
-            self.metric(f"idle3_makespan_ratio_{variant.replace('-', '_')}", v, "<= 1.05", v is not None and v <= 1.05,
+            spans = {"native": self.makespan(self.run_jobs(name, jobs)),
+                     **self.makespan_per_mode(name, jobs)}
+            for key, span in spans.items():
+                if span:
+                    ratios[key].append(span / a)
+        for mode in self.MODES:
+            v = median(ratios[mode])
+            self.metric(f"idle3_makespan_ratio_{mode}", v, "<= 1.05", v is not None and v <= 1.05,
                         "x one alone", native=median(ratios["native"]), runs=ratios,
                         alone_s=alone)
 
@@ -348,7 +352,7 @@ class Bench:
                 r = self.run_jobs(name, [(self.sized("membound"), {"NVSHARE_TRACE_FILE": trace})] * 2, env=s.env())
             if self.makespan(r):
                 ratios.append(self.makespan(r) / (2 * single))
-            events = [json.loads(l) for l in open(trace)] if os.path.exists(trace) else []
+            events = read_trace(trace)
             swaps.append({"revokes": sum(e["event"] == "revoke" for e in events),
                           "swap_in_ms": [e.get("ms") for e in events if e["event"] == "grant" and e.get("ms") is not None]})
         v = median(ratios)
@@ -415,7 +419,7 @@ class Bench:
             trace = str(d / f"trace{i}.jsonl")
             with Scheduler(self, d, ["--mode", "exclusive", "--quantum", "0.25"]) as s:
                 self.run_jobs(name, [(self.torch_job("matmul", seconds=8.0), {"NVSHARE_TRACE_FILE": trace})] * 2, env=s.env())
-            events = [json.loads(l) for l in open(trace)] if os.path.exists(trace) else []
+            events = read_trace(trace)
             d_, g_ = handoff_latencies(events)
             drains += d_
             gaps += g_

@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from bench import read_trace  # the trace format has one reader
+
 # The goal table's rows, in order: metric name -> the row's words. Extra metrics follow.
 ROWS = [
     ("single_membound_time_ratio", "single memory-bound job, time / native"),
@@ -104,16 +106,9 @@ def schedule_plot(trace_files, png, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    events = []
-    for f in trace_files:
-        for line in open(f):
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                pass
+    events = sorted((e for f in trace_files for e in read_trace(f)), key=lambda e: e["t"])
     if not events:
         return False
-    events.sort(key=lambda e: e["t"])
     t0 = events[0]["t"]
     rows = sorted({(e["gpu"], e["pid"]) for e in events})
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.5))
