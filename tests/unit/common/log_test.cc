@@ -23,7 +23,8 @@ std::string capture_stderr(Body body) {
   std::string out;
   char buf[4096];
   ssize_t n;
-  while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0)
+    out.append(buf, static_cast<std::size_t>(n));
   ::close(pipe_fds[0]);
   return out;
 }

@@ -73,8 +73,11 @@ TEST(Protocol, EveryMessageTypeIsCovered) {
 
 TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   const auto bytes = frame_of(Grant{0x0102030405060708ULL});
+  // Magic, version, type, length, payload, as they lie on the wire.
+  // clang-format off
   const std::vector<std::uint8_t> expected{
       'N', 'V', 'S', 'H', 1, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+  // clang-format on
   EXPECT_EQ(bytes, expected);
 }
 
@@ -141,7 +144,8 @@ TEST(Protocol, BadMagicIsRejected) {
 }
 
 TEST(Protocol, UnknownVersionIsRejected) {
-  for (std::uint16_t version : {std::uint16_t{0}, std::uint16_t{kMaxVersion + 1}, std::uint16_t{0xFFFF}}) {
+  for (std::uint16_t version :
+       {std::uint16_t{0}, std::uint16_t{kMaxVersion + 1}, std::uint16_t{0xFFFF}}) {
     auto decoded = decode_frame(raw_frame(kMagic, version, 10, std::vector<std::uint8_t>(8, 0)));
     ASSERT_FALSE(decoded.ok()) << version;
     EXPECT_NE(decoded.error().message.find("version"), std::string::npos);
