@@ -70,6 +70,22 @@ std::string upper_snake(std::string_view name) {
   return out;
 }
 
+Result<std::vector<std::string_view>> split_list(std::string_view text, std::string_view what) {
+  std::vector<std::string_view> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    if (item.empty()) {
+      return make_error("empty item in " + std::string(what) + " \"" + std::string(text) + "\"");
+    }
+    items.push_back(item);
+    start = end + 1;
+  }
+  return items;
+}
+
 std::string wrap(std::string_view text, std::size_t width, std::string_view indent) {
   std::string out;
   std::size_t column = 0;

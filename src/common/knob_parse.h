@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -31,6 +32,10 @@ Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std:
 Result<bool> parse_bool(std::string_view text);
 // error, warn, info, debug, trace (log_level_from_name's reading).
 Result<LogLevel> parse_log_level(std::string_view text);
+
+// The items of a comma-separated list ("a,b"); an empty item (",,", a leading or trailing comma, or
+// an empty text) is an error naming `what` ("GPU list") and the text.
+Result<std::vector<std::string_view>> split_list(std::string_view text, std::string_view what);
 
 // "quota-window" -> "QUOTA_WINDOW".
 std::string upper_snake(std::string_view name);

@@ -14,6 +14,7 @@ namespace {
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
 using knobparse::parse_seconds_with_unit;
+using knobparse::split_list;
 
 constexpr std::size_t kMaxUnixPath = 107;  // sun_path holds 108 bytes with the terminating NUL
 
@@ -22,23 +23,6 @@ Status store(Result<T> parsed, Store&& assign) {
   if (!parsed) return parsed.error();
   assign(std::move(parsed).value());
   return Status::Ok();
-}
-
-// Splits a comma list; an empty item (",," or a trailing comma) is an error.
-Result<std::vector<std::string_view>> split_list(std::string_view text, std::string_view what) {
-  std::vector<std::string_view> items;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view item = text.substr(start, end - start);
-    if (item.empty()) {
-      return make_error("empty item in " + std::string(what) + " \"" + std::string(text) + "\"");
-    }
-    items.push_back(item);
-    start = end + 1;
-  }
-  return items;
 }
 
 bool all_digits(std::string_view text) {

@@ -16,20 +16,14 @@ using knobparse::parse_decimal;
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
 using knobparse::parse_seconds;
+using knobparse::split_list;
 
 Result<CapacitySpec> parse_capacity(std::string_view text) {
   CapacitySpec spec;
-  if (!text.empty() && text.back() == ',') {
-    return make_error("empty item in capacity list \"" + std::string(text) + "\"");
-  }
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find(',', start);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view item = text.substr(start, end - start);
-    start = end + 1;
-    if (item.empty())
-      return make_error("empty item in capacity list \"" + std::string(text) + "\"");
+  if (text.empty()) return spec;  // unset: what the GPUs' clients report
+  auto items = split_list(text, "capacity list");
+  if (!items) return items.error();
+  for (const std::string_view item : items.value()) {
     const std::size_t eq = item.find('=');
     const std::string_view quantity = eq == std::string_view::npos ? item : item.substr(eq + 1);
     auto bytes = parse_memory_quantity(quantity);

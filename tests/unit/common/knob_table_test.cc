@@ -247,3 +247,20 @@ TEST(KnobTable, DocTableHasTheColumnsAskedForInOrder) {
 
 }  // namespace
 }  // namespace nvshare::knobtable
+
+namespace nvshare::knobparse {
+namespace {
+
+TEST(SplitList, ItemsInOrderAndEveryEmptyItemRefused) {
+  auto items = split_list("GPU-a,1,16Gi", "GPU list");
+  ASSERT_TRUE(items.ok());
+  EXPECT_EQ(items.value(), (std::vector<std::string_view>{"GPU-a", "1", "16Gi"}));
+  for (std::string_view bad : {"", ",", "a,", ",a", "a,,b"}) {
+    auto refused = split_list(bad, "GPU list");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.error().message, "empty item in GPU list \"" + std::string(bad) + "\"");
+  }
+}
+
+}  // namespace
+}  // namespace nvshare::knobparse
