@@ -29,6 +29,9 @@ constexpr Duration kMaxSleep = std::chrono::seconds(1);
 // Idle time after which a holder asked to yield releases: long enough not to hand over in the gap
 // between two launches of a busy loop, short against the host work of an interactive job.
 constexpr Duration kYieldIdle = std::chrono::microseconds(200);
+// How often a holder asked to yield looks whether it is idle (otherwise every half idle release, at
+// most once a millisecond).
+constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 
 MonoTime now_mono() { return SteadyClock::instance().now(); }
 
@@ -341,8 +344,7 @@ void DeviceChannel::service_timers(MonoTime now, MonoTime& next) {
     if (now >= s.next_idle_check) {
       try_idle_release(now);
       if (s.conn != Conn::kUp) return;
-      const Duration floor =
-          s.yield_epoch == s.epoch ? std::chrono::microseconds(250) : std::chrono::milliseconds(1);
+      const Duration floor = yield_asked() ? kYieldCheckEvery : std::chrono::milliseconds(1);
       s.next_idle_check = now + std::max<Duration>(idle / 2, floor);
     }
     if (state_ == GrantState::kHeld) next = std::min(next, s.next_idle_check);
@@ -601,9 +603,13 @@ void DeviceChannel::on_grant(const protocol::Grant& grant, MonoTime now) {
   engine_.trace_.record("grant", identity_.gpu_uuid, grant.epoch, swap_in_ms);
 }
 
+bool DeviceChannel::yield_asked() const {
+  return session_.yield_epoch != 0 && session_.yield_epoch == session_.epoch;
+}
+
 Duration DeviceChannel::idle_threshold() const {
   const Duration idle = engine_.options_.idle_release;
-  if (session_.yield_epoch != 0 && session_.yield_epoch == session_.epoch) {
+  if (yield_asked()) {
     return idle.count() > 0 ? std::min(idle, kYieldIdle) : kYieldIdle;
   }
   return idle;

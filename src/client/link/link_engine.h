@@ -186,6 +186,8 @@ class DeviceChannel final : public DeviceLink {
   void on_welcome(const protocol::Welcome& welcome, MonoTime now);
   void on_grant(const protocol::Grant& grant, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
+  // Whether the scheduler asked to yield the grant now held (someone waits and fits beside it).
+  bool yield_asked() const;
   // How long the holder must be idle before it releases by itself: the idle release, or the much
   // shorter yield threshold while someone waits for this grant.
   Duration idle_threshold() const;
