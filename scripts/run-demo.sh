@@ -98,7 +98,7 @@ echo
 # --trust-client-limits: this is a single host, so the scheduler honours the cap B declares for itself
 # (NVSHARE_CORE_LIMIT), as nvshare-run does.
 "$scheduler" --socket "$work/scheduler.sock" --control-socket "$work/control.sock" \
-  --mode auto --capacity "$capacity" --quantum "$quantum" --trust-client-limits \
+  --state-file "$work/state.json" --mode auto --capacity "$capacity" --quantum "$quantum" --trust-client-limits \
   >"$work/scheduler.log" 2>&1 &
 scheduler_pid=$!
 for _ in $(seq 100); do

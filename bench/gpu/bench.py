@@ -72,6 +72,7 @@ class Scheduler:
         self.log = open(self.dir / "scheduler.log", "w")
         self.proc = subprocess.Popen(
             [self.bench.sched, "--socket", self.socket, "--control-socket", self.control,
+             "--state-file", str(self.dir / "state.json"),
              "--trust-client-limits", "--log-level", "info", *self.flags],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10

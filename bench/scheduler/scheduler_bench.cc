@@ -143,12 +143,27 @@ Daemon start_daemon(const Options& o) {
   d.control = d.dir + "/control.sock";
   // Half of the GPUs are small: 8 GiB, where the 2 GiB clients take turns four at a time.
   std::string capacity = "80Gi";
+  std::string gpus;
   for (int g = 0; g < o.gpus; ++g) {
     if (g % 2 == 1) capacity += ",GPU-bench-" + std::to_string(g) + "=8Gi";
+    gpus += (g == 0 ? "" : ",") + std::string("GPU-bench-") + std::to_string(g) + "=80Gi";
   }
-  std::vector<std::string> args = {o.scheduler, "--socket",   d.socket, "--control-socket",
-                                   d.control,   "--capacity", capacity, "--reserve",
-                                   "0",         "--quantum",  "3600",   "--log-level",
+  std::vector<std::string> args = {o.scheduler,
+                                   "--socket",
+                                   d.socket,
+                                   "--control-socket",
+                                   d.control,
+                                   "--state-file",
+                                   d.dir + "/state.json",
+                                   "--gpus",
+                                   gpus,
+                                   "--capacity",
+                                   capacity,
+                                   "--reserve",
+                                   "0",
+                                   "--quantum",
+                                   "3600",
+                                   "--log-level",
                                    "warn"};
   d.pid = ::fork();
   if (d.pid == 0) {

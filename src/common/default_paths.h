@@ -12,5 +12,7 @@ namespace nvshare {
 
 inline constexpr const char* kDefaultSocketPath = "/var/run/nvshare/scheduler.sock";
 inline constexpr const char* kDefaultControlSocketPath = "/var/run/nvshare-control/control.sock";
+// The scheduler's state across restarts (pod limits, GPUs); a host directory on Kubernetes.
+inline constexpr const char* kDefaultStateFile = "/var/lib/nvshare/scheduler/state.json";
 
 }  // namespace nvshare

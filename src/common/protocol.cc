@@ -125,6 +125,19 @@ void decode_payload(ByteReader& r, Ping& m, bool&) { m.nonce = r.u64(); }
 void encode_payload(ByteWriter& w, const Pong& m) { w.u64(m.nonce); }
 void decode_payload(ByteReader& r, Pong& m, bool&) { m.nonce = r.u64(); }
 
+// Fields later versions append at the end of a payload: version 2 gives limits a flags byte.
+void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
+  if (version < 2) return;
+  if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
+}
+void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
+  if (version < 2) return;
+  if (auto* limits = std::get_if<SetLimits>(&message)) {
+    limits->flags = r.u8();
+    if ((limits->flags & ~SetLimits::kProvisional) != 0) valid = false;
+  }
+}
+
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
 constexpr std::size_t kMessageTypes = std::variant_size_v<Message>;
 static_assert(std::is_same_v<std::variant_alternative_t<0, Message>, Hello>);
@@ -232,6 +245,7 @@ Status encode_to(const Message& message, std::vector<std::uint8_t>& out, std::ui
     return make_error(std::string("a string field of ") + std::string(to_string(type_of(message))) +
                       " is longer than the protocol allows");
   }
+  if (std::holds_alternative<Hello>(message)) version = kMinVersion;
   const std::size_t header_at = out.size();
   ByteWriter w(out);
   w.u32(kMagic);
@@ -239,6 +253,7 @@ Status encode_to(const Message& message, std::vector<std::uint8_t>& out, std::ui
   w.u16(static_cast<std::uint16_t>(type_of(message)));
   w.u32(0);  // length, patched below
   std::visit([&w](const auto& m) { encode_payload(w, m); }, message);
+  encode_extension(w, message, version);
   const std::size_t length = out.size() - header_at - kHeaderSize;
   for (int i = 0; i < 4; ++i) out[header_at + 8 + i] = static_cast<std::uint8_t>(length >> (8 * i));
   return Status::Ok();
@@ -273,6 +288,7 @@ Result<std::optional<Decoded>> decode_frame(std::span<const std::uint8_t> bytes)
   ByteReader reader(bytes.subspan(kHeaderSize, length));
   bool valid = true;
   Message message = kDecoders[type - 1](reader, valid);
+  decode_extension(reader, message, version, valid);
   const auto name = std::string(to_string(static_cast<MessageType>(type)));
   if (!reader.ok()) return malformed(name + " payload is truncated or a string is too long");
   if (!valid) return malformed(name + " payload has a field out of range");

@@ -34,7 +34,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 1;
+inline constexpr std::uint16_t kMaxVersion = 2;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -87,7 +87,7 @@ struct Hello {
   std::uint16_t max_version = kMaxVersion;
   std::uint32_t pid = 0;               // informational: the scheduler trusts SO_PEERCRED
   std::string gpu_uuid;                // "GPU-..." of the device this session is for
-  std::uint64_t gpu_memory_bytes = 0;  // physical memory of that GPU as the driver reports it
+  std::uint64_t gpu_memory_bytes = 0;  // as the client's driver reports it; informational only
   std::uint64_t capabilities = 0;
   Limits declared;      // honoured only when the scheduler trusts client limits
   std::string pod_uid;  // declared pod identity, informational unless trusted
@@ -132,8 +132,15 @@ struct Usage {
   bool operator==(const Usage&) const = default;
 };
 
+// Version 2 appends a flags byte. kProvisional: the scheduler is not yet sure of this client's
+// limits (it restarted without its state, and the control plane has not pushed them again): the
+// client keeps, field by field, the stricter of these and the last limits it had, until limits
+// without the flag arrive. A version 1 peer never receives provisional limits.
 struct SetLimits {
+  static constexpr std::uint8_t kProvisional = 1u << 0;
   Limits limits;
+  std::uint8_t flags = 0;
+  bool provisional() const { return (flags & kProvisional) != 0; }
   bool operator==(const SetLimits&) const = default;
 };
 
@@ -164,7 +171,10 @@ std::string_view to_string(WaitReason reason);
 std::optional<std::uint16_t> negotiate_version(std::uint16_t peer_min, std::uint16_t peer_max);
 
 // Encodes one frame (header and payload) in protocol version `version`. Fails only when a field
-// does not fit its wire limits (a string longer than its maximum).
+// does not fit its wire limits (a string longer than its maximum). Fields a version lacks are not
+// sent (a provisional flag cannot be said in version 1: the caller decides what to send instead).
+// A hello is always encoded in kMinVersion, whatever `version` says: it carries the range the
+// client speaks, so any scheduler can read it.
 Result<std::vector<std::uint8_t>> encode(const Message& message,
                                          std::uint16_t version = kMaxVersion);
 // Appends the frame to `out`; same failure rule as encode.

@@ -34,7 +34,7 @@ Status make_parent_directory(const std::string& path) {
   const auto slash = path.rfind('/');
   if (slash == std::string::npos || slash == 0) return Status::Ok();
   const std::string dir = path.substr(0, slash);
-  struct stat st{};
+  struct stat st {};
   if (::stat(dir.c_str(), &st) == 0) return Status::Ok();
   if (Status parent = make_parent_directory(dir); !parent) return parent;
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -59,14 +59,15 @@ Result<UniqueFd> listen_unix(const std::string& path, unsigned mode, int backlog
   auto addr = make_address(path);
   if (!addr) return addr.error();
   if (Status dir = make_parent_directory(path); !dir) return dir.error();
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return make_error(path + " exists and is not a socket");
     ::unlink(path.c_str());
   }
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno_error("socket");
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr.value()), sizeof(sockaddr_un)) != 0) {
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr.value()), sizeof(sockaddr_un)) !=
+      0) {
     return errno_error("bind " + path);
   }
   if (::chmod(path.c_str(), mode) != 0) return errno_error("chmod " + path);
@@ -144,5 +145,12 @@ Result<std::size_t> read_some(int fd, std::span<std::uint8_t> buffer) {
 }
 
 bool would_block(const Error& error) { return error.message == kWouldBlock; }
+
+std::optional<FileIdentity> socket_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+  return FileIdentity{
+      st.st_ino, static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
 
 }  // namespace nvshare

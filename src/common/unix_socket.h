@@ -1,17 +1,18 @@
-// Unix stream sockets: an owning descriptor, listening and connecting by path, peer credentials, and
-// whole-buffer writes.
+// Unix stream sockets: an owning descriptor, listening and connecting by path, peer credentials,
+// and whole-buffer writes.
 //
 // Contract: every function returns a Result/Status instead of throwing or exiting; descriptors are
-// created close-on-exec. listen_unix removes a stale socket file at `path` (only if it is a socket),
-// creates the parent directory when missing, and applies `mode` to the socket file, so the scheduler can
-// offer a world-usable client socket and an owner-only control socket. Sending never raises SIGPIPE
-// (MSG_NOSIGNAL): a peer that went away shows up as an error value.
+// created close-on-exec. listen_unix removes a stale socket file at `path` (only if it is a
+// socket), creates the parent directory when missing, and applies `mode` to the socket file, so the
+// scheduler can offer a world-usable client socket and an owner-only control socket. Sending never
+// raises SIGPIPE (MSG_NOSIGNAL): a peer that went away shows up as an error value.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -49,6 +50,15 @@ Result<UniqueFd> listen_unix(const std::string& path, unsigned mode, int backlog
 Result<UniqueFd> connect_unix(const std::string& path);
 Result<PeerCredentials> peer_credentials(int fd);
 Status set_nonblocking(int fd, bool nonblocking = true);
+// What identifies one incarnation of a socket file: a socket created anew (a restarted daemon)
+// differs in inode or change time. nullopt when `path` is not a socket.
+struct FileIdentity {
+  ino_t inode = 0;
+  std::int64_t ctime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+std::optional<FileIdentity> socket_identity(const std::string& path);
+
 // A connected pair, for tests and in-process links.
 Result<std::pair<UniqueFd, UniqueFd>> unix_socketpair();
 

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "common/gpu_inventory.h"
 #include "common/log.h"
-#include "deviceplugin/inventory.h"
 #include "deviceplugin/knobs.h"
 #include "deviceplugin/plugin_server.h"
 

@@ -41,6 +41,7 @@ struct ManagedGpu {
   std::uint64_t capacity_bytes = 0;  // virtual capacity (memory-capacity), else physical
   int slots = 0;
   bool healthy = true;
+  std::uint64_t memory_bytes = 0;  // physical, as NVML reports it
 };
 
 // One pod from pod-resources: its key ("namespace/name") and the device IDs of the plugin's

@@ -28,20 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What identifies one incarnation of a file: a socket created anew differs in inode or ctime.
-struct FileIdentity {
-  ino_t inode = 0;
-  std::int64_t ctime_ns = 0;
-  bool operator==(const FileIdentity&) const = default;
-};
-
-std::optional<FileIdentity> socket_identity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
-  return FileIdentity{
-      st.st_ino, static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
-}
-
 std::string base_name(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -74,6 +60,7 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
   std::thread supervisor;
   int wake_fd = -1;
   int inotify_fd = -1;
+  int kubelet_watch = -1;
   bool started = false;
 
   // -- DevicePlugin --
@@ -277,10 +264,7 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     return out;
   }
 
-  Status push_capacity() {
-    Json request = Json::object();
-    request.set("cmd", "set-policy");
-    request.set("capacity", capacity_list());
+  Status control_request(const Json& request, const char* what) {
     auto response = tools::control_call(config.control_socket, request,
                                         static_cast<int>(timing.rpc_timeout.count()));
     if (!response) return response.error();
@@ -288,10 +272,32 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     if (ok == nullptr || ok->as_bool() != std::optional<bool>(true)) {
       const Json* error = response.value().find("error");
       const std::string* message = error != nullptr ? error->as_string() : nullptr;
-      return make_error("the scheduler refused the capacity: " +
+      return make_error(std::string("the scheduler refused the ") + what + ": " +
                         (message != nullptr ? *message : response.value().dump()));
     }
     return Status::Ok();
+  }
+
+  // What a new scheduler must learn from this node's inventory: the GPUs and their physical
+  // memory (it takes a GPU's memory from the device, never from its clients), and the virtual
+  // capacity when memory-capacity is set.
+  Status push_inventory() {
+    Json gpus = Json::array();
+    for (const ManagedGpu& gpu : gpus_snapshot()) {
+      Json g = Json::object();
+      g.set("uuid", gpu.uuid);
+      g.set("memory_bytes", gpu.memory_bytes);
+      gpus.push_back(std::move(g));
+    }
+    Json request = Json::object();
+    request.set("cmd", "set-gpus");
+    request.set("gpus", std::move(gpus));
+    if (Status s = control_request(request, "GPU inventory"); !s) return s;
+    if (config.memory_capacity.empty()) return Status::Ok();
+    Json capacity = Json::object();
+    capacity.set("cmd", "set-policy");
+    capacity.set("capacity", capacity_list());
+    return control_request(capacity, "capacity");
   }
 
   void poll_health() {
@@ -328,7 +334,6 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     auto register_backoff = timing.register_backoff_initial;
     auto next_register = Clock::now();
     auto next_health = Clock::now() + config.health_interval;
-    const bool push_capacity_wanted = !config.memory_capacity.empty();
     std::optional<FileIdentity> pushed_control;
     auto next_push = Clock::now();
     auto push_backoff = timing.register_backoff_initial;
@@ -386,17 +391,21 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
         }
       }
 
-      if (push_capacity_wanted && Clock::now() >= next_push) {
+      // Every new scheduler (a socket created anew) learns the inventory at once.
+      if (Clock::now() >= next_push) {
         const auto control = socket_identity(config.control_socket);
         if (control && (!pushed_control || !(*control == *pushed_control))) {
-          if (Status s = push_capacity(); s) {
+          if (Status s = push_inventory(); s) {
             pushed_control = control;
             push_backoff = timing.register_backoff_initial;
-            NVSHARE_INFO("pushed memory capacity %s to the scheduler", capacity_list().c_str());
+            NVSHARE_INFO("pushed the GPU inventory%s to the scheduler",
+                         config.memory_capacity.empty()
+                             ? ""
+                             : (" and memory capacity " + capacity_list()).c_str());
             std::lock_guard lock(mu);
             ++stats.capacity_pushes;
           } else {
-            NVSHARE_WARN("cannot push the memory capacity: %s", s.error().message.c_str());
+            NVSHARE_WARN("cannot push the GPU inventory: %s", s.error().message.c_str());
             next_push = Clock::now() + push_backoff;
             push_backoff = std::min(push_backoff * 2, timing.register_backoff_max);
           }
@@ -414,12 +423,15 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
       const int nfds = inotify_fd >= 0 ? 2 : 1;
       if (::poll(fds, nfds, static_cast<int>(std::max<long long>(wait, 0) + 1)) > 0 && nfds == 2 &&
           (fds[1].revents & POLLIN)) {
+        // A new kubelet.sock needs a registration; a new control socket is checked at the top of
+        // the loop anyway.
         kubelet_recreated |= drain_inotify();
       }
     }
   }
 
-  // Reads pending inotify events; true when kubelet.sock was created.
+  // Reads pending inotify events (the kubelet's directory and the control socket's); true when
+  // kubelet.sock was created.
   bool drain_inotify() {
     alignas(inotify_event) char buffer[4096];
     bool created = false;
@@ -428,7 +440,8 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
       if (n <= 0) break;
       for (ssize_t offset = 0; offset < n;) {
         const auto* event = reinterpret_cast<const inotify_event*>(buffer + offset);
-        if (event->len > 0 && std::strcmp(event->name, "kubelet.sock") == 0 &&
+        if (event->wd == kubelet_watch && event->len > 0 &&
+            std::strcmp(event->name, "kubelet.sock") == 0 &&
             (event->mask & (IN_CREATE | IN_MOVED_TO))) {
           created = true;
         }
@@ -465,7 +478,7 @@ Status PluginServer::start() {
     gpus.push_back(
         ManagedGpu{info.uuid, info.index,
                    config.memory_capacity.for_gpu(info.uuid, info.index, info.memory_bytes),
-                   config.slots_per_gpu, true});
+                   config.slots_per_gpu, true, info.memory_bytes});
   }
   for (const std::string& uuid : config.gpus.uuids) {
     if (std::none_of(gpus.begin(), gpus.end(),
@@ -507,9 +520,18 @@ Status PluginServer::start() {
   impl.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl.wake_fd < 0) return make_error(std::string("eventfd: ") + std::strerror(errno));
   impl.inotify_fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (impl.inotify_fd >= 0 &&
-      ::inotify_add_watch(impl.inotify_fd, config.kubelet_dir.c_str(),
-                          IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
+  if (impl.inotify_fd >= 0) {
+    impl.kubelet_watch = ::inotify_add_watch(impl.inotify_fd, config.kubelet_dir.c_str(),
+                                             IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+    // A restarted scheduler's control socket wakes the supervisor at once (best effort: the
+    // periodic check finds it otherwise).
+    const std::string control_dir =
+        config.control_socket.substr(0, config.control_socket.find_last_of('/'));
+    if (!control_dir.empty()) {
+      (void)::inotify_add_watch(impl.inotify_fd, control_dir.c_str(), IN_CREATE | IN_MOVED_TO);
+    }
+  }
+  if (impl.inotify_fd >= 0 && impl.kubelet_watch < 0) {
     NVSHARE_WARN("cannot watch %s (%s); checking its sockets every %lld ms",
                  config.kubelet_dir.c_str(), std::strerror(errno),
                  static_cast<long long>(impl.timing.socket_check_interval.count()));

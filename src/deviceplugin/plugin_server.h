@@ -10,9 +10,10 @@
 //    directory); registration is retried with capped backoff while the kubelet does not answer;
 //  - it polls every GPU's health each health-interval; a change makes every ListAndWatch stream
 //    send the new device list (the GPU's slots Unhealthy, or Healthy again);
-//  - with memory-capacity set, it pushes the per-GPU capacities to the scheduler (control API
-//    set-policy `capacity`) until one push succeeds, and again whenever the control socket is
-//    created anew (a restarted scheduler remembers nothing).
+//  - it pushes the GPU inventory (control API set-gpus: UUIDs and physical memory, where the
+//    scheduler takes each GPU's memory from) and, with memory-capacity set, the per-GPU virtual
+//    capacities (set-policy `capacity`) to the scheduler until one push succeeds, and again as soon
+//    as the control socket is created anew (a restarted scheduler; inotify on its directory).
 // GetPreferredAllocation reads the live load from the kubelet's pod-resources API at each call (see
 // placement.h); Allocate answers as allocate.h describes.
 //
@@ -29,8 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_inventory.h"
 #include "common/result.h"
-#include "deviceplugin/inventory.h"
 #include "deviceplugin/knobs.h"
 #include "deviceplugin/placement.h"
 
@@ -58,7 +59,7 @@ struct PluginServerStats {
   std::uint64_t register_failures = 0;  // failed attempts
   std::uint64_t serves = 0;             // times the DevicePlugin service started listening
   std::uint64_t health_changes = 0;     // GPU health transitions
-  std::uint64_t capacity_pushes = 0;    // accepted set-policy capacity pushes
+  std::uint64_t capacity_pushes = 0;    // inventory (and capacity) pushes a scheduler accepted
 };
 
 class PluginServer {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/unix_socket.h"
 #include "podwatcher/api_client.h"
 #include "podwatcher/limits_ledger.h"
 #include "podwatcher/pod_limits.h"
@@ -452,12 +453,49 @@ struct PodWatcher::Impl {
     return false;
   }
 
+  // Tells the scheduler that every limit this watcher holds has been pushed: its limits are
+  // authoritative from now on (scheduler.h). False when it could not be reached.
+  bool announce_sync(std::optional<tools::ControlClient>& control) {
+    const int timeout_ms = static_cast<int>(config.control_timeout.count());
+    if (!control) {
+      auto connected = tools::ControlClient::connect(config.control_socket, timeout_ms);
+      if (!connected) return false;
+      control.emplace(std::move(connected.value()));
+    }
+    Json request = Json::object();
+    request.set("cmd", "sync");
+    auto response = control->call(request);
+    if (!response) {
+      control.reset();
+      return false;
+    }
+    return true;  // an older scheduler without "sync" refuses it: nothing to wait for either
+  }
+
   void sync_loop() {
+    using namespace std::chrono_literals;
+    // How often the control socket's identity is looked at: a restarted scheduler gets every limit
+    // again within about this long.
+    constexpr auto kIdentityPoll = 200ms;
     Backoff backoff(config.backoff_initial, config.backoff_max);
     std::optional<tools::ControlClient> control;
     bool reachable = true;  // the last attempt reached the scheduler
+    std::optional<FileIdentity> scheduler = socket_identity(config.control_socket);
+    bool sync_announced = false;  // to this scheduler, after a full push
     auto next_check = std::chrono::steady_clock::now() + config.control_check_interval;
     while (!stopping) {
+      if (const auto now_serving = socket_identity(config.control_socket);
+          now_serving && now_serving != scheduler) {
+        if (scheduler) {
+          NVSHARE_INFO("pod watcher: a new scheduler at %s: pushing every limit again",
+                       config.control_socket.c_str());
+        }
+        scheduler = now_serving;
+        control.reset();
+        sync_announced = false;
+        std::lock_guard lock(mu);
+        ledger.mark_all_unpushed();
+      }
       std::deque<PendingWarning> to_post;
       {
         std::lock_guard lock(mu);
@@ -486,7 +524,21 @@ struct PodWatcher::Impl {
         ledger.mark_done(*command);
       }
       if (stopping) return;
+      bool listed;
+      {
+        std::lock_guard lock(mu);
+        listed = stats.synced;
+      }
+      if (!failed && !sync_announced && listed) {
+        // Every pod on the node has been listed and pushed to this scheduler.
+        if (announce_sync(control)) {
+          sync_announced = true;
+        } else {
+          failed = true;
+        }
+      }
       if (failed) {
+        sync_announced = false;
         {
           std::lock_guard lock(mu);
           ++stats.push_failures;
@@ -499,7 +551,8 @@ struct PodWatcher::Impl {
         }
         reachable = false;
         std::unique_lock lock(mu);
-        wake.wait_for(lock, backoff.next(), [&] { return stopping.load() || !warnings.empty(); });
+        wake.wait_for(lock, std::min<std::chrono::milliseconds>(backoff.next(), kIdentityPoll * 5),
+                      [&] { return stopping.load() || !warnings.empty(); });
         continue;
       }
       backoff.reset();
@@ -513,13 +566,14 @@ struct PodWatcher::Impl {
           has_pods = ledger.managed_pods() > 0;
         }
         if (has_pods && !check(control)) {
+          sync_announced = false;
           std::lock_guard lock(mu);
           ledger.mark_all_unpushed();
           continue;
         }
       }
       std::unique_lock lock(mu);
-      wake.wait_until(lock, next_check, [&] {
+      wake.wait_until(lock, std::min(next_check, now + kIdentityPoll), [&] {
         return stopping.load() || !warnings.empty() || ledger.next_command().has_value();
       });
     }

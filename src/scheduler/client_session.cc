@@ -4,7 +4,6 @@
 #include <type_traits>
 
 #include "common/log.h"
-#include "scheduler/pod_identity.h"
 
 namespace nvshare::scheduler {
 namespace {
@@ -16,14 +15,14 @@ constexpr int kMaxReadsPerEvent = 4;
 
 }  // namespace
 
-ClientSession::ClientSession(UniqueFd fd, PeerCredentials peer, Scheduler& scheduler,
-                             SessionHost& host, DaemonStats& stats, std::string proc_root)
+ClientSession::ClientSession(UniqueFd fd, ClientIdentity peer, Scheduler& scheduler,
+                             SessionHost& host, DaemonStats& stats, std::uint64_t serial)
     : fd_(std::move(fd)),
-      peer_(peer),
+      peer_(std::move(peer)),
       scheduler_(scheduler),
       host_(host),
       stats_(stats),
-      proc_root_(std::move(proc_root)) {}
+      serial_(serial) {}
 
 void ClientSession::close_with(std::string reason) {
   if (closing_) return;
@@ -117,23 +116,16 @@ void ClientSession::handle_hello(const protocol::Hello& hello, MonoTime now) {
     close_with("hello names no GPU");
     return;
   }
-  ClientIdentity identity;
-  identity.pid = peer_.pid;
-  identity.uid = peer_.uid;
-  if (peer_.pid > 0) {
-    auto pod = read_pod_identity(peer_.pid, proc_root_);
-    if (pod) {
-      identity.pod_uid = pod.value().pod_uid;
-      identity.container_id = pod.value().container_id;
-    } else {
-      NVSHARE_DEBUG("pid %d: %s", static_cast<int>(peer_.pid), pod.error().message.c_str());
-    }
+  if (!scheduler_.knows_gpu(hello.gpu_uuid)) {
+    ++stats_.closed_unknown_gpu;
+    close_with("GPU " + hello.gpu_uuid + " is not one of this node's GPUs");
+    return;
   }
   version_ = *version;
   client_ = scheduler_.next_client_id();
   host_.bind(client_, *this);
   queue(protocol::Welcome{version_, client_, 0});
-  if (Status s = scheduler_.register_client(client_, identity, hello, now); !s) {
+  if (Status s = scheduler_.register_client(client_, peer_, hello, now); !s) {
     ++stats_.closed_protocol;
     close_with(s.error().message);
   }

@@ -11,8 +11,8 @@
 //    a scheduler->client message type) or a hello without a common version makes the session ask to
 //    be closed: closing() turns true with a reason, and no further frame of it is handled. Other
 //    sessions are unaffected. The owner closes it and reports the disconnect to the Scheduler.
-//  - Identity is the peer's: pid and uid from SO_PEERCRED (taken at accept), pod from
-//  /proc/<pid>/cgroup.
+//  - Identity is the peer's, taken by the daemon when it accepted the connection (peer_identity.h),
+//    never re-read at hello: the connecting process may be gone by then.
 //  - Output is only queued here (never written): the owner flushes it without blocking and drops
 //  the
 //    session when the pending output exceeds its limit.
@@ -48,14 +48,16 @@ class SessionHost {
 
 class ClientSession {
  public:
-  ClientSession(UniqueFd fd, PeerCredentials peer, Scheduler& scheduler, SessionHost& host,
-                DaemonStats& stats, std::string proc_root);
+  ClientSession(UniqueFd fd, ClientIdentity peer, Scheduler& scheduler, SessionHost& host,
+                DaemonStats& stats, std::uint64_t serial);
   ClientSession(const ClientSession&) = delete;
   ClientSession& operator=(const ClientSession&) = delete;
 
   int fd() const { return fd_.get(); }
   ClientId client() const { return client_; }
-  const PeerCredentials& peer() const { return peer_; }
+  const ClientIdentity& peer() const { return peer_; }
+  // Unique per accepted connection (descriptors are reused, serials are not).
+  std::uint64_t serial() const { return serial_; }
 
   // Reads what the socket has (bounded per call, the loop is level-triggered) and handles every
   // complete frame. End of stream or a read error also ends the session.
@@ -83,11 +85,11 @@ class ClientSession {
   void handle_hello(const protocol::Hello& hello, MonoTime now);
 
   UniqueFd fd_;
-  PeerCredentials peer_;
+  ClientIdentity peer_;
   Scheduler& scheduler_;
   SessionHost& host_;
   DaemonStats& stats_;
-  std::string proc_root_;
+  std::uint64_t serial_;
   protocol::FrameDecoder decoder_;
   Outbox outbox_;
   ClientId client_ = 0;

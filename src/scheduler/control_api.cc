@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "common/quantity.h"
+#include "scheduler/pod_identity.h"
 
 #ifndef NVSHARE_VERSION
 #define NVSHARE_VERSION "0.0.0"
@@ -47,6 +48,20 @@ Result<std::string> nonempty_string(const Json& value, std::string_view what) {
   return *s;
 }
 
+// A pod UID as Kubernetes writes it (a UUID, or a static pod's 32 hex digits), in canonical form:
+// a UID stored in another spelling would never match the UID read from a process's cgroup.
+Result<std::string> pod_uid_value(const Json& value, std::string_view what) {
+  auto text = nonempty_string(value, what);
+  if (!text) return text.error();
+  auto canonical = canonical_pod_uid(text.value());
+  if (!canonical) {
+    return make_error(std::string(what) + " \"" + text.value().substr(0, 80) +
+                      "\" is not a pod UID (a UUID such as "
+                      "\"7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d\", or a static pod's 32 hex digits)");
+  }
+  return *canonical;
+}
+
 Result<Selector> parse_selector(const Json* value) {
   if (value == nullptr || !value->is_object()) {
     return make_error(
@@ -71,10 +86,8 @@ Result<Selector> parse_selector(const Json* value) {
     selector.pid = static_cast<pid_t>(n.value());
   }
   if (const Json* uid = value->find("pod_uid")) {
-    auto s = nonempty_string(*uid, "selector.pod_uid");
+    auto s = pod_uid_value(*uid, "selector.pod_uid");
     if (!s) return s.error();
-    if (s.value().size() > protocol::kMaxUuidLength)
-      return make_error("selector.pod_uid is too long");
     selector.pod_uid = s.value();
   }
   if (const Json* ns = value->find("namespace")) {
@@ -90,20 +103,29 @@ Result<Selector> parse_selector(const Json* value) {
   return selector;
 }
 
-// memory: absent (keep), null or "none" (no limit), "inherit", a quantity string, or bytes.
+// memory: absent (keep), null or "none" (no limit), "inherit", a quantity string, or bytes. Zero is
+// refused: it would read as "no limit", the opposite of what anyone writing it means.
 Result<FieldChange> parse_memory(const Json* value) {
   FieldChange change;
   if (value == nullptr) return change;
   if (value->is_null()) return FieldChange{FieldChange::Op::kSet, 0};
+  const auto set_bytes = [](std::uint64_t bytes) -> Result<FieldChange> {
+    if (bytes == 0) {
+      return make_error(
+          "memory 0 is not a limit: say \"none\" (or null) for no limit, or give "
+          "a size such as \"1Gi\"");
+    }
+    return FieldChange{FieldChange::Op::kSet, bytes};
+  };
   if (const std::string* text = value->as_string()) {
     if (*text == "none") return FieldChange{FieldChange::Op::kSet, 0};
     if (*text == "inherit") return FieldChange{FieldChange::Op::kInherit, 0};
     auto bytes = parse_memory_quantity(*text);
     if (!bytes) return make_error("memory: " + bytes.error().message);
-    return FieldChange{FieldChange::Op::kSet, bytes.value()};
+    return set_bytes(bytes.value());
   }
   if (const auto bytes = value->as_int64(); bytes && *bytes >= 0) {
-    return FieldChange{FieldChange::Op::kSet, static_cast<std::uint64_t>(*bytes)};
+    return set_bytes(static_cast<std::uint64_t>(*bytes));
   }
   return make_error(
       "memory must be a quantity such as \"4Gi\", a byte count, null, \"none\" or "
@@ -138,6 +160,7 @@ Json config_json(const DaemonConfig& config) {
   Json c = Json::object();
   c.set("socket", config.socket_path);
   c.set("control_socket", config.control_socket_path);
+  c.set("state_file", config.state_file);
   c.set("mode", std::string(policy::to_string(config.policy.mode)));
   c.set("reserve_percent", config.policy.reserve_fraction * 100);
   c.set("capacity", config.capacity.to_string());
@@ -163,6 +186,7 @@ Json status(ControlContext& context) {
   scheduler.set("uptime_s", static_cast<double>((context.now - context.started).count()) / 1e9);
   scheduler.set("client_sessions", context.client_sessions);
   scheduler.set("clients", context.scheduler.client_count());
+  scheduler.set("limits_synced", context.scheduler.synced());
   scheduler.set("config", config_json(context.scheduler.config()));
   out.set("scheduler", std::move(scheduler));
   Json body = to_json(context.scheduler.snapshot(context.now));
@@ -202,7 +226,7 @@ Json forget_pod(const Json& request, ControlContext& context) {
     return error_response(s.error().message);
   }
   const Json* uid = request.find("pod_uid");
-  auto text = uid ? nonempty_string(*uid, "pod_uid")
+  auto text = uid ? pod_uid_value(*uid, "pod_uid")
                   : Result<std::string>(make_error("forget-pod needs \"pod_uid\""));
   if (!text) return error_response(text.error().message);
   if (Status s = context.scheduler.forget_pod(text.value(), context.now); !s) {
@@ -253,6 +277,50 @@ Json set_policy(const Json& request, ControlContext& context) {
   for (const std::string& uuid : changed.value()) gpus.push_back(uuid);
   out.set("gpus", std::move(gpus));
   return out;
+}
+
+// {"cmd":"set-gpus","gpus":[{"uuid":"GPU-...","memory_bytes":N},...]}: the device plugin's
+// inventory. Every entry is checked before any is applied.
+Json set_gpus(const Json& request, ControlContext& context) {
+  if (Status s = check_members(request, "set-gpus", {"cmd", "gpus"}); !s) {
+    return error_response(s.error().message);
+  }
+  const Json* list = request.find("gpus");
+  if (list == nullptr || !list->is_array()) {
+    return error_response("set-gpus needs \"gpus\": [{\"uuid\":...,\"memory_bytes\":...}]");
+  }
+  std::vector<GpuInfo> gpus;
+  for (const Json& entry : *list->as_array()) {
+    if (!entry.is_object()) return error_response("each of \"gpus\" must be an object");
+    if (Status s = check_members(entry, "a GPU", {"uuid", "memory_bytes"}); !s) {
+      return error_response(s.error().message);
+    }
+    const Json* uuid = entry.find("uuid");
+    const Json* memory = entry.find("memory_bytes");
+    auto text = uuid ? nonempty_string(*uuid, "uuid")
+                     : Result<std::string>(make_error("a GPU needs \"uuid\""));
+    if (!text) return error_response(text.error().message);
+    auto bytes = memory ? positive_integer(*memory, "memory_bytes")
+                        : Result<std::int64_t>(make_error("a GPU needs \"memory_bytes\""));
+    if (!bytes) return error_response(bytes.error().message);
+    gpus.push_back(GpuInfo{text.value(), static_cast<unsigned>(gpus.size()),
+                           static_cast<std::uint64_t>(bytes.value())});
+  }
+  if (Status s = context.scheduler.set_gpus(gpus, "device plugin", context.now); !s) {
+    return error_response(s.error().message);
+  }
+  Json out = ok_response();
+  out.set("gpus", context.scheduler.gpu_count());
+  return out;
+}
+
+// {"cmd":"sync"}: the control plane (the device plugin) has pushed every limit it holds.
+Json sync(const Json& request, ControlContext& context) {
+  if (Status s = check_members(request, "sync", {"cmd"}); !s) {
+    return error_response(s.error().message);
+  }
+  context.scheduler.mark_synced(context.now);
+  return ok_response();
 }
 
 Json explain(const Json& request, ControlContext& context) {
@@ -313,6 +381,11 @@ Json stats(const Json& request, ControlContext& context) {
   sessions.set("closed_protocol", s.closed_protocol);
   sessions.set("closed_version", s.closed_version);
   sessions.set("closed_slow", s.closed_slow);
+  sessions.set("closed_unknown_gpu", s.closed_unknown_gpu);
+  sessions.set("closed_no_hello", s.closed_no_hello);
+  sessions.set("refused_identity", s.refused_identity);
+  sessions.set("refused_limit", s.refused_limit);
+  sessions.set("refused_descriptors", s.refused_descriptors);
   out.set("sessions", std::move(sessions));
   out.set("control_requests", s.control_requests);
   out.set("control_refused", s.control_refused);
@@ -367,12 +440,14 @@ Json handle_control_request(const Json& request, ControlContext& context) {
   if (name == "set-limits") return set_limits(request, context);
   if (name == "forget-pod") return forget_pod(request, context);
   if (name == "set-policy") return set_policy(request, context);
+  if (name == "set-gpus") return set_gpus(request, context);
+  if (name == "sync") return sync(request, context);
   if (name == "explain") return explain(request, context);
   if (name == "stats") return stats(request, context);
   if (name == "version") return version();
   return error_response("unknown cmd \"" + name +
-                        "\" (known: status, set-limits, forget-pod, set-policy, explain, stats, "
-                        "version)");
+                        "\" (known: status, set-limits, forget-pod, set-policy, set-gpus, sync, "
+                        "explain, stats, version)");
 }
 
 Json handle_control_line(std::string_view line, ControlContext& context) {

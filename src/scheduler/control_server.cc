@@ -109,18 +109,30 @@ void ControlServer::on_event(int fd, std::uint32_t events) {
   if (events & EPOLLOUT) {
     if (!flush(fd)) return;
   }
-  if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || connection.close_when_flushed) return;
-
-  std::array<char, 16384> buffer;
-  const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  if (n <= 0) {
-    close(fd);
-    return;
+  const bool readable = (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
+  if (readable && !connection.close_when_flushed && !backlogged(connection)) {
+    std::array<char, 16384> buffer;
+    const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), 0);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      close(fd);
+      return;
+    }
+    if (n == 0) {
+      close(fd);
+      return;
+    }
+    if (n > 0) connection.input.append(buffer.data(), static_cast<std::size_t>(n));
   }
-  connection.input.append(buffer.data(), static_cast<std::size_t>(n));
+  handle_lines(connection);
+  flush(fd);
+}
+
+void ControlServer::handle_lines(Connection& connection) {
   std::size_t start = 0;
-  for (;;) {
+  // A peer that pipelines requests and reads slowly gets its answers at its own pace: no request is
+  // handled while its unread output is over the bound, so that output never grows past it by more
+  // than one response.
+  while (!backlogged(connection) && !connection.close_when_flushed) {
     const std::size_t newline = connection.input.find('\n', start);
     if (newline == std::string::npos) break;
     const std::string_view line(connection.input.data() + start, newline - start);
@@ -129,13 +141,13 @@ void ControlServer::on_event(int fd, std::uint32_t events) {
     respond(connection, handler_(line));
   }
   connection.input.erase(0, start);
-  if (connection.input.size() > kMaxControlLine) {
+  if (connection.input.find('\n') == std::string::npos &&
+      connection.input.size() > kMaxControlLine) {
     respond(connection, error_response("request line longer than " +
                                        std::to_string(kMaxControlLine) + " bytes"));
     connection.input.clear();
     connection.close_when_flushed = true;
   }
-  flush(fd);
 }
 
 void ControlServer::respond(Connection& connection, const Json& response) {
@@ -158,10 +170,21 @@ bool ControlServer::flush(int fd) {
     close(fd);
     return false;
   }
-  const bool wants = !done.value();
-  if (wants != connection.wants_writable) {
-    connection.wants_writable = wants;
-    (void)reactor_.set_events(fd, wants ? (EPOLLIN | EPOLLOUT) : EPOLLIN);
+  // Requests read but held back while the output was over the bound are handled now.
+  if (!backlogged(connection) && connection.input.find('\n') != std::string::npos) {
+    handle_lines(connection);
+    done = connection.output.flush(fd);
+    if (!done) {
+      close(fd);
+      return false;
+    }
+  }
+  const std::uint32_t events =
+      (backlogged(connection) || connection.close_when_flushed ? 0u : std::uint32_t{EPOLLIN}) |
+      (connection.output.empty() ? 0u : std::uint32_t{EPOLLOUT});
+  if (events != connection.events) {
+    connection.events = events;
+    (void)reactor_.set_events(fd, events);
   }
   return true;
 }

@@ -12,7 +12,9 @@
 // is not valid JSON gets an error response and the connection stays open; a line longer than
 // kMaxControlLine gets an error response and the connection is closed (the rest of the line cannot
 // be told from the next request). Output is buffered and written without blocking, like client
-// output.
+// output, and bounded: while more than kMaxPendingOutput is unread the connection's requests wait
+// (nothing more is read or handled), so a peer that pipelines requests and reads slowly costs at
+// most that plus one response.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ class ControlServer {
  public:
   using LineHandler = std::function<Json(std::string_view line)>;
   static constexpr std::size_t kMaxConnections = 64;
+  static constexpr std::size_t kMaxPendingOutput = std::size_t{1} << 20;
   static constexpr unsigned kControlDirectoryMode = 0700;
 
   ControlServer(Reactor& reactor, DaemonStats& stats, LineHandler handler);
@@ -50,8 +53,12 @@ class ControlServer {
     std::string input;
     Outbox output;
     bool close_when_flushed = false;
-    bool wants_writable = false;
+    std::uint32_t events = EPOLLIN;  // what the reactor watches for it
   };
+
+  static bool backlogged(const Connection& c) { return c.output.pending() > kMaxPendingOutput; }
+  // Handles the complete request lines in the input while the output is within its bound.
+  void handle_lines(Connection& connection);
 
   void accept_all();
   void on_event(int fd, std::uint32_t events);

@@ -1,6 +1,8 @@
 #include "scheduler/daemon.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,11 +41,36 @@ void Daemon::remove_socket_file(const std::string& path, FileId created) {
   if (created.ino != 0 && now.dev == created.dev && now.ino == created.ino) ::unlink(path.c_str());
 }
 
+namespace {
+
+// Descriptors kept out of the client sessions' budget: the control socket's connections (64), the
+// listeners, epoll, timer and signal descriptors, the state writer, NVML and the logs.
+constexpr std::size_t kReservedDescriptors = 256;
+
+SessionQuota session_quota(const DaemonConfig& config) {
+  SessionQuota quota;
+  quota.per_uid = config.max_sessions_per_uid;
+  quota.per_pod = config.max_sessions_per_pod;
+  rlimit limit{};
+  std::size_t descriptors = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    descriptors = static_cast<std::size_t>(limit.rlim_cur);
+  } else if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    descriptors = std::size_t{1} << 20;
+  }
+  quota.root_extra = kReservedDescriptors / 2;
+  quota.total = descriptors > kReservedDescriptors ? descriptors - kReservedDescriptors : 1;
+  return quota;
+}
+
+}  // namespace
+
 Daemon::Daemon(DaemonConfig config, Options options)
     : config_(config),
       options_(std::move(options)),
       clock_(SteadyClock::instance()),
       started_(clock_.now()),
+      limits_(session_quota(config)),
       scheduler_(std::move(config), *this) {}
 
 Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options options) {
@@ -53,9 +80,14 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options opti
   if (!reactor) return reactor.error();
   d.reactor_ = std::move(reactor).value();
 
+  d.load_state();
+  d.load_gpus();
   if (Status s = check_not_served(d.config_.socket_path); !s) return s.error();
   if (Status s = check_not_served(d.config_.control_socket_path); !s) return s.error();
 
+  d.spare_fd_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  NVSHARE_INFO("client sessions: at most %zu in all, %zu per uid, %zu per pod",
+               d.limits_.quota().total, d.limits_.quota().per_uid, d.limits_.quota().per_pod);
   auto listener = listen_unix(d.config_.socket_path, 0666, 1024);
   if (!listener) return listener.error();
   d.listener_ = std::move(listener).value();
@@ -81,7 +113,10 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options opti
     });
     if (!s) return s.error();
   }
-  d.reactor_->on_timer([&d] { d.scheduler_.run_due(d.clock_.now()); });
+  d.reactor_->on_timer([&d] {
+    d.scheduler_.run_due(d.clock_.now());
+    d.expire_hellos(d.clock_.now());
+  });
   d.reactor_->before_sleep([&d] { d.before_sleep(); });
   NVSHARE_INFO("listening: clients on %s, control on %s", d.config_.socket_path.c_str(),
                d.config_.control_socket_path.c_str());
@@ -96,6 +131,10 @@ Daemon::~Daemon() {
   by_client_.clear();
   sessions_.clear();
   control_.reset();
+  if (state_writer_) {
+    save_state();
+    state_writer_.reset();  // writes what is pending
+  }
   listener_.reset();
   remove_socket_file(config_.socket_path, socket_file_);
   remove_socket_file(config_.control_socket_path, control_file_);
@@ -103,40 +142,174 @@ Daemon::~Daemon() {
 
 Status Daemon::run() { return reactor_->run(); }
 
+void Daemon::load_state() {
+  if (config_.state_file.empty()) {
+    NVSHARE_WARN(
+        "no state file: after a restart, limits stay provisional until the control plane has "
+        "pushed them again");
+    return;
+  }
+  state_writer_ = std::make_unique<StateWriter>(config_.state_file);
+  auto text = read_state_file(config_.state_file);
+  if (!text) {
+    NVSHARE_ERROR("state file: %s; limits are provisional until the control plane pushes them",
+                  text.error().message.c_str());
+    return;
+  }
+  if (!text.value()) {
+    NVSHARE_INFO(
+        "state file %s does not exist yet: limits are provisional until the control "
+        "plane pushes them",
+        config_.state_file.c_str());
+    return;
+  }
+  auto state = parse_state(*text.value());
+  if (!state) {
+    // Kept for a person to look at; a fresh one is written at the next change.
+    const std::string aside = config_.state_file + ".unreadable";
+    (void)::rename(config_.state_file.c_str(), aside.c_str());
+    NVSHARE_ERROR(
+        "state file %s: %s (moved to %s); limits are provisional until the control "
+        "plane pushes them",
+        config_.state_file.c_str(), state.error().message.c_str(), aside.c_str());
+    return;
+  }
+  scheduler_.restore(state.value(), !config_.gpus.has_value(), clock_.now());
+}
+
+void Daemon::save_state() {
+  if (!scheduler_.take_state_dirty() || !state_writer_) return;
+  state_writer_->submit(render_state(scheduler_.persistent_state()));
+}
+
+void Daemon::load_gpus() {
+  const MonoTime now = clock_.now();
+  if (config_.gpus) {
+    if (Status s = scheduler_.set_gpus(*config_.gpus, "gpus knob", now); !s) {
+      NVSHARE_ERROR("gpus knob: %s", s.error().message.c_str());
+    }
+    return;
+  }
+  auto nvml = open_nvml_inventory();
+  auto listed = nvml ? nvml.value()->list() : Result<std::vector<GpuInfo>>(nvml.error());
+  if (!listed) {
+    NVSHARE_WARN(
+        "no GPUs from NVML (%s): clients are refused until the device plugin reports the "
+        "node's GPUs (set-gpus) or --gpus names them",
+        listed.error().message.c_str());
+    return;
+  }
+  if (Status s = scheduler_.set_gpus(listed.value(), "nvml", now); !s) {
+    NVSHARE_ERROR("NVML inventory: %s", s.error().message.c_str());
+  }
+  if (listed.value().empty()) NVSHARE_WARN("NVML lists no GPU: every client is refused");
+}
+
 void Daemon::accept_clients() {
   for (int i = 0; i < kAcceptsPerEvent; ++i) {
     UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
       if (errno == EMFILE || errno == ENFILE) {
-        // Out of descriptors: stop listening until a session closes, or the loop would spin.
-        NVSHARE_WARN("accept: %s; not accepting until a connection closes", std::strerror(errno));
-        (void)reactor_->set_events(listener_.get(), 0);
-        listener_paused_ = true;
+        shed_one_connection();
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                  errno != ECONNABORTED) {
         NVSHARE_WARN("accept: %s", std::strerror(errno));
       }
       return;
     }
-    auto peer = peer_credentials(fd.get());
-    if (!peer) {
-      NVSHARE_WARN("client refused: %s", peer.error().message.c_str());
-      continue;
-    }
+    ClientIdentity identity;
+    if (!admit(fd, identity)) continue;  // closed
     const int raw = fd.get();
-    auto session = std::make_unique<ClientSession>(std::move(fd), peer.value(), scheduler_, *this,
-                                                   stats_, options_.proc_root);
+    const std::uint64_t serial = next_serial_++;
+    auto session =
+        std::make_unique<ClientSession>(std::move(fd), identity, scheduler_, *this, stats_, serial);
     if (Status s = reactor_->add(
             raw, EPOLLIN, [this, raw](std::uint32_t events) { on_session_event(raw, events); });
         !s) {
       NVSHARE_WARN("client refused: %s", s.error().message.c_str());
+      limits_.release(identity);
       continue;
     }
     ++stats_.sessions_opened;
-    NVSHARE_DEBUG("connection from pid %d uid %u", static_cast<int>(peer.value().pid),
-                  static_cast<unsigned>(peer.value().uid));
+    NVSHARE_DEBUG("connection from pid %d uid %u pod %s", static_cast<int>(identity.pid),
+                  static_cast<unsigned>(identity.uid),
+                  identity.pod_uid ? identity.pod_uid->c_str() : "-");
     sessions_.emplace(raw, std::move(session));
+    hello_deadlines_.push_back(HelloDeadline{clock_.now() + config_.hello_timeout, raw, serial});
   }
+}
+
+bool Daemon::admit(UniqueFd& fd, ClientIdentity& identity) {
+  auto identified = identify_peer(fd.get(), options_.proc_root);
+  if (identified) {
+    identity = std::move(identified).value();
+  } else if (config_.trust_client_limits) {
+    // Local mode: a session without a pod is still scheduled; only its credentials are needed.
+    auto peer = peer_credentials(fd.get());
+    if (!peer) {
+      ++stats_.refused_identity;
+      note_refusal("cannot identify the peer: " + peer.error().message);
+      fd.reset();
+      return false;
+    }
+    identity.pid = peer.value().pid;
+    identity.uid = peer.value().uid;
+    identity.gid = peer.value().gid;
+  } else {
+    // Without a readable identity the session could escape its pod's limits.
+    ++stats_.refused_identity;
+    note_refusal("cannot identify the peer: " + identified.error().message);
+    fd.reset();
+    return false;
+  }
+  if (Status s = limits_.admit(identity); !s) {
+    ++stats_.refused_limit;
+    note_refusal("pid " + std::to_string(identity.pid) + ": " + s.error().message);
+    fd.reset();
+    return false;
+  }
+  return true;
+}
+
+void Daemon::shed_one_connection() {
+  ++stats_.refused_descriptors;
+  spare_fd_.reset();
+  UniqueFd doomed(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  doomed.reset();
+  spare_fd_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  note_refusal(std::string("out of descriptors (") + std::strerror(EMFILE) + ")");
+}
+
+void Daemon::note_refusal(const std::string& why) {
+  ++refusals_unlogged_;
+  const MonoTime now = clock_.now();
+  if (now - refusal_logged_at_ < std::chrono::seconds(1)) return;
+  NVSHARE_WARN("client connection refused: %s (%llu refused since the last report)", why.c_str(),
+               static_cast<unsigned long long>(refusals_unlogged_));
+  refusals_unlogged_ = 0;
+  refusal_logged_at_ = now;
+}
+
+void Daemon::expire_hellos(MonoTime now) {
+  while (!hello_deadlines_.empty() && hello_deadlines_.front().at <= now) {
+    const HelloDeadline due = hello_deadlines_.front();
+    hello_deadlines_.pop_front();
+    auto it = sessions_.find(due.fd);
+    if (it == sessions_.end()) continue;
+    ClientSession& session = *it->second;
+    if (session.serial() != due.serial || session.client() != 0 || session.closing()) continue;
+    ++stats_.closed_no_hello;
+    session.close_with("no hello within " + std::to_string(to_ms(config_.hello_timeout)) + " ms");
+    close_list_.push_back(due.fd);
+  }
+}
+
+std::optional<MonoTime> Daemon::next_timer() const {
+  std::optional<MonoTime> next = scheduler_.next_deadline();
+  if (!hello_deadlines_.empty() && (!next || hello_deadlines_.front().at < *next)) {
+    next = hello_deadlines_.front().at;
+  }
+  return next;
 }
 
 void Daemon::on_session_event(int fd, std::uint32_t events) {
@@ -241,24 +414,23 @@ void Daemon::close_session(int fd, MonoTime now) {
   }
   reactor_->remove(fd);
   if (client != 0) by_client_.erase(client);
+  limits_.release(session.peer());
   sessions_.erase(it);  // closes the socket
   ++stats_.sessions_closed;
   if (client != 0) scheduler_.disconnect(client, now);
-  if (listener_paused_) {
-    listener_paused_ = false;
-    (void)reactor_->set_events(listener_.get(), EPOLLIN);
-  }
 }
 
 void Daemon::before_sleep() {
   scheduler_.run_due(clock_.now());
+  expire_hellos(clock_.now());
   // Closing a session frees its grant, which may queue frames for others; flushing may find more
   // broken peers. Both lists only shrink overall (each close removes a session), so this ends.
   while (!flush_list_.empty() || !close_list_.empty()) {
     flush_sessions(clock_.now());
     close_pending(clock_.now());
   }
-  if (Status s = reactor_->set_timer(scheduler_.next_deadline()); !s) {
+  save_state();
+  if (Status s = reactor_->set_timer(next_timer()); !s) {
     NVSHARE_ERROR("%s", s.error().message.c_str());
   }
 }

@@ -9,16 +9,24 @@
 // policy deadline.
 //
 // Contract
-//  - create() listens on both sockets (client 0666, control 0600) or fails with the reason.
+//  - create() restores the state file (state_file.h) and learns the GPUs, then listens on both
+//    sockets (client 0666, control 0600), or fails with the reason. State changes are written by
+//    a thread of their own after the batch that made them; the destructor waits for the last.
 //  - run() returns after SIGTERM or SIGINT (or stop()); the destructor closes every connection and
 //    removes both socket files.
 //  - A session whose pending output exceeds config.client_buffer_limit is dropped; a slow client
-//  never
-//    blocks the loop. A malformed frame closes only its own session.
+//    never blocks the loop. A malformed frame closes only its own session.
+//  - Admission: a connection is identified when accepted (peer_identity.h) and counted against
+//    its pod or uid (session_limits.h); one that cannot be identified (unless clients are
+//    trusted) or is over a limit is closed at once. The total is kept below the descriptor limit
+//    with room to spare, so the control socket and host root always get in; should descriptors run
+//    out anyway, a spare one lets the loop accept and close rather than stall. A session that has
+//    not said hello within config.hello_timeout is closed.
 #pragma once
 
 #include <sys/types.h>
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +42,7 @@
 #include "scheduler/knobs.h"
 #include "scheduler/reactor.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/session_limits.h"
 
 namespace nvshare::scheduler {
 
@@ -67,7 +76,20 @@ class Daemon final : public ClientChannel, public SessionHost {
 
   Daemon(DaemonConfig config, Options options);
 
+  // The node's GPUs, from the gpus knob or NVML (docs/configuration.md, `gpus`).
+  void load_gpus();
+  // What a previous run left in the state file, before any client is accepted.
+  void load_state();
+  // Hands the persistent state to the writer thread when it changed.
+  void save_state();
   void accept_clients();
+  // Identifies and admits one accepted connection; false when it is refused (and closed).
+  bool admit(UniqueFd& fd, ClientIdentity& identity);
+  // Accepts and closes one pending connection using the spare descriptor (EMFILE/ENFILE).
+  void shed_one_connection();
+  void note_refusal(const std::string& why);
+  void expire_hellos(MonoTime now);
+  std::optional<MonoTime> next_timer() const;
   void on_session_event(int fd, std::uint32_t events);
   void before_sleep();
   void flush_sessions(MonoTime now);
@@ -80,10 +102,22 @@ class Daemon final : public ClientChannel, public SessionHost {
   MonoTime started_;
   std::unique_ptr<Reactor> reactor_;
   DaemonStats stats_;
+  SessionLimits limits_;
   Scheduler scheduler_;
   UniqueFd listener_;
-  bool listener_paused_ = false;
+  UniqueFd spare_fd_;  // given up to accept-and-close when descriptors run out
+  std::uint64_t next_serial_ = 1;
+  struct HelloDeadline {
+    MonoTime at;
+    int fd;
+    std::uint64_t serial;
+  };
+  std::deque<HelloDeadline> hello_deadlines_;  // in accept order, so in deadline order
+  // Refusals are logged at most once a second, with how many there were.
+  std::uint64_t refusals_unlogged_ = 0;
+  MonoTime refusal_logged_at_{};
   std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<StateWriter> state_writer_;
   std::unordered_map<int, std::unique_ptr<ClientSession>> sessions_;  // by fd
   std::unordered_map<ClientId, ClientSession*> by_client_;
   std::vector<int> flush_list_;  // sessions with queued output

@@ -23,6 +23,11 @@ struct DaemonStats {
   std::uint64_t closed_protocol = 0;  // a valid frame out of place (no hello, wrong direction, ...)
   std::uint64_t closed_version = 0;   // no common protocol version
   std::uint64_t closed_slow = 0;      // output buffer over the limit
+  std::uint64_t closed_unknown_gpu = 0;   // hello named a GPU this node does not have
+  std::uint64_t closed_no_hello = 0;      // no hello within the hello timeout
+  std::uint64_t refused_identity = 0;     // the peer could not be identified (it exited)
+  std::uint64_t refused_limit = 0;        // over its uid's, its pod's or the total session limit
+  std::uint64_t refused_descriptors = 0;  // accepted only to be closed: out of descriptors
   std::uint64_t control_requests = 0;
   std::uint64_t control_refused = 0;  // peers refused by uid
   // From a request or release being read to the grant it caused being written to the socket.

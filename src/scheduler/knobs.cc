@@ -1,7 +1,10 @@
 #include "scheduler/knobs.h"
 
+#include <filesystem>
+
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
+#include "common/protocol.h"
 #include "common/quantity.h"
 
 namespace nvshare::scheduler {
@@ -44,6 +47,33 @@ Result<CapacitySpec> parse_capacity(std::string_view text) {
   return spec;
 }
 
+// "nvml", or "UUID=QUANTITY,..." (each GPU once).
+Result<std::optional<std::vector<GpuInfo>>> parse_gpus(std::string_view text) {
+  if (text == "nvml") return std::optional<std::vector<GpuInfo>>();
+  auto items = split_list(text, "GPU list");
+  if (!items) return items.error();
+  std::vector<GpuInfo> gpus;
+  for (const std::string_view item : items.value()) {
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      return make_error("\"" + std::string(item) + "\" is not UUID=QUANTITY (or say nvml)");
+    }
+    const std::string uuid(item.substr(0, eq));
+    if (uuid.size() > protocol::kMaxUuidLength) {
+      return make_error("GPU UUID \"" + uuid + "\" is longer than " +
+                        std::to_string(protocol::kMaxUuidLength) + " bytes");
+    }
+    auto bytes = parse_memory_quantity(item.substr(eq + 1));
+    if (!bytes) return bytes.error();
+    if (bytes.value() == 0) return make_error("GPU " + uuid + " has zero memory");
+    for (const GpuInfo& known : gpus) {
+      if (known.uuid == uuid) return make_error("GPU " + uuid + " given twice");
+    }
+    gpus.push_back(GpuInfo{uuid, static_cast<unsigned>(gpus.size()), bytes.value()});
+  }
+  return std::optional<std::vector<GpuInfo>>(std::move(gpus));
+}
+
 // ---- the table ----------------------------------------------------------------------------------
 
 // Each apply function parses its text and stores it; the caller prefixes errors with the knob's
@@ -78,6 +108,16 @@ const Knob kKnobs[] = {
        c.control_socket_path = std::string(v);
        return Status::Ok();
      }},
+    {"state-file", kDefaultStateFile, "a filesystem path, or empty",
+     "Where the scheduler keeps the limits set for pods and processes, and the node's GPUs, "
+     "across restarts (written atomically, read before any client is accepted). Empty: nowhere; "
+     "a restarted scheduler then marks limits provisional, and clients keep the stricter of those "
+     "and the ones they had, until the device plugin has pushed every limit again.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       c.state_file = std::string(v);
+       return Status::Ok();
+     }},
     {"mode", "auto", "`auto`, `exclusive`, `serial` (an alias of exclusive)",
      "`auto` runs clients whose working sets fit in memory together and takes turns otherwise; "
      "`exclusive` gives the GPU to one client at a time, a holder that goes idle handing over at "
@@ -96,9 +136,19 @@ const Knob kKnobs[] = {
        return store(parse_decimal(text, 0, 90, " percent"),
                     [&](double p) { c.policy.reserve_fraction = p / 100; });
      }},
+    {"gpus", "nvml", "`nvml`, or a comma-separated list of `UUID=QUANTITY` items",
+     "The GPUs this scheduler arbitrates and their physical memory. `nvml` reads them from the "
+     "driver at start; the device plugin's inventory (control API `set-gpus`) adds to them. A "
+     "list names them instead (hosts without NVML, tests). A client naming any other GPU is "
+     "refused; a GPU's memory never comes from a client.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_gpus(v),
+                    [&](std::optional<std::vector<GpuInfo>> g) { c.gpus = std::move(g); });
+     }},
     {"capacity", "", "empty, or a comma-separated list of `QUANTITY` and `UUID=QUANTITY` items",
      "Virtual memory capacity per GPU: a quantity (`24Gi`) applies to every GPU, `GPU-...=16Gi` to "
-     "one (it wins over the plain quantity). Empty: the memory the GPU's clients report.",
+     "one (it wins over the plain quantity). Empty: the GPU's physical memory.",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(parse_capacity(v), [&](CapacitySpec s) { c.capacity = std::move(s); });
@@ -130,7 +180,10 @@ const Knob kKnobs[] = {
        return store(parse_seconds(v, 0.01, kMaxSeconds),
                     [&](Duration d) { c.policy.quantum_min = d; });
      }},
-    {"quantum-max", "300", "0.01..86400 (seconds)", "Upper bound of an `auto` quantum.",
+    {"quantum-max", "15", "0.01..86400 (seconds)",
+     "Upper bound of an `auto` quantum. With revoke-grace and swap-allowance-max it bounds how "
+     "long "
+     "a client that ignores revokes can keep others waiting (30 s with the defaults).",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(parse_seconds(v, 0.01, kMaxSeconds),
@@ -145,11 +198,20 @@ const Knob kKnobs[] = {
          c.policy.quota_window = std::chrono::milliseconds(ms);
        });
      }},
-    {"revoke-grace", "10", "0.1..3600 (seconds)",
-     "How long a holder may take to release after a revoke before it stops blocking other clients.",
+    {"revoke-grace", "5", "0.1..60 (seconds)",
+     "How long a holder may take to release after a revoke (plus its swap allowance when it must "
+     "swap out) before it stops blocking other clients.",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       return store(parse_seconds(v, 0.1, 3600), [&](Duration d) { c.policy.revoke_grace = d; });
+       return store(parse_seconds(v, 0.1, 60), [&](Duration d) { c.policy.revoke_grace = d; });
+     }},
+    {"swap-allowance-max", "10", "0..120 (seconds)",
+     "Most time a revoked holder gets on top of the grace to move its memory to host: its "
+     "estimated swap time (its allocation, at most the GPU's memory, at its measured bandwidth, "
+     "at least swap-bandwidth-floor), capped here. A client that ignored a revoke once gets none.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0, 120), [&](Duration d) { c.policy.swap_allowance_max = d; });
      }},
     {"swap-bandwidth", "2G", "1M..1T (bytes per second, a quantity)",
      "Swap bandwidth assumed for the `auto` quantum until a client reports a measured one.",
@@ -161,6 +223,19 @@ const Knob kKnobs[] = {
          return make_error(std::string(v) + " is outside 1M..1T");
        }
        c.policy.default_swap_bytes_per_s = bytes.value();
+       return Status::Ok();
+     }},
+    {"swap-bandwidth-floor", "1G", "1M..1T (bytes per second, a quantity)",
+     "A client's reported swap bandwidth counts as at least this in its quantum and swap "
+     "allowance, so a client cannot stretch either by reporting a slow swap.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       auto bytes = parse_memory_quantity(v);
+       if (!bytes) return bytes.error();
+       if (bytes.value() < 1'000'000 || bytes.value() > 1'000'000'000'000) {
+         return make_error(std::string(v) + " is outside 1M..1T");
+       }
+       c.policy.swap_bandwidth_floor = bytes.value();
        return Status::Ok();
      }},
     {"trust-client-limits", "false", "`true`, `false`",
@@ -183,6 +258,29 @@ const Knob kKnobs[] = {
        }
        c.client_buffer_limit = bytes.value();
        return Status::Ok();
+     }},
+    {"hello-timeout", "5", "0.1..60 (seconds)",
+     "A client connection that has not said hello within this is closed, so connections that "
+     "never speak cannot pile up.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.1, 60), [&](Duration d) { c.hello_timeout = d; });
+     }},
+    {"max-sessions-per-uid", "256", "1..65536",
+     "Client sessions (one per process and GPU) one uid may hold outside pods; host root is "
+     "exempt. Connections over it are closed at once.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_integer(v, 1, 65536),
+                    [&](std::int64_t n) { c.max_sessions_per_uid = static_cast<std::size_t>(n); });
+     }},
+    {"max-sessions-per-pod", "256", "1..65536",
+     "Client sessions all the processes of one pod may hold together (whatever their uids). "
+     "Connections over it are closed at once.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_integer(v, 1, 65536),
+                    [&](std::int64_t n) { c.max_sessions_per_pod = static_cast<std::size_t>(n); });
      }},
     {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
      "Least severe log records written to stderr.", KnobScope::kDaemon, false,
@@ -246,9 +344,25 @@ Status apply_knob(const Knob& knob, std::string_view value, DaemonConfig& config
 
 DaemonConfig default_config() { return kTable.defaults(); }
 
+Status check_sockets_differ(const DaemonConfig& config) {
+  // The same file would serve one of them only: every client would then fail open, or the control
+  // socket (root's) would be the one mounted into containers.
+  const auto normal = [](const std::string& path) {
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+    return ec ? std::filesystem::path(path).lexically_normal() : p;
+  };
+  if (normal(config.socket_path) == normal(config.control_socket_path)) {
+    return make_error("--socket and --control-socket name the same file (" + config.socket_path +
+                      "); they must differ");
+  }
+  return Status::Ok();
+}
+
 Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv) {
   auto command_line = kTable.parse_command_line(argc, argv, getenv);
   if (!command_line) return command_line;
+  if (Status s = check_sockets_differ(command_line.value().config); !s) return s.error();
   if (Status s = policy::validate(command_line.value().config.policy); !s) {
     return make_error("invalid policy settings: " + s.error().message);
   }

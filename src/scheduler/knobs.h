@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/gpu_inventory.h"
 #include "common/knob_table.h"
 #include "common/log.h"
 #include "common/result.h"
@@ -46,12 +47,23 @@ struct CapacitySpec {
 struct DaemonConfig {
   std::string socket_path;
   std::string control_socket_path;
+  // Where pod limits, processes' own limits and the GPUs are kept across restarts; empty: nowhere.
+  std::string state_file;
   // Policy settings shared by all GPUs; capacity_bytes is resolved per GPU from `capacity`.
   policy::PolicyConfig policy;
   CapacitySpec capacity;
+  // The node's GPUs and their physical memory: nullopt reads them from NVML at start (the device
+  // plugin's inventory, pushed with set-gpus, adds to them); a list names them (hosts without
+  // NVML, tests).
+  std::optional<std::vector<GpuInfo>> gpus;
   bool trust_client_limits = false;
   LogLevel log_level = LogLevel::kInfo;
   std::size_t client_buffer_limit = 0;
+  // A connection that has not said hello within this is closed.
+  Duration hello_timeout{0};
+  // Client sessions one uid (outside pods; host root is exempt) or one pod may hold.
+  std::size_t max_sessions_per_uid = 0;
+  std::size_t max_sessions_per_pod = 0;
 };
 
 enum class KnobScope {
@@ -90,8 +102,11 @@ using EnvLookup = knobtable::EnvLookup;
 
 // Builds the configuration from the defaults, then the environment (through `getenv`), then argv
 // (`--name value`, `--name=value`, switches as `--name` or `--name=true|false`). Validates the
-// policy settings as a whole (policy::validate) at the end.
+// policy settings as a whole (policy::validate) and that the two sockets differ at the end.
 Result<CommandLine> parse_command_line(int argc, const char* const* argv, const EnvLookup& getenv);
+
+// The client socket and the control socket must be different files.
+Status check_sockets_differ(const DaemonConfig& config);
 
 // `--help` text and the Markdown table of docs/configuration.md, both generated from the table.
 std::string help_text(std::string_view program);

@@ -12,6 +12,8 @@ namespace nvshare::scheduler {
 namespace {
 
 constexpr std::size_t kUuidLength = 36;
+// Static (manifest) pods: the kubelet names them by a hash, 32 hex digits.
+constexpr std::size_t kHashLength = 32;
 
 bool is_hex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
@@ -37,11 +39,21 @@ std::optional<std::string> canonical_uuid(std::string_view text) {
   return out;
 }
 
+std::optional<std::string> canonical_hash(std::string_view text) {
+  if (text.size() != kHashLength) return std::nullopt;
+  std::string out(text);
+  for (char& c : out) {
+    if (!is_hex(c)) return std::nullopt;
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
 // The pod UID a single path segment names, if any (see the header for the recognized shapes).
 std::optional<std::string> pod_uid_in_segment(std::string_view segment) {
   // cgroupfs driver: the whole segment is "pod<uid>".
-  if (segment.size() == 3 + kUuidLength && segment.substr(0, 3) == "pod") {
-    return canonical_uuid(segment.substr(3));
+  if (segment.size() > 3 && segment.substr(0, 3) == "pod") {
+    if (auto uid = canonical_pod_uid(segment.substr(3))) return uid;
   }
   // systemd driver: "<...kubepods...>-pod<uid>.slice", optionally followed by ":runtime:<id>".
   std::string_view unit = segment.substr(0, segment.find(':'));
@@ -51,11 +63,14 @@ std::optional<std::string> pod_uid_in_segment(std::string_view segment) {
   }
   unit.remove_suffix(kSlice.size());
   constexpr std::string_view kPod = "-pod";
-  if (unit.size() < kPod.size() + kUuidLength) return std::nullopt;
-  const std::string_view prefix = unit.substr(0, unit.size() - kUuidLength - kPod.size());
-  if (unit.substr(prefix.size(), kPod.size()) != kPod) return std::nullopt;
-  if (prefix.find("kubepods") == std::string_view::npos) return std::nullopt;
-  return canonical_uuid(unit.substr(unit.size() - kUuidLength));
+  for (const std::size_t length : {kUuidLength, kHashLength}) {
+    if (unit.size() < kPod.size() + length) continue;
+    const std::string_view prefix = unit.substr(0, unit.size() - length - kPod.size());
+    if (unit.substr(prefix.size(), kPod.size()) != kPod) continue;
+    if (prefix.find("kubepods") == std::string_view::npos) continue;
+    if (auto uid = canonical_pod_uid(unit.substr(unit.size() - length))) return uid;
+  }
+  return std::nullopt;
 }
 
 // The container ID a segment names: "<id>" (cgroupfs), "cri-containerd-<id>.scope",
@@ -110,6 +125,11 @@ PodIdentity parse_path(std::string_view path) {
 }
 
 }  // namespace
+
+std::optional<std::string> canonical_pod_uid(std::string_view text) {
+  if (auto uuid = canonical_uuid(text)) return uuid;
+  return canonical_hash(text);
+}
 
 PodIdentity parse_pod_identity(std::string_view cgroup_file) {
   std::size_t start = 0;

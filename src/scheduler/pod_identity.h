@@ -16,7 +16,8 @@
 //   namespace sees paths relative to its own cgroup: 0::/../../pod<uid>/<id>
 //
 // Systemd slice names cannot hold '-' inside a unit name component, so the UID's dashes appear as
-// underscores there; the result is always the canonical form (lowercase, dashes).
+// underscores there; the result is always the canonical form (lowercase, dashes). Static pods,
+// which the kubelet names by a 32-hex-digit hash, are recognized the same way.
 //
 // Contract: parse_pod_identity is pure and total (any text in, never fails; nullopt pod_uid when
 // the process is not in a pod). A pod segment is recognized only as a whole path segment `pod<uid>`
@@ -39,6 +40,11 @@ struct PodIdentity {
   std::optional<std::string> container_id;  // runtime container ID (hex) when the path names one
   bool operator==(const PodIdentity&) const = default;
 };
+
+// A pod UID in canonical form: a UUID (8-4-4-4-12 hex digits, '-' or systemd's '_' between the
+// groups, any letter case) in lowercase with dashes, or a static pod's 32 hex digits in lowercase.
+// nullopt for anything else. Every pod UID the scheduler stores or compares is in this form.
+std::optional<std::string> canonical_pod_uid(std::string_view text);
 
 // Parses the text of /proc/<pid>/cgroup (one `hierarchy:controllers:path` per line). The first line
 // naming a pod wins (all lines of a containerized process name the same pod).

@@ -5,6 +5,8 @@
 #include <type_traits>
 
 #include "common/log.h"
+#include "common/quantity.h"
+#include "scheduler/pod_identity.h"
 
 namespace nvshare::scheduler {
 namespace {
@@ -55,12 +57,24 @@ Json layer_json(const LimitsLayer& layer) {
 }  // namespace
 
 Scheduler::Scheduler(DaemonConfig config, ClientChannel& channel)
-    : config_(std::move(config)), channel_(channel) {}
+    : config_(std::move(config)),
+      channel_(channel),
+      synced_(config_.trust_client_limits),
+      process_alive_([](pid_t pid, std::uint64_t start) { return process_alive(pid, start); }) {}
 
 policy::PolicyConfig Scheduler::config_for(const std::string& uuid) const {
-  if (auto it = gpu_overrides_.find(uuid); it != gpu_overrides_.end()) return it->second;
+  if (auto it = gpu_overrides_.find(uuid); it != gpu_overrides_.end()) {
+    policy::PolicyConfig config = it->second;
+    if (auto known = inventory_.find(uuid); known != inventory_.end()) {
+      config.device_bytes = known->second.memory_bytes;
+    }
+    return config;
+  }
   policy::PolicyConfig config = config_.policy;
   config.capacity_bytes = config_.capacity.for_gpu(uuid);
+  if (auto it = inventory_.find(uuid); it != inventory_.end()) {
+    config.device_bytes = it->second.memory_bytes;
+  }
   return config;
 }
 
@@ -103,12 +117,45 @@ protocol::Limits Scheduler::effective_limits(const Client& client, std::string* 
   return limits;
 }
 
+bool Scheduler::authoritative(const Client& client) const {
+  if (synced_ || !client.own.empty()) return true;
+  return client.pod_uid && pods_.count(*client.pod_uid) != 0;
+}
+
+protocol::SetLimits Scheduler::limits_frame(const Client& client) const {
+  protocol::SetLimits frame{client.effective};
+  if (!authoritative(client)) frame.flags = protocol::SetLimits::kProvisional;
+  return frame;
+}
+
 void Scheduler::send_limits_if_needed(Client& client) {
-  const bool needed = client.last_sent ? *client.last_sent != client.effective
-                                       : client.effective != protocol::Limits{};
+  const protocol::SetLimits frame = limits_frame(client);
+  const bool needed = client.last_sent ? *client.last_sent != frame
+                                       : frame != protocol::SetLimits{protocol::Limits{}};
   if (!needed) return;
-  channel_.send(client.id, protocol::SetLimits{client.effective});
-  client.last_sent = client.effective;
+  channel_.send(client.id, frame);
+  client.last_sent = frame;
+}
+
+void Scheduler::remember_process(const Client& client) {
+  if (client.identity.start_time == 0) return;  // unknown start: a reused pid could inherit it
+  const ProcessKey key = client.process();
+  const auto it = processes_.find(key);
+  if (client.own.empty()) {
+    if (it != processes_.end()) {
+      processes_.erase(it);
+      state_dirty_ = true;
+    }
+    return;
+  }
+  if (it != processes_.end() && it->second == client.own) return;
+  if (it == processes_.end() && processes_.size() >= kMaxStateRecords) {
+    NVSHARE_WARN("not keeping the limits of pid %d across restarts: %zu processes have some",
+                 static_cast<int>(client.identity.pid), processes_.size());
+    return;
+  }
+  processes_[key] = client.own;
+  state_dirty_ = true;
 }
 
 void Scheduler::refresh_limits(Client& client, MonoTime now) {
@@ -148,9 +195,12 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {
-            channel_.send(a.client, protocol::SetLimits{a.limits});
-            if (auto it = clients_.find(a.client); it != clients_.end())
-              it->second.last_sent = a.limits;
+            auto it = clients_.find(a.client);
+            if (it == clients_.end()) return;
+            protocol::SetLimits frame = limits_frame(it->second);
+            frame.limits = a.limits;
+            channel_.send(a.client, frame);
+            it->second.last_sent = frame;
           } else if constexpr (std::is_same_v<T, policy::HolderUnresponsive>) {
             NVSHARE_WARN(
                 "client %llu did not release grant %llu within the revoke grace period; "
@@ -163,16 +213,53 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
   }
 }
 
+Status Scheduler::set_gpus(const std::vector<GpuInfo>& gpus, const std::string& source,
+                           MonoTime now) {
+  std::size_t added = 0;
+  for (const GpuInfo& gpu : gpus) {
+    if (gpu.uuid.empty() || gpu.uuid.size() > protocol::kMaxUuidLength) {
+      return make_error("a GPU UUID must be 1.." + std::to_string(protocol::kMaxUuidLength) +
+                        " bytes");
+    }
+    if (gpu.memory_bytes == 0) return make_error("GPU " + gpu.uuid + " has no memory");
+    if (inventory_.count(gpu.uuid) == 0) ++added;
+  }
+  if (inventory_.size() + added > kMaxGpus) {
+    return make_error("more than " + std::to_string(kMaxGpus) + " GPUs");
+  }
+  for (const GpuInfo& gpu : gpus) {
+    KnownGpu& known = inventory_[gpu.uuid];
+    if (known.memory_bytes == gpu.memory_bytes && known.source == source) continue;
+    NVSHARE_INFO("GPU %s: %s of memory (%s)", gpu.uuid.c_str(),
+                 format_bytes(gpu.memory_bytes).c_str(), source.c_str());
+    known = KnownGpu{gpu.memory_bytes, source};
+    state_dirty_ = true;
+    if (auto it = gpus_.find(gpu.uuid); it != gpus_.end()) {
+      route(it->second->policy.reconfigure(config_for(gpu.uuid), now));
+    }
+  }
+  return Status::Ok();
+}
+
 Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
                                   const protocol::Hello& hello, MonoTime now) {
   if (hello.gpu_uuid.empty()) return make_error("hello names no GPU");
+  if (!knows_gpu(hello.gpu_uuid)) {
+    // Nothing is created for a GPU this node does not have: refusing costs the same for the
+    // fiftieth thousand invented UUID as for the first.
+    return make_error("GPU " + hello.gpu_uuid.substr(0, protocol::kMaxUuidLength) +
+                      " is not one of this node's " + std::to_string(inventory_.size()) + " GPUs");
+  }
   Client client;
   client.id = id;
   client.gpu = hello.gpu_uuid;
   client.identity = identity;
   client.pod_uid = identity.pod_uid;
   if (!client.pod_uid && config_.trust_client_limits && !hello.pod_uid.empty()) {
-    client.pod_uid = hello.pod_uid;
+    client.pod_uid = canonical_pod_uid(hello.pod_uid);
+    if (!client.pod_uid)
+      NVSHARE_WARN("client %llu: declared pod UID is not a pod UID; ignored",
+                   static_cast<unsigned long long>(id));
   }
   client.process_name = hello.process_name;
   client.capabilities = hello.capabilities;
@@ -182,7 +269,12 @@ Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
       client.declared.memory_bytes = hello.declared.memory_bytes;
     if (hello.declared.core_percent != 100)
       client.declared.core_percent = hello.declared.core_percent;
-    client.last_sent = hello.declared;  // it enforces these already
+    client.last_sent = protocol::SetLimits{hello.declared};  // it enforces these already
+  }
+  // A process that had limits of its own before a restart (or on another session) gets them back.
+  if (auto it = processes_.find(client.process());
+      client.identity.start_time != 0 && it != processes_.end()) {
+    client.own = it->second;
   }
   std::string source;
   client.effective = effective_limits(client, &source);
@@ -192,7 +284,7 @@ Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
                client.pod_uid ? client.pod_uid->c_str() : "-", client.process_name.c_str(),
                source.c_str());
   Gpu& gpu = gpu_for(client.gpu, now);
-  const policy::Registered event{id, hello.gpu_memory_bytes, client.effective};
+  const policy::Registered event{id, client.effective};
   clients_.emplace(id, std::move(client));
   route(gpu.policy.handle(event, now));
   if (auto it = clients_.find(id); it != clients_.end()) send_limits_if_needed(it->second);
@@ -232,6 +324,13 @@ void Scheduler::disconnect(ClientId client, MonoTime now) {
   const std::string gpu = it->second.gpu;
   NVSHARE_INFO("client %llu disconnected from %s", static_cast<unsigned long long>(client),
                gpu.c_str());
+  // A process that has exited takes its own limits with it; a live one keeps them for its next
+  // session.
+  if (!it->second.own.empty() &&
+      !process_alive_(it->second.identity.pid, it->second.identity.start_time) &&
+      processes_.erase(it->second.process()) != 0) {
+    state_dirty_ = true;
+  }
   // The record goes first: frames the policy addresses to the departed client are dropped.
   clients_.erase(it);
   feed(gpu, policy::Disconnected{client}, now);
@@ -286,6 +385,7 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       Client& client = clients_.at(id);
       apply_change(change.memory, client.own.memory_bytes);
       apply_change(change.core, client.own.core_percent);
+      remember_process(client);
     }
   } else {
     std::vector<std::string> uids;
@@ -295,7 +395,8 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
         return make_error("too many remembered pods (" + std::to_string(kMaxPods) +
                           "); forget-pod the ones that are gone");
       }
-      Pod& pod = pods_[*selector.pod_uid];
+      PodRecord& pod = pods_[*selector.pod_uid];
+      state_dirty_ = true;
       if (selector.pod_namespace) {
         pod.pod_namespace = selector.pod_namespace;
         pod.pod_name = selector.pod_name;
@@ -314,9 +415,10 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       }
     }
     for (const std::string& uid : uids) {
-      Pod& pod = pods_.at(uid);
+      PodRecord& pod = pods_.at(uid);
       apply_change(change.memory, pod.limits.memory_bytes);
       apply_change(change.core, pod.limits.core_percent);
+      state_dirty_ = true;
       outcome.remembered_pods.push_back(uid);
       for (auto& [id, client] : clients_) {
         if (client.pod_uid == uid) affected.push_back(id);
@@ -325,14 +427,67 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
   }
   std::sort(affected.begin(), affected.end());
   for (ClientId id : affected) {
-    if (auto it = clients_.find(id); it != clients_.end()) refresh_limits(it->second, now);
+    if (auto it = clients_.find(id); it != clients_.end()) {
+      refresh_limits(it->second, now);
+      // The limits may be the same but have become authoritative (a first pod record).
+      if (auto again = clients_.find(id); again != clients_.end()) {
+        send_limits_if_needed(again->second);
+      }
+    }
   }
   outcome.clients = std::move(affected);
   return outcome;
 }
 
+void Scheduler::mark_synced(MonoTime) {
+  if (synced_) return;
+  synced_ = true;
+  NVSHARE_INFO("limits are in sync with the control plane");
+  for (auto& [id, client] : clients_) send_limits_if_needed(client);
+}
+
+SchedulerState Scheduler::persistent_state() {
+  // Records of processes that have exited go; a live process keeps its record even between
+  // sessions (its link may be reconnecting).
+  for (auto it = processes_.begin(); it != processes_.end();) {
+    if (!process_alive_(it->first.pid, it->first.start_time)) {
+      it = processes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  SchedulerState state;
+  for (const auto& [uuid, known] : inventory_) {
+    state.gpus.push_back(
+        GpuInfo{uuid, static_cast<unsigned>(state.gpus.size()), known.memory_bytes});
+  }
+  state.pods = pods_;
+  state.processes = processes_;
+  return state;
+}
+
+void Scheduler::restore(const SchedulerState& state, bool with_gpus, MonoTime now) {
+  if (with_gpus && !state.gpus.empty()) {
+    if (Status s = set_gpus(state.gpus, "state", now); !s) {
+      NVSHARE_WARN("state: GPUs not restored: %s", s.error().message.c_str());
+    }
+  }
+  for (const auto& [uid, pod] : state.pods) {
+    if (pods_.size() >= kMaxPods) break;
+    if (auto canonical = canonical_pod_uid(uid)) pods_[*canonical] = pod;
+  }
+  for (const auto& [key, limits] : state.processes) {
+    if (processes_.size() >= kMaxStateRecords) break;
+    if (process_alive_(key.pid, key.start_time)) processes_[key] = limits;
+  }
+  synced_ = true;
+  NVSHARE_INFO("state restored: %zu pods, %zu processes with limits, %zu GPUs", pods_.size(),
+               processes_.size(), state.gpus.size());
+}
+
 Status Scheduler::forget_pod(const std::string& pod_uid, MonoTime now) {
   if (pods_.erase(pod_uid) == 0) return make_error("no remembered pod " + pod_uid);
+  state_dirty_ = true;
   std::vector<ClientId> affected;
   for (auto& [id, client] : clients_) {
     if (client.pod_uid == pod_uid) affected.push_back(id);
@@ -424,6 +579,10 @@ StatusSnapshot Scheduler::snapshot(MonoTime now) const {
   for (const auto& [uuid, gpu] : gpus_) {
     GpuStatus status;
     status.uuid = uuid;
+    if (auto known = inventory_.find(uuid); known != inventory_.end()) {
+      status.memory_bytes = known->second.memory_bytes;
+      status.memory_source = known->second.source;
+    }
     status.config = gpu->policy.config();
     status.view = gpu->policy.view(now);
     for (const policy::ClientView& view : status.view.clients) {
@@ -471,6 +630,8 @@ Json to_json(const StatusSnapshot& snapshot) {
     Json g = Json::object();
     g.set("uuid", gpu.uuid);
     g.set("mode", std::string(policy::to_string(gpu.config.mode)));
+    g.set("memory_bytes", gpu.memory_bytes);
+    g.set("memory_source", gpu.memory_source);
     g.set("capacity_bytes", gpu.view.capacity_bytes);
     g.set("capacity_virtual", gpu.config.capacity_bytes.has_value());
     g.set("usable_bytes", gpu.view.usable_bytes);

@@ -16,13 +16,25 @@
 // Whenever a client's effective limits change, it receives a limits frame (the policy forwards
 // LimitsChanged; the scheduler sends the frame itself if the policy did not).
 //
+// Restarts: pod limits and the limits set for live processes (by pid, start time and GPU) are
+// persistent state (state_file.h): the daemon restores them before it accepts clients, so a
+// re-registering client gets the limits it had. A client's limits are authoritative when the
+// scheduler restored its state or the control plane said it pushed everything (sync), when its
+// pod has a record, when it has limits of its own, or when clients are trusted; otherwise the
+// frame is marked provisional and the client keeps the stricter of it and what it had.
+//
 // Identity: pid and uid come from SO_PEERCRED and the pod UID from the pid's cgroup; hello.pod_uid
 // is used only when trusted and no cgroup names a pod.
+//
+// GPUs: the node's GPUs and their memory come from the device (NVML, the `gpus` knob, the device
+// plugin's inventory through set-gpus, or the state a previous run left). A hello naming another
+// GPU is refused and leaves nothing behind; what a client says about a GPU's memory is ignored.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,11 +44,15 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/gpu_inventory.h"
 #include "common/json.h"
 #include "common/protocol.h"
 #include "common/result.h"
 #include "scheduler/knobs.h"
+#include "scheduler/limits_layer.h"
+#include "scheduler/peer_identity.h"
 #include "scheduler/policy/gpu_policy.h"
+#include "scheduler/state_file.h"
 
 namespace nvshare::scheduler {
 
@@ -47,20 +63,6 @@ class ClientChannel {
  public:
   virtual ~ClientChannel() = default;
   virtual void send(ClientId client, const protocol::Message& message) = 0;
-};
-
-struct ClientIdentity {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  std::optional<std::string> pod_uid;  // from the cgroup
-  std::optional<std::string> container_id;
-};
-
-// One layer of limits: nullopt fields inherit from the layer below.
-struct LimitsLayer {
-  std::optional<std::uint64_t> memory_bytes;  // 0: no memory limit
-  std::optional<std::uint8_t> core_percent;   // 100: uncapped
-  bool empty() const { return !memory_bytes && !core_percent; }
 };
 
 // A change to one field of a layer.
@@ -108,6 +110,8 @@ struct ClientStatus {
 
 struct GpuStatus {
   std::string uuid;
+  std::uint64_t memory_bytes = 0;  // physical, from the device
+  std::string memory_source;       // where that figure came from
   policy::PolicyConfig config;
   policy::GpuView view;
   std::vector<ClientStatus> clients;
@@ -142,6 +146,8 @@ class Scheduler {
  public:
   // At most this many pods are remembered; set-limits for a new pod beyond it fails.
   static constexpr std::size_t kMaxPods = 100'000;
+  // At most this many GPUs are known (a node has a handful; MIG instances a few dozen).
+  static constexpr std::size_t kMaxGpus = 1024;
 
   Scheduler(DaemonConfig config, ClientChannel& channel);
   Scheduler(const Scheduler&) = delete;
@@ -162,6 +168,16 @@ class Scheduler {
   void usage(ClientId client, const protocol::Usage& usage, MonoTime now);
   void disconnect(ClientId client, MonoTime now);
 
+  // ---- the node's GPUs
+  // ---------------------------------------------------------------------------------------------
+
+  // Adds or updates GPUs (UUID, physical memory) learned from `source` ("nvml", "gpus knob",
+  // "device plugin", "state"). A GPU whose policy exists takes the new memory at once. Fails,
+  // changing nothing, on an empty UUID, zero memory, or more than kMaxGpus GPUs in all.
+  Status set_gpus(const std::vector<GpuInfo>& gpus, const std::string& source, MonoTime now);
+  bool knows_gpu(const std::string& uuid) const { return inventory_.count(uuid) != 0; }
+  std::size_t gpu_count() const { return inventory_.size(); }
+
   // ---- time
   // --------------------------------------------------------------------------------------
 
@@ -175,6 +191,10 @@ class Scheduler {
 
   Result<SetLimitsOutcome> set_limits(const Selector& selector, const LimitsChange& change,
                                       MonoTime now);
+  // The control plane has pushed every limit it holds: limits are authoritative from now on
+  // (clients sent provisional ones get them again, without the flag).
+  void mark_synced(MonoTime now);
+  bool synced() const { return synced_; }
   // Forgets a remembered pod; its live clients fall back to their other layers.
   Status forget_pod(const std::string& pod_uid, MonoTime now);
   // Applies policy knobs (name, text) to one GPU, or to every GPU and the defaults for GPUs to
@@ -185,6 +205,21 @@ class Scheduler {
       const std::vector<std::pair<const Knob*, std::string>>& values, MonoTime now);
   Result<Explanation> explain(ClientId client, MonoTime now) const;
   StatusSnapshot snapshot(MonoTime now) const;
+
+  // ---- state kept across restarts
+  // ------------------------------------------------------------------------------
+
+  // Pods, live processes' own limits and GPUs. Process records whose process has exited (the probe
+  // says so) are dropped first.
+  SchedulerState persistent_state();
+  // Before any client registers: what a previous run left (GPUs only when `with_gpus`). Limits
+  // are authoritative from then on.
+  void restore(const SchedulerState& state, bool with_gpus, MonoTime now);
+  // Whether the persistent state changed since the last call.
+  bool take_state_dirty() { return std::exchange(state_dirty_, false); }
+  // How process records are checked for life (tests replace it; default: /proc).
+  using ProcessProbe = std::function<bool(pid_t pid, std::uint64_t start_time)>;
+  void set_process_probe(ProcessProbe probe) { process_alive_ = std::move(probe); }
 
   const DaemonConfig& config() const { return config_; }
   std::size_t client_count() const { return clients_.size(); }
@@ -201,19 +236,19 @@ class Scheduler {
     LimitsLayer declared;  // only filled when client limits are trusted
     LimitsLayer own;       // set-limits by client id or pid
     protocol::Limits effective;
-    std::optional<protocol::Limits> last_sent;  // the last limits frame queued for it
+    std::optional<protocol::SetLimits> last_sent;  // the last limits frame queued for it
     MonoTime connected_at{};
-  };
-
-  struct Pod {
-    std::optional<std::string> pod_namespace;
-    std::optional<std::string> pod_name;
-    LimitsLayer limits;
+    ProcessKey process() const { return ProcessKey{identity.pid, identity.start_time, gpu}; }
   };
 
   struct Gpu {
     explicit Gpu(policy::PolicyConfig config) : policy(config) {}
     policy::GpuPolicy policy;
+  };
+
+  struct KnownGpu {
+    std::uint64_t memory_bytes = 0;
+    std::string source;
   };
 
   policy::PolicyConfig config_for(const std::string& uuid) const;
@@ -225,15 +260,25 @@ class Scheduler {
   void feed(const std::string& gpu, const policy::Event& event, MonoTime now);
   void route(const std::vector<policy::Action>& actions);
   void send_limits_if_needed(Client& client);
+  // The limits frame for a client: its effective limits, provisional unless authoritative.
+  protocol::SetLimits limits_frame(const Client& client) const;
+  bool authoritative(const Client& client) const;
+  // Records (or drops, when empty) a process's own limits in the persistent state.
+  void remember_process(const Client& client);
 
   DaemonConfig config_;
   ClientChannel& channel_;
   ClientId next_id_ = 1;
   std::unordered_map<ClientId, Client> clients_;
+  std::map<std::string, KnownGpu> inventory_;
   std::map<std::string, std::unique_ptr<Gpu>> gpus_;
   // Per-GPU policy settings made through set-policy with a GPU named; other GPUs follow config_.
   std::map<std::string, policy::PolicyConfig> gpu_overrides_;
-  std::map<std::string, Pod> pods_;
+  std::map<std::string, PodRecord> pods_;
+  std::map<ProcessKey, LimitsLayer> processes_;
+  bool synced_ = false;
+  bool state_dirty_ = false;
+  ProcessProbe process_alive_;
 };
 
 }  // namespace nvshare::scheduler

@@ -83,11 +83,12 @@ Options:
   --help                 this text
   --version              the version
 
-A scheduler started here runs detached in local mode (--trust-client-limits), with its log next to
-the client socket and its control socket there too (scheduler.sock: control.sock and
-scheduler.log), except that the system socket /var/run/nvshare/scheduler.sock gets the system
-control socket /var/run/nvshare-control/control.sock. It keeps running after the command ends, for
-the next one.
+A scheduler started here runs detached in local mode (--trust-client-limits), with its log and its
+state next to the client socket and its control socket there too (scheduler.sock: control.sock,
+scheduler.log and scheduler.state.json), except that the system socket
+/var/run/nvshare/scheduler.sock gets the system control socket /var/run/nvshare-control/control.sock
+and the system state file /var/lib/nvshare/scheduler/state.json. It learns the GPUs from NVML. It
+keeps running after the command ends, for the next one.
 
 Environment: NVSHARE_LIBRARY (the library to preload), NVSHARE_SCHEDULER_BIN (the scheduler to
 start); every other NVSHARE_* variable reaches the command's library and the scheduler as is (see
@@ -113,6 +114,7 @@ struct SchedulerPaths {
   std::string control_socket;
   std::string log;
   std::string lock;
+  std::string state;
 };
 
 int usage_error(const std::string& message) {
@@ -329,6 +331,8 @@ Result<SchedulerPaths> scheduler_paths(const Options& options) {
   }
   paths.log = stem + ".log";
   paths.lock = stem + ".lock";
+  paths.state = paths.socket == nvshare::kDefaultSocketPath ? nvshare::kDefaultStateFile
+                                                            : stem + ".state.json";
   return paths;
 }
 
@@ -354,12 +358,9 @@ Status spawn_scheduler(const std::string& binary, const SchedulerPaths& paths) {
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return make_error("pipe: " + errno_text());
   nvshare::UniqueFd report_read(pipe_fds[0]);
   nvshare::UniqueFd report_write(pipe_fds[1]);
-  std::vector<std::string> args = {binary,
-                                   "--socket",
-                                   paths.socket,
-                                   "--control-socket",
-                                   paths.control_socket,
-                                   "--trust-client-limits"};
+  std::vector<std::string> args = {
+      binary,         "--socket",  paths.socket,           "--control-socket", paths.control_socket,
+      "--state-file", paths.state, "--trust-client-limits"};
   std::vector<char*> argv;
   argv.reserve(args.size() + 1);
   for (std::string& arg : args) argv.push_back(arg.data());

@@ -18,9 +18,13 @@ class NullChannel : public ClientChannel {
   std::map<ClientId, protocol::Limits> limits;
 };
 
+constexpr const char* kPodA = "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d";
+
 class ControlApiTest : public ::testing::Test {
  protected:
-  ControlApiTest() : scheduler_(default_config(), channel_) {}
+  ControlApiTest() : scheduler_(default_config(), channel_) {
+    EXPECT_TRUE(scheduler_.set_gpus({GpuInfo{"GPU-1", 0, 80ull << 30}}, "test", MonoTime{}).ok());
+  }
 
   Json call(std::string_view line) {
     ControlContext context{scheduler_, stats_, MonoTime{}, MonoTime{10s}, 3};
@@ -63,12 +67,15 @@ TEST_F(ControlApiTest, StatusHasSchedulerGpusAndPods) {
 }
 
 TEST_F(ControlApiTest, SetLimitsAcceptsEveryDocumentedValueForm) {
-  const ClientId a = add("pod-a");
-  Json r = call(R"({"cmd":"set-limits","selector":{"pod_uid":"pod-a","namespace":"ns","name":"p"},)"
-                R"("memory":"4Gi","core":30})");
+  const ClientId a = add(kPodA);
+  Json r =
+      call(R"({"cmd":"set-limits","selector":{"pod_uid":"7D3F9A2E-1C4B-4E8F-9A6D-2B5C8E1F0A3D",)"
+           R"("namespace":"ns","name":"p"},)"
+           R"("memory":"4Gi","core":30})");
   ASSERT_EQ(r.find("ok")->as_bool(), true) << r.dump();
   EXPECT_EQ(r.find("clients")->dump(), "[" + std::to_string(a) + "]");
-  EXPECT_EQ(r.find("pods")->dump(), R"(["pod-a"])");
+  // Stored in canonical form, so it matches the UID the pod's cgroup gives.
+  EXPECT_EQ(r.find("pods")->dump(), "[\"" + std::string(kPodA) + "\"]");
   EXPECT_EQ(channel_.limits[a], (protocol::Limits{4ull << 30, 30}));
 
   r = call(R"({"cmd":"set-limits","selector":{"client":)" + std::to_string(a) +
@@ -102,7 +109,7 @@ class ControlApiRejects : public ControlApiTest,
                           public ::testing::WithParamInterface<BadRequest> {};
 
 TEST_P(ControlApiRejects, WithAnErrorResponse) {
-  add("pod-a");
+  add(kPodA);
   EXPECT_NE(error_of(call(GetParam().line)).find(GetParam().message_part), std::string::npos)
       << call(GetParam().line).dump();
 }
@@ -150,11 +157,40 @@ INSTANTIATE_TEST_SUITE_P(
                    "must be a string"},
         BadRequest{"explain_missing", R"({"cmd":"explain"})", "explain needs \"client\""},
         BadRequest{"explain_unknown", R"({"cmd":"explain","client":99})", "no client with id 99"},
-        BadRequest{"forget_unknown", R"({"cmd":"forget-pod","pod_uid":"nope"})",
-                   "no remembered pod nope"},
+        BadRequest{"forget_unknown",
+                   R"({"cmd":"forget-pod","pod_uid":"11111111-2222-3333-4444-555555555555"})",
+                   "no remembered pod 11111111-2222-3333-4444-555555555555"},
+        BadRequest{"forget_not_a_uid", R"({"cmd":"forget-pod","pod_uid":"nope"})",
+                   "pod_uid \"nope\" is not a pod UID"},
+        BadRequest{"pod_uid_not_a_uid",
+                   R"({"cmd":"set-limits","selector":{"pod_uid":"pod-a"},"core":3})",
+                   "selector.pod_uid \"pod-a\" is not a pod UID"},
+        BadRequest{"memory_zero", R"({"cmd":"set-limits","selector":{"client":1},"memory":0})",
+                   "memory 0 is not a limit"},
+        BadRequest{"memory_zero_text",
+                   R"({"cmd":"set-limits","selector":{"client":1},"memory":"0Gi"})",
+                   "memory 0 is not a limit"},
+        BadRequest{"gpus_missing", R"({"cmd":"set-gpus"})", "set-gpus needs \"gpus\""},
+        BadRequest{"gpus_zero", R"({"cmd":"set-gpus","gpus":[{"uuid":"GPU-2","memory_bytes":0}]})",
+                   "memory_bytes must be a positive integer"},
+        BadRequest{"gpus_extra",
+                   R"({"cmd":"set-gpus","gpus":[{"uuid":"GPU-2","memory_bytes":1,"x":1}]})",
+                   "unknown member \"x\""},
+        BadRequest{"sync_extra", R"({"cmd":"sync","all":true})", "unknown member \"all\""},
         BadRequest{"stats_reset_type", R"({"cmd":"stats","reset":"yes"})",
                    "reset must be true or false"}),
     [](const ::testing::TestParamInfo<BadRequest>& test) { return std::string(test.param.name); });
+
+TEST_F(ControlApiTest, SetGpusAddsToTheInventoryAndSyncMakesLimitsAuthoritative) {
+  Json r = call(R"({"cmd":"set-gpus","gpus":[{"uuid":"GPU-2","memory_bytes":17179869184}]})");
+  ASSERT_EQ(r.find("ok")->as_bool(), true) << r.dump();
+  EXPECT_EQ(r.find("gpus")->as_int64(), 2);
+  EXPECT_TRUE(scheduler_.knows_gpu("GPU-2"));
+  EXPECT_FALSE(scheduler_.synced());
+  EXPECT_EQ(call(R"({"cmd":"status"})").find("scheduler")->find("limits_synced")->as_bool(), false);
+  ASSERT_EQ(call(R"({"cmd":"sync"})").find("ok")->as_bool(), true);
+  EXPECT_TRUE(scheduler_.synced());
+}
 
 TEST_F(ControlApiTest, SetPolicyMapsMembersToKnobs) {
   add();

@@ -44,8 +44,17 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::start(const std::vector<st
   daemon->socket_ = daemon->dir_ + "/scheduler.sock";
   daemon->control_socket_ = daemon->dir_ + "/control.sock";
 
-  std::vector<std::string> args = {binary, "--socket", daemon->socket_, "--control-socket",
-                                   daemon->control_socket_};
+  // The state file in the test's directory, and the GPU the tests name (flags may say otherwise:
+  // the last of a flag wins).
+  std::vector<std::string> args = {binary,
+                                   "--socket",
+                                   daemon->socket_,
+                                   "--control-socket",
+                                   daemon->control_socket_,
+                                   "--state-file",
+                                   daemon->dir_ + "/state.json",
+                                   "--gpus",
+                                   std::string(kTestGpu) + "=80Gi"};
   args.insert(args.end(), flags.begin(), flags.end());
   // A --control-socket among the flags wins (the last flag does), and is the one waited for.
   for (std::size_t i = 0; i + 1 < flags.size(); ++i) {

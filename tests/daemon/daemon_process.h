@@ -1,6 +1,6 @@
-// DaemonProcess: the real nvshare-scheduler binary, started for one test with its sockets in a
-// fresh temporary directory, and helpers to run other programs (nvsharectl) and capture their
-// output.
+// DaemonProcess: the real nvshare-scheduler binary, started for one test with its sockets and its
+// state file in a fresh temporary directory, knowing one GPU (kTestGpu, 80Gi) unless its flags say
+// otherwise, and helpers to run other programs (nvsharectl) and capture their output.
 //
 // start() returns once both sockets accept connections (the control socket is <dir>/control.sock
 // unless the flags name another with --control-socket); the destructor kills the daemon if it is
@@ -18,6 +18,9 @@
 #include "common/result.h"
 
 namespace nvshare::testing {
+
+// The GPU a DaemonProcess knows unless its flags name others (--gpus).
+inline constexpr const char* kTestGpu = "GPU-00000000-1111-2222-3333-444444444444";
 
 class DaemonProcess {
  public:

@@ -48,14 +48,21 @@ class SchedulerTest : public ::testing::Test {
                                  [](const char*) -> const char* { return nullptr; });
     ASSERT_TRUE(cl.ok()) << cl.error().message;
     scheduler_ = std::make_unique<Scheduler>(cl.value().config, channel_);
+    // The node's GPUs, as NVML or the device plugin would give them.
+    std::vector<GpuInfo> gpus;
+    for (const char* uuid : {"GPU-aaaa", "GPU-1", "GPU-2", "GPU-later"}) {
+      gpus.push_back(GpuInfo{uuid, static_cast<unsigned>(gpus.size()), 80 * Gi});
+    }
+    ASSERT_TRUE(scheduler_->set_gpus(gpus, "test", now_).ok());
   }
 
   ClientId add(const std::string& gpu = kGpu, std::optional<std::string> cgroup_pod = std::nullopt,
-               protocol::Hello hello = {}, pid_t pid = 1000) {
+               protocol::Hello hello = {}, pid_t pid = 1000, std::uint64_t start_time = 0) {
     const ClientId id = scheduler_->next_client_id();
     ClientIdentity identity;
     identity.pid = pid;
     identity.uid = 0;
+    identity.start_time = start_time;
     identity.pod_uid = std::move(cgroup_pod);
     hello.gpu_uuid = gpu;
     if (hello.gpu_memory_bytes == 0) hello.gpu_memory_bytes = 80 * Gi;
@@ -63,10 +70,11 @@ class SchedulerTest : public ::testing::Test {
     return id;
   }
 
-  Limits last_limits(ClientId client) {
+  Limits last_limits(ClientId client) { return last_frame(client).limits; }
+  protocol::SetLimits last_frame(ClientId client) {
     auto frames = channel_.take<protocol::SetLimits>(client);
     EXPECT_FALSE(frames.empty()) << "no limits frame for client " << client;
-    return frames.empty() ? Limits{} : frames.back().limits;
+    return frames.empty() ? protocol::SetLimits{} : frames.back();
   }
 
   Result<SetLimitsOutcome> set(Selector selector, std::optional<std::uint64_t> memory,
@@ -100,6 +108,117 @@ TEST_F(SchedulerTest, RegistrationSendsTheLimitsInForceAndCreatesOnePolicyPerGpu
   ClientIdentity identity;
   EXPECT_FALSE(
       scheduler_->register_client(scheduler_->next_client_id(), identity, no_gpu, now_).ok());
+}
+
+TEST_F(SchedulerTest, AGpuThisNodeDoesNotHaveIsRefusedAndLeavesNothingBehind) {
+  make();
+  for (int i = 0; i < 1000; ++i) {
+    protocol::Hello hello;
+    hello.gpu_uuid = "GPU-invented-" + std::to_string(i);
+    ClientIdentity identity;
+    auto registered =
+        scheduler_->register_client(scheduler_->next_client_id(), identity, hello, now_);
+    ASSERT_FALSE(registered.ok());
+    EXPECT_NE(registered.error().message.find("not one of this node's"), std::string::npos);
+  }
+  EXPECT_EQ(scheduler_->client_count(), 0u);
+  EXPECT_TRUE(scheduler_->snapshot(now_).gpus.empty());
+  EXPECT_EQ(scheduler_->gpu_count(), 4u);
+}
+
+TEST_F(SchedulerTest, AGpusMemoryComesFromTheDeviceNotFromItsClients) {
+  make({"--mode", "auto", "--reserve", "0"});
+  protocol::Hello tiny;
+  tiny.gpu_memory_bytes = 1;  // an idle client claiming a 1-byte GPU
+  add(kGpu, std::nullopt, tiny);
+  const ClientId a = add();
+  const ClientId b = add();
+  scheduler_->usage(a, protocol::Usage{30 * Gi, 30 * Gi, 0}, now_);
+  scheduler_->usage(b, protocol::Usage{30 * Gi, 30 * Gi, 0}, now_);
+  scheduler_->request(a, now_);
+  scheduler_->request(b, now_);
+  EXPECT_EQ(channel_.take<protocol::Grant>(a).size(), 1u);
+  EXPECT_EQ(channel_.take<protocol::Grant>(b).size(), 1u);  // 60Gi of 80Gi: they co-run
+  EXPECT_EQ(scheduler_->snapshot(now_).gpus[0].view.capacity_bytes, 80 * Gi);
+  EXPECT_EQ(scheduler_->snapshot(now_).gpus[0].memory_source, "test");
+  // The device plugin's inventory can correct it; that reaches the policy at once.
+  ASSERT_TRUE(scheduler_->set_gpus({GpuInfo{kGpu, 0, 40 * Gi}}, "device plugin", now_).ok());
+  EXPECT_EQ(scheduler_->snapshot(now_).gpus[0].view.capacity_bytes, 40 * Gi);
+  EXPECT_FALSE(scheduler_->set_gpus({GpuInfo{kGpu, 0, 0}}, "device plugin", now_).ok());
+}
+
+TEST_F(SchedulerTest, LimitsAreProvisionalUntilTheSchedulerKnowsThem) {
+  make();
+  // A fresh scheduler without state: a client in a pod it has no record of gets provisional limits.
+  const ClientId a = add(kGpu, kPod);
+  EXPECT_TRUE(last_frame(a).provisional());
+  // The control plane pushes the pod: the same limits, now authoritative.
+  Selector pod;
+  pod.pod_uid = kPod;
+  ASSERT_TRUE(set(pod, 2 * Gi, std::nullopt).ok());
+  protocol::SetLimits frame = last_frame(a);
+  EXPECT_EQ(frame.limits, (Limits{2 * Gi, 100}));
+  EXPECT_FALSE(frame.provisional());
+  // Another pod's client stays provisional until the control plane says it pushed everything.
+  const ClientId b = add(kGpu, std::string("11111111-2222-3333-4444-555555555555"));
+  EXPECT_TRUE(last_frame(b).provisional());
+  scheduler_->mark_synced(now_);
+  frame = last_frame(b);
+  EXPECT_EQ(frame.limits, (Limits{0, 100}));
+  EXPECT_FALSE(frame.provisional());
+  EXPECT_TRUE(channel_.take<protocol::SetLimits>(a).empty());  // nothing changed for a
+}
+
+TEST_F(SchedulerTest, PodAndProcessLimitsSurviveARestart) {
+  make();
+  Selector pod;
+  pod.pod_uid = kPod;
+  pod.pod_namespace = "ns";
+  pod.pod_name = "trainer";
+  ASSERT_TRUE(set(pod, 1 * Gi, 30).ok());
+  const ClientId p = add("GPU-1", std::nullopt, {}, 4242, 777);
+  Selector pid;
+  pid.pid = 4242;
+  ASSERT_TRUE(set(pid, 3 * Gi, std::nullopt).ok());
+  scheduler_->set_process_probe(
+      [](pid_t pid, std::uint64_t start) { return pid == 4242 && start == 777; });
+  EXPECT_TRUE(scheduler_->take_state_dirty());
+  const std::string text = render_state(scheduler_->persistent_state());
+  EXPECT_FALSE(scheduler_->take_state_dirty());
+  (void)p;
+
+  // The next run restores it before anyone registers.
+  auto state = parse_state(text);
+  ASSERT_TRUE(state.ok()) << state.error().message;
+  make();
+  scheduler_->set_process_probe(
+      [](pid_t pid, std::uint64_t start) { return pid == 4242 && start == 777; });
+  scheduler_->restore(state.value(), true, now_);
+  const ClientId in_pod = add(kGpu, kPod);
+  protocol::SetLimits frame = last_frame(in_pod);
+  EXPECT_EQ(frame.limits, (Limits{1 * Gi, 30}));
+  EXPECT_FALSE(frame.provisional());
+  const ClientId same_process = add("GPU-1", std::nullopt, {}, 4242, 777);
+  EXPECT_EQ(last_limits(same_process), (Limits{3 * Gi, 100}));
+  // The same pid started anew is another process: nothing of the old one applies.
+  const ClientId reused = add("GPU-1", std::nullopt, {}, 4242, 999);
+  EXPECT_EQ(last_limits(reused), (Limits{0, 100}));
+  EXPECT_EQ(scheduler_->snapshot(now_).pods.at(0).pod_name, "trainer");
+}
+
+TEST_F(SchedulerTest, ARecordOfAProcessThatExitedIsDropped) {
+  make();
+  const ClientId p = add("GPU-1", std::nullopt, {}, 4242, 777);
+  Selector client;
+  client.client = p;
+  ASSERT_TRUE(set(client, 3 * Gi, std::nullopt).ok());
+  bool alive = true;
+  scheduler_->set_process_probe([&](pid_t, std::uint64_t) { return alive; });
+  EXPECT_EQ(scheduler_->persistent_state().processes.size(), 1u);
+  scheduler_->disconnect(p, now_);  // alive: its link may come back
+  EXPECT_EQ(scheduler_->persistent_state().processes.size(), 1u);
+  alive = false;
+  EXPECT_TRUE(scheduler_->persistent_state().processes.empty());
 }
 
 TEST_F(SchedulerTest, RequestsReleasesAndDisconnectsRouteToTheGpusPolicy) {

@@ -142,18 +142,23 @@ class E2eTest : public ::testing::Test {
   }
 
   void start_scheduler(std::vector<std::string> flags) {
-    scheduler_ = std::make_unique<Scheduler>(dir_.path(), std::move(flags));
+    scheduler_ = std::make_unique<Scheduler>(dir_.path(), std::move(flags), gpu_env());
     ASSERT_OK(scheduler_->start());
   }
 
-  // The environment every trainer gets: the simulated GPU (one 16Gi device, this test's own state
-  // file) and this test's scheduler.
+  // The simulated GPU of the node (one 16Gi device, this test's own state file), for the trainers
+  // and for the scheduler's NVML.
+  Env gpu_env() const {
+    return {{"LD_LIBRARY_PATH", programs().fakecuda_dir},
+            {"NVSHARE_FAKECUDA_STATE", state_},
+            {"NVSHARE_FAKECUDA_DEVICES", "1"},
+            {"NVSHARE_FAKECUDA_MEMORY", "16Gi"}};
+  }
+
+  // The environment every trainer gets: the simulated GPU and this test's scheduler.
   Env trainer_env() const {
-    Env env = {{"LD_LIBRARY_PATH", programs().fakecuda_dir},
-               {"NVSHARE_FAKECUDA_STATE", state_},
-               {"NVSHARE_FAKECUDA_DEVICES", "1"},
-               {"NVSHARE_FAKECUDA_MEMORY", "16Gi"},
-               {"NVSHARE_LOG_LEVEL", client_log_level()}};
+    Env env = gpu_env();
+    env["NVSHARE_LOG_LEVEL"] = client_log_level();
     if (scheduler_) env["NVSHARE_SOCKET"] = scheduler_->socket();
     for (const auto& [name, value] : extra_env_) env[name] = value;
     return env;
@@ -437,10 +442,11 @@ TEST_F(MemoryLimitTest, ExactDeclared) {
 // device plugin does at admission.
 TEST_F(MemoryLimitTest, ExactFromControlApi) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
-  auto set = scheduler_->ctl({"set-limits", "--pod-uid", "e2e-pod-1", "--memory", "1Gi"});
+  auto set = scheduler_->ctl(
+      {"set-limits", "--pod-uid", "e2e00000-0000-4000-8000-000000000001", "--memory", "1Gi"});
   ASSERT_OK(set);
   ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
-  run_probe({{"NVSHARE_POD_UID", "e2e-pod-1"}});
+  run_probe({{"NVSHARE_POD_UID", "e2e00000-0000-4000-8000-000000000001"}});
 }
 
 // The pod's limit, pushed through the control API before the processes start, holds from each
@@ -450,10 +456,11 @@ TEST_F(MemoryLimitTest, ExactFromControlApi) {
 // first allocation is over the limit all fail with CUDA_ERROR_OUT_OF_MEMORY; one under it runs.
 TEST_F(MemoryLimitTest, PodLimitHoldsFromTheFirstAllocation) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
-  auto set = scheduler_->ctl({"set-limits", "--pod-uid", "e2e-pod-2", "--memory", "256Mi"});
+  auto set = scheduler_->ctl(
+      {"set-limits", "--pod-uid", "e2e00000-0000-4000-8000-000000000002", "--memory", "256Mi"});
   ASSERT_OK(set);
   ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
-  const Env pod = {{"NVSHARE_POD_UID", "e2e-pod-2"}};
+  const Env pod = {{"NVSHARE_POD_UID", "e2e00000-0000-4000-8000-000000000002"}};
   std::vector<Trainer*> over;
   for (int i = 0; i < 6; ++i) {
     over.push_back(

@@ -189,24 +189,28 @@ Result<CommandResult> run_command(const std::vector<std::string>& argv, const st
   return result;
 }
 
-Scheduler::Scheduler(std::string dir, std::vector<std::string> flags)
+Scheduler::Scheduler(std::string dir, std::vector<std::string> flags, Env env)
     : dir_(std::move(dir)),
       flags_(std::move(flags)),
+      env_(std::move(env)),
       socket_(dir_ + "/scheduler.sock"),
       control_socket_(dir_ + "/control.sock") {}
 
 Scheduler::~Scheduler() = default;
 
 Status Scheduler::start() {
-  std::vector<std::string> argv = {programs().scheduler, "--socket", socket_, "--control-socket",
-                                   control_socket_};
+  std::vector<std::string> argv = {programs().scheduler, "--socket",      socket_,
+                                   "--control-socket",   control_socket_, "--state-file",
+                                   dir_ + "/state.json"};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   const std::string log_path = dir_ + "/scheduler.log";
   {
     std::ofstream log(log_path, std::ios::app);
     log << "=== e2e: scheduler start #" << ++lives_ << " at t=" << monotonic_s() << " ===\n";
   }
-  auto process = Process::spawn(argv, {{"NVSHARE_LOG_LEVEL", "debug"}}, log_path, log_path, true);
+  Env env = env_;
+  env["NVSHARE_LOG_LEVEL"] = "debug";
+  auto process = Process::spawn(argv, env, log_path, log_path, true);
   if (!process.ok()) return process.error();
   process_ = std::move(process).value();
   const double deadline = monotonic_s() + 10;

@@ -90,11 +90,12 @@ struct CommandResult {
 Result<CommandResult> run_command(const std::vector<std::string>& argv, const std::string& dir,
                                   double timeout_s = 10);
 
-// A private nvshare-scheduler: sockets in `dir`, log in <dir>/scheduler.log (appended across
-// restarts so a failure shows every life of the daemon).
+// A private nvshare-scheduler: sockets and state file in `dir`, log in <dir>/scheduler.log
+// (appended across restarts so a failure shows every life of the daemon). `env` is its environment
+// (the simulated GPU's, so that its NVML sees the GPUs the trainers see).
 class Scheduler {
  public:
-  Scheduler(std::string dir, std::vector<std::string> flags);
+  Scheduler(std::string dir, std::vector<std::string> flags, Env env = {});
   ~Scheduler();
 
   // Starts the daemon and returns once both sockets accept connections.
@@ -117,6 +118,7 @@ class Scheduler {
  private:
   std::string dir_;
   std::vector<std::string> flags_;
+  Env env_;
   std::string socket_;
   std::string control_socket_;
   std::unique_ptr<Process> process_;

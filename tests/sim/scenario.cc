@@ -38,7 +38,6 @@ ClientSpec random_client(Rng& rng, std::uint64_t capacity, Duration length) {
   // Small clients share the GPU; large ones (up to 110% of it) must take turns or run alone.
   const double fraction = rng.chance(0.6) ? rng.uniform(0.02, 0.3) : rng.uniform(0.35, 1.1);
   c.working_set = static_cast<std::uint64_t>(fraction * static_cast<double>(capacity));
-  c.gpu_memory = rng.chance(0.9) ? 24 * kGiB : 0;
   if (rng.chance(0.4)) c.limits.core_percent = static_cast<std::uint8_t>(rng.range(5, 95));
   if (rng.chance(0.3)) c.limits.memory_bytes = c.working_set + kGiB;
   c.start = rng.between(0s, 5s);
@@ -48,6 +47,11 @@ ClientSpec random_client(Rng& rng, std::uint64_t capacity, Duration length) {
   c.wake_after = rng.chance(0.5) ? rng.between(2s, 15s) : 0s;
   c.crash_at = c.start + rng.between(100ms, length);
   c.reconnects = rng.chance(0.6);
+  // Some hung clients also lie: huge memory, a crawling swap, or both.
+  if (c.behaviour == Behaviour::kHung && rng.chance(0.5)) {
+    if (rng.chance(0.6)) c.reported_bytes = std::uint64_t{1} << 60;
+    if (rng.chance(0.6)) c.reported_swap_bytes_per_s = 1;
+  }
   return c;
 }
 
@@ -61,6 +65,7 @@ Scenario random_scenario(std::uint64_t seed) {
   PolicyConfig& config = s.config;
   config.mode = rng.chance(0.25) ? Mode::kExclusive : Mode::kAuto;
   if (rng.chance(0.7)) config.capacity_bytes = 16 * kGiB;
+  config.device_bytes = rng.chance(0.9) ? 24 * kGiB : 0;  // 0: the device's memory is unknown
   const double reserves[] = {0.0, 0.1, 0.2};
   config.reserve_fraction = reserves[rng.range(0, 2)];
   if (rng.chance(0.4)) {
@@ -74,6 +79,7 @@ Scenario random_scenario(std::uint64_t seed) {
   const Duration windows[] = {500ms, 1s, 2s};
   config.quota_window = windows[rng.range(0, 2)];
   config.revoke_grace = rng.between(500ms, 3s);
+  config.swap_allowance_max = rng.between(0s, 5s);
 
   s.length = rng.between(20s, 60s);
   const std::uint64_t capacity = config.capacity_bytes.value_or(24 * kGiB);
@@ -111,6 +117,22 @@ std::vector<Scenario> named_scenarios() {
     hung.hang_after_revokes = 1;
     s.clients = {hung, client(Behaviour::kComputeBound, 10 * kGiB),
                  client(Behaviour::kComputeBound, 6 * kGiB)};
+    all.push_back(s);
+  }
+  {  // A hung holder that lies: 2^60 bytes at 1 byte/s. Its quantum and swap allowance stay
+     // bounded (auto quantum, so the lie would stretch an unbounded one).
+    Scenario s = base("lying hung holder");
+    s.config.fixed_quantum.reset();
+    s.config.quantum_min = 500ms;
+    s.config.quantum_max = 3s;
+    s.config.swap_allowance_max = 4s;
+    ClientSpec hung = client(Behaviour::kHung, 10 * kGiB);
+    hung.hang_after_revokes = 0;
+    hung.wake_after = 6s;  // and it comes back to do it again: the strike shortens its turns
+    hung.reported_bytes = std::uint64_t{1} << 60;
+    hung.reported_swap_bytes_per_s = 1;
+    s.clients = {hung, client(Behaviour::kComputeBound, 10 * kGiB),
+                 client(Behaviour::kBursty, 6 * kGiB)};
     all.push_back(s);
   }
   {  // The same holder wakes up later and becomes a normal client again.

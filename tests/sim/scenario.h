@@ -30,7 +30,6 @@ const char* to_string(Behaviour behaviour);
 struct ClientSpec {
   Behaviour behaviour = Behaviour::kComputeBound;
   std::uint64_t working_set = kGiB;
-  std::uint64_t gpu_memory = 24 * kGiB;  // what its driver reports (0: unknown)
   Limits limits;
   Duration start{0};               // when it connects
   double swap_bytes_per_s = 10e9;  // its true swap bandwidth (reported after each swap)
@@ -40,6 +39,11 @@ struct ClientSpec {
   Duration wake_after{0};      // kHung: releases this long after hanging (0: never)
   Duration crash_at{0};        // kCrashing: when it disconnects
   bool reconnects = false;     // kCrashing: comes back as a new client afterwards
+  // A client that lies about itself (0: tells the truth): the allocated bytes it reports whatever
+  // it holds, and the swap bandwidth it reports after each swap.
+  std::uint64_t reported_bytes = 0;
+  std::uint64_t reported_swap_bytes_per_s = 0;
+  bool lies() const { return reported_bytes != 0 || reported_swap_bytes_per_s != 0; }
 };
 
 struct Scenario {

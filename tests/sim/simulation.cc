@@ -126,8 +126,13 @@ class World {
       slowest = std::min(slowest, c.swap_bytes_per_s);
       largest = std::max(largest, c.working_set);
     }
-    // Working sets grow up to 1.5x; the engine's grace adds the swap-out estimate at its bandwidth.
-    const Duration longest_swap = from_seconds(1.5 * static_cast<double>(largest) / slowest) + 1ms;
+    // Working sets grow up to 1.5x; the engine's grace adds the swap-out estimate at its bandwidth,
+    // at most swap_allowance_max (all of it for a client that lies about itself).
+    Duration longest_swap = from_seconds(1.5 * static_cast<double>(largest) / slowest);
+    for (const ClientSpec& c : s_.clients) {
+      if (c.lies()) longest_swap = config.swap_allowance_max;
+    }
+    longest_swap = std::min(longest_swap, config.swap_allowance_max) + 1ms;
     // docs/scheduling.md, "The starvation bound": N x Q + (2N - 1) x (G + S).
     const std::int64_t n = static_cast<std::int64_t>(s_.clients.size());
     result_.starvation_bound = n * max_quantum + (2 * n - 1) * (config.revoke_grace + longest_swap);
@@ -318,6 +323,10 @@ class World {
     if (now_ - c->revoked_at < s_.config.revoke_grace) {
       return fail("unresponsive reported for " + name(*c) + " before its grace period ended");
     }
+    // Whatever it reported, a holder stops blocking within the grace and the largest allowance.
+    if (now_ - c->revoked_at > s_.config.revoke_grace + s_.config.swap_allowance_max) {
+      return fail("unresponsive reported for " + name(*c) + " after grace + swap_allowance_max");
+    }
     c->unresponsive = true;
     ++result_.unresponsive;
   }
@@ -441,8 +450,8 @@ class World {
     c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +
                       std::to_string(c.limits.core_percent) + "%)";
     c.outcome.limits = c.limits;
-    feed(policy::Registered{c.id, c.spec.gpu_memory, c.limits}, "register " + name(c));
-    feed(policy::UsageReported{c.id, c.allocated, c.allocated, 0}, "usage " + name(c));
+    feed(policy::Registered{c.id, c.limits}, "register " + name(c));
+    report_usage(c, c.allocated, 0, "usage " + name(c));
     if (c.behaviour == Behaviour::kIdle) {
       schedule(now_ + rng_.between(500ms, 5s), What::kRequest, index);
     } else {
@@ -470,9 +479,8 @@ class World {
     feed(policy::Released{c.id, epoch, held, drained},
          std::string(answered_revoke ? "release " : "idle release ") + name(c));
     if (swapped && c.connected) {
-      feed(policy::UsageReported{c.id, c.allocated, 0,
-                                 static_cast<std::uint64_t>(c.spec.swap_bytes_per_s)},
-           "usage after swap " + name(c));
+      report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
+                   "usage after swap " + name(c));
     }
     if (!answered_revoke) {
       const Duration gap =
@@ -488,9 +496,17 @@ class World {
     if (!c.connected) return;
     c.allocated = static_cast<std::uint64_t>(static_cast<double>(c.spec.working_set) *
                                              rng_.uniform(0.5, 1.5));
-    feed(policy::UsageReported{c.id, c.allocated, c.holding ? c.allocated : 0, 0},
-         "grow " + name(c));
+    report_usage(c, c.holding ? c.allocated : 0, 0, "grow " + name(c));
     schedule(now_ + rng_.between(500ms, 3s), What::kUsage, index);
+  }
+
+  // What the client says of itself: the truth, or its lies (ClientSpec::reported_*).
+  void report_usage(const SimClient& c, std::uint64_t resident, std::uint64_t swap_bytes_per_s,
+                    const std::string& what) {
+    const std::uint64_t allocated = c.spec.reported_bytes ? c.spec.reported_bytes : c.allocated;
+    if (c.spec.reported_bytes) resident = c.spec.reported_bytes;
+    if (c.spec.reported_swap_bytes_per_s) swap_bytes_per_s = c.spec.reported_swap_bytes_per_s;
+    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s}, what);
   }
 
   void disconnect(SimClient& c, int index) {

@@ -19,10 +19,13 @@ struct ClientRecord {
   ClientRecord(ClientId client_id, MonoTime now) : id(client_id), state_since(now), usage(now) {}
 
   ClientId id;
-  std::uint64_t gpu_memory_bytes = 0;
   Limits limits;
-  std::uint64_t allocated_bytes = 0;  // the working set
+  std::uint64_t allocated_bytes = 0;  // the working set, as reported
   std::uint64_t resident_bytes = 0;
+  std::uint64_t swap_bytes_per_s = 0;  // its last non-zero measured swap bandwidth, as reported
+  // Times it ignored a revoke past its grace. A client with a strike gets no swap allowance and
+  // (auto quantum) the shortest quantum from then on: it cannot hold others out twice as long.
+  int strikes = 0;
 
   ClientState state = ClientState::kIdle;
   MonoTime state_since;

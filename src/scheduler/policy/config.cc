@@ -47,8 +47,17 @@ Status validate(const PolicyConfig& config) {
   if (config.quota_window < std::chrono::milliseconds(10)) {
     return make_error("quota window must be at least 10 ms");
   }
+  if (config.swap_bandwidth_floor == 0) return make_error("swap bandwidth floor must be positive");
   if (config.revoke_grace <= Duration::zero()) return make_error("revoke grace must be positive");
+  if (config.swap_allowance_max < Duration::zero()) {
+    return make_error("swap allowance must not be negative");
+  }
   return Status::Ok();
+}
+
+Duration hog_bound(const PolicyConfig& config) {
+  return config.fixed_quantum.value_or(config.quantum_max) + config.revoke_grace +
+         config.swap_allowance_max;
 }
 
 }  // namespace nvshare::policy

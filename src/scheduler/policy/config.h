@@ -27,23 +27,37 @@ struct PolicyConfig {
   Mode mode = Mode::kAuto;
   // Fraction of capacity kept free when deciding who fits together.
   double reserve_fraction = 0.10;
-  // Virtual capacity; when unset, the GPU memory reported by its clients (the smallest report).
+  // Virtual capacity; when unset, the GPU's physical memory (device_bytes).
   std::optional<std::uint64_t> capacity_bytes;
+  // Physical memory of the GPU, from the device (NVML, the --gpus list or the device plugin's
+  // inventory). Set by the scheduler, not a knob; never taken from a client. 0: unknown, and then
+  // nobody runs beside anybody unless capacity_bytes is set.
+  std::uint64_t device_bytes = 0;
 
   // Turn-taking quantum: fixed when set, otherwise clamp(k x estimated swap time, min, max).
   std::optional<Duration> fixed_quantum;
   double quantum_swap_multiple = 5.0;
   Duration quantum_min = 5s;
-  Duration quantum_max = 300s;
-  // Swap bandwidth assumed until a client reports a measured one (conservative: host paging at its
-  // slowest measured rate on an H200 was 2.2 GB/s).
+  Duration quantum_max = 15s;
+  // Swap bandwidth assumed for a client until it reports a measured one (conservative: host paging
+  // at its slowest measured rate on an H200 was 2.2 GB/s).
   std::uint64_t default_swap_bytes_per_s = 2'000'000'000;
+  // A client's reported bandwidth counts as at least this, so a report of 1 byte/s cannot stretch
+  // its quantum or its swap allowance.
+  std::uint64_t swap_bandwidth_floor = 1'000'000'000;
 
   // Compute caps: token bucket depth and the window "effective share" is measured over.
   Duration quota_window = 2000ms;
-  // A holder that has not released this long after a revoke stops blocking others.
-  Duration revoke_grace = 10s;
+  // A holder that has not released this long after a revoke stops blocking others...
+  Duration revoke_grace = 5s;
+  // ...plus, when it was asked to swap out, the estimated time to move its memory, at most this.
+  Duration swap_allowance_max = 10s;
 };
+
+// The longest a holder that ignores revokes can keep a waiting client out, whatever it reports:
+// one quantum (the fixed one, else quantum_max), the grace and the largest swap allowance
+// (docs/scheduling.md, "Bounds that no client can stretch").
+Duration hog_bound(const PolicyConfig& config);
 
 // Checks ranges (reserve in [0, 0.9], quanta positive and min <= max, window >= 10 ms, ...).
 Status validate(const PolicyConfig& config);

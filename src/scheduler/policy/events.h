@@ -22,11 +22,10 @@ using protocol::WaitReason;
 // ---- events -------------------------------------------------------------------------------------
 
 // A client opened a session on this GPU. `limits` are the limits in force for it (from the control
-// API, or its own declaration when the daemon trusts clients). `gpu_memory_bytes` is the GPU's
-// physical memory as the client's driver reports it (0 when unknown).
+// API, or its own declaration when the daemon trusts clients). The GPU's memory is not the
+// client's to say: it comes from the device (PolicyConfig::device_bytes).
 struct Registered {
   ClientId client = 0;
-  std::uint64_t gpu_memory_bytes = 0;
   Limits limits;
 };
 
@@ -46,7 +45,8 @@ struct Released {
   Duration drained{0};
 };
 
-// Memory footprint on this GPU and the swap bandwidth the client last measured (0: none yet).
+// Memory footprint on this GPU and the swap bandwidth the client last measured (0: none yet). What
+// the client says of itself: the engine bounds both before any deadline depends on them.
 struct UsageReported {
   ClientId client = 0;
   std::uint64_t allocated_bytes = 0;

@@ -60,7 +60,7 @@ GpuView GpuPolicy::view(MonoTime now) const {
   const ClientRecord* next = head();
   const std::optional<TurnPlan> plan = next ? turn_plan(*next) : std::nullopt;
   v.quantum = plan ? quantum_between(*find(plan->runner), *next)
-                   : quantum_for(config_, swap_, next ? next->allocated_bytes : 0);
+                   : quantum_for(config_, next ? swap_time(*next) : Duration::zero());
 
   for (const ClientRecord& c : clients_) {
     ClientView cv;

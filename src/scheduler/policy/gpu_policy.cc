@@ -88,7 +88,6 @@ std::vector<Action> GpuPolicy::reconfigure(const PolicyConfig& config, MonoTime 
 void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Action>& out) {
   ClientRecord* c = find(e.client);
   if (c == nullptr) c = &clients_.emplace_back(e.client, now);
-  c->gpu_memory_bytes = e.gpu_memory_bytes;
   c->limits = e.limits;
   if (!c->capped()) {
     c->quota.reset();
@@ -118,6 +117,7 @@ void GpuPolicy::on_usage(const UsageReported& e) {
   if (c == nullptr) return;
   c->allocated_bytes = e.allocated_bytes;
   c->resident_bytes = e.resident_bytes;
+  if (e.swap_bytes_per_s > 0) c->swap_bytes_per_s = e.swap_bytes_per_s;
   swap_.observe(e.swap_bytes_per_s);
 }
 
@@ -204,6 +204,7 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state != ClientState::kRevoking || c.unresponsive_at > now) continue;
     set_state(c, ClientState::kUnresponsive, now);
+    ++c.strikes;
     ++unresponsive_count_;
     out.push_back(HolderUnresponsive{c.id, c.epoch});
   }
@@ -368,23 +369,27 @@ void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, Mono
   c.revoked_at = now;
   c.revoke_reason = reason;
   c.swap_out = swap_out;
-  // Moving a large working set to host legitimately takes a while; that is not unresponsiveness.
-  const Duration swap_time = swap_out ? swap_.time_to_move(c.allocated_bytes) : Duration::zero();
-  c.unresponsive_at = now + config_.revoke_grace + swap_time;
+  c.unresponsive_at = now + config_.revoke_grace + swap_allowance(c, swap_out);
   out.push_back(SendRevoke{c.id, c.epoch, reason, swap_out});
 }
 
 // ---- memory and turn arithmetic -----------------------------------------------------------------
 
 std::uint64_t GpuPolicy::capacity() const {
-  if (config_.capacity_bytes) return *config_.capacity_bytes;
-  std::uint64_t smallest = 0;
-  for (const ClientRecord& c : clients_) {
-    if (c.gpu_memory_bytes > 0 && (smallest == 0 || c.gpu_memory_bytes < smallest)) {
-      smallest = c.gpu_memory_bytes;
-    }
-  }
-  return smallest;
+  return config_.capacity_bytes.value_or(config_.device_bytes);
+}
+
+Duration GpuPolicy::swap_time(const ClientRecord& c) const {
+  // A swap moves at most what the device holds, whatever the client says it allocated.
+  const std::uint64_t bound = config_.device_bytes > 0 ? config_.device_bytes : capacity();
+  return client_swap_time(config_, c.allocated_bytes, c.swap_bytes_per_s, bound);
+}
+
+Duration GpuPolicy::swap_allowance(const ClientRecord& c, bool swap_out) const {
+  // Moving a large working set to host legitimately takes a while; that is not unresponsiveness.
+  // But only once: a client that already ignored a revoke gets the grace alone.
+  if (!swap_out || c.strikes > 0) return Duration::zero();
+  return std::min(swap_time(c), config_.swap_allowance_max);
 }
 
 std::uint64_t GpuPolicy::usable() const {
@@ -430,7 +435,8 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
 }
 
 Duration GpuPolicy::quantum_between(const ClientRecord& runner, const ClientRecord& head) const {
-  return quantum_for(config_, swap_, runner.allocated_bytes + head.allocated_bytes);
+  if (!config_.fixed_quantum && runner.strikes > 0) return config_.quantum_min;
+  return quantum_for(config_, swap_time(runner) + swap_time(head));
 }
 
 std::vector<const ClientRecord*> GpuPolicy::runners_by_turn_end(const ClientRecord& head) const {

@@ -16,14 +16,14 @@
 //    blocking holders fit in usable = capacity x (1 - reserve). A client's working set is its
 //    allocated bytes. A client that does not fit waits (reason memory); later arrivals do not
 //    overtake it, except that an idle GPU always grants the head of the queue, so a client larger
-//    than the GPU still runs (alone). Capacity is the configured one, else the smallest GPU memory
-//    the registered clients reported; while it is unknown nobody runs beside anybody. Runners
+//    than the GPU still runs (alone). Capacity is the configured (virtual) one, else the device's
+//    memory (config.device_bytes); while it is unknown nobody runs beside anybody. Runners
 //    whose working sets grow past usable are revoked (reason memory, swap out), newest grant
 //    first, until the rest fit.
 //  - Exclusive mode: one runner at a time.
 //  - Turn-taking: while the head of the queue waits behind runners it cannot run beside, a
-//    runner's turn ends one quantum after its grant (fixed, or auto = clamp(k x swap estimate of
-//    the runner's and the head's working sets, min, max)); runners whose turns have ended are
+//    runner's turn ends one quantum after its grant (fixed, or auto = clamp(k x (swap time of the
+//    runner + swap time of the head), min, max)); runners whose turns have ended are
 //    revoked (reason turn), earliest turn end first, once enough of them have ended for the head
 //    to fit. swap_out is set for a revoked runner when the head cannot fit beside it and what
 //    stays on the device.
@@ -40,9 +40,13 @@
 //    or throttled.
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
-//    within the grace period after a revoke (plus the estimated swap-out time when swap_out was
-//    asked) is reported (HolderUnresponsive) and no longer blocks others; it stays billed while it
-//    holds the grant, and a later release makes it a normal client again.
+//    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
+//    the estimated swap-out time, at most swap_allowance_max) is reported (HolderUnresponsive) and
+//    no longer blocks others; it stays billed while it holds the grant, and a later release makes
+//    it a normal client again, with a strike: no swap allowance and the shortest auto quantum.
+//  - Nothing a client reports stretches a bound that protects others: a swap time uses its bytes
+//    clamped to the device's memory at its bandwidth floored (quantum.h), so a holder that ignores
+//    revokes keeps a waiting client out for at most hog_bound(config) (config.h).
 #pragma once
 
 #include <deque>
@@ -161,6 +165,11 @@ class GpuPolicy {
   const ClientRecord* head() const;  // first waiter not throttled (blocked, after schedule())
   std::optional<WaitReason> reason_for(const ClientRecord& c, const ClientRecord* head) const;
   Duration quantum_between(const ClientRecord& runner, const ClientRecord& head) const;
+  // A client's swap time, from its bounded figures (quantum.h).
+  Duration swap_time(const ClientRecord& c) const;
+  // How long past the grace a revoked holder may take: its swap time when it must swap out, at
+  // most swap_allowance_max, none after a strike.
+  Duration swap_allowance(const ClientRecord& c, bool swap_out) const;
   std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
   std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;
   double effective_cap(const ClientRecord& c) const;  // fraction; 1 for uncapped

@@ -1,13 +1,16 @@
-// The swap-time model behind the turn-taking quantum.
+// The swap-time model behind the turn-taking quantum and the revoke deadline.
 //
 // A hand-off between a runner and a waiter that cannot fit beside it moves memory both ways (the
 // runner out to host, the waiter back in). The quantum is a multiple of that cost so that swapping
-// never dominates: with k = 5 a hand-off costs at most about 1/(k+1) of the GPU's time. Bandwidth
-// comes from what clients measured on this GPU; until one has measured, a conservative default
-// applies.
+// never dominates: with k = 5 a hand-off costs at most about 1/(k+1) of the GPU's time.
 //
-// Contract: pure arithmetic, no state beyond the last measured bandwidth. Durations are rounded up
-// to whole nanoseconds so an estimate is never optimistic.
+// Every figure here comes from what a client reports about itself, so each is bounded before it
+// is used (docs/scheduling.md, "Bounds that no client can stretch"): bytes are clamped to what the
+// GPU can hold (a swap moves at most the device's memory), a bandwidth counts as at least the
+// configured floor, and the results are bounded again by quantum_max and swap_allowance_max.
+//
+// Contract: pure arithmetic. Durations are rounded up to whole nanoseconds so an estimate is never
+// optimistic, and capped (1e9 s) so that absurd inputs stay in range.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +20,8 @@
 
 namespace nvshare::policy {
 
-// Swap bandwidth of one GPU: the latest non-zero measurement any client reported, else the default.
+// Swap bandwidth of one GPU for status: the latest non-zero measurement any client reported, else
+// the default. Shown only; time bounds use each client's own (floored) figure.
 class SwapEstimate {
  public:
   explicit SwapEstimate(std::uint64_t default_bytes_per_s) : default_(default_bytes_per_s) {}
@@ -31,17 +35,22 @@ class SwapEstimate {
   bool measured() const { return measured_ > 0; }
   std::uint64_t bytes_per_s() const { return measured_ > 0 ? measured_ : default_; }
 
-  // How long moving `bytes` takes at that bandwidth (rounded up).
-  Duration time_to_move(std::uint64_t bytes) const;
-
  private:
   std::uint64_t default_;
   std::uint64_t measured_ = 0;
 };
 
-// The quantum for a hand-off that moves `bytes_to_move` (out and in together): the fixed quantum
-// when configured, else clamp(k x time_to_move(bytes_to_move), quantum_min, quantum_max).
-Duration quantum_for(const PolicyConfig& config, const SwapEstimate& swap,
-                     std::uint64_t bytes_to_move);
+// How long moving `bytes` takes at `bytes_per_s` (> 0), rounded up and capped at 1e9 s.
+Duration time_to_move(std::uint64_t bytes, std::uint64_t bytes_per_s);
+
+// The swap time of one client as every bound uses it: min(allocated, bound_bytes) at
+// max(reported, floor), the configured default while it has reported none (0). bound_bytes 0
+// means no clamp.
+Duration client_swap_time(const PolicyConfig& config, std::uint64_t allocated_bytes,
+                          std::uint64_t reported_bytes_per_s, std::uint64_t bound_bytes);
+
+// The quantum for a hand-off whose memory moves in `swap_time` (out and in together): the fixed
+// quantum when configured, else clamp(k x swap_time, quantum_min, quantum_max).
+Duration quantum_for(const PolicyConfig& config, Duration swap_time);
 
 }  // namespace nvshare::policy

@@ -423,7 +423,7 @@ class FakeControlSocket {
   std::vector<std::string> lines_;
 };
 
-TEST_F(PluginServerTest, PushesTheMemoryCapacityToTheScheduler) {
+TEST_F(PluginServerTest, PushesTheInventoryAndTheMemoryCapacityToTheScheduler) {
   config_.memory_capacity.all = CapacityValue{std::nullopt, 2.0};
   config_.memory_capacity.by_uuid["GPU-bbbb"] = CapacityValue{4 * kGi, 1.0};
   FakeControlSocket control(config_.control_socket);
@@ -431,12 +431,17 @@ TEST_F(PluginServerTest, PushesTheMemoryCapacityToTheScheduler) {
   start_plugin();
   ASSERT_TRUE(eventually([&] { return plugin_->stats().capacity_pushes >= 1; }));
   const auto lines = control.lines();
-  ASSERT_FALSE(lines.empty());
-  EXPECT_NE(lines[0].find("\"cmd\":\"set-policy\""), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("\"capacity\":\"GPU-aaaa=" + std::to_string(32 * kGi) +
+  ASSERT_EQ(lines.size(), 2u);
+  // The GPUs and their physical memory, which the scheduler takes as each GPU's memory...
+  EXPECT_EQ(lines[0], "{\"cmd\":\"set-gpus\",\"gpus\":[{\"uuid\":\"GPU-aaaa\",\"memory_bytes\":" +
+                          std::to_string(16 * kGi) + "},{\"uuid\":\"GPU-bbbb\",\"memory_bytes\":" +
+                          std::to_string(16 * kGi) + "}]}");
+  // ...then the virtual capacity.
+  EXPECT_NE(lines[1].find("\"cmd\":\"set-policy\""), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("\"capacity\":\"GPU-aaaa=" + std::to_string(32 * kGi) +
                           ",GPU-bbbb=" + std::to_string(4 * kGi) + "\""),
             std::string::npos)
-      << lines[0];
+      << lines[1];
 }
 
 }  // namespace

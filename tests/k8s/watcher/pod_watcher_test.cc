@@ -28,6 +28,13 @@ constexpr const char* kNode = "node-a";
 constexpr const char* kMemory = "nvshare.com/gpu-memory-limit";
 constexpr const char* kCore = "nvshare.com/gpu-core-limit";
 constexpr std::uint64_t kGi = 1ull << 30;
+// Pod UIDs as the API server gives them.
+constexpr const char* kUidA = "0a0a0a0a-0000-4000-8000-00000000000a";
+constexpr const char* kUidB = "0b0b0b0b-0000-4000-8000-00000000000b";
+constexpr const char* kUidC = "0c0c0c0c-0000-4000-8000-00000000000c";
+constexpr const char* kUidD = "0d0d0d0d-0000-4000-8000-00000000000d";
+constexpr const char* kUidMine = "0e0e0e0e-0000-4000-8000-00000000000e";
+constexpr const char* kUidPlain = "0f0f0f0f-0000-4000-8000-00000000000f";
 
 // Polls `condition` until it holds or the (generous) deadline passes.
 bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 20s) {
@@ -127,23 +134,23 @@ class PodWatcherTest : public ::testing::Test {
 
 TEST_F(PodWatcherTest, ListPushesTheLimitsOfManagedPodsOnThisNode) {
   start_scheduler();
-  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
-  server_->add_pod(make_pod("uid-b", "cpu-only", kNode, {{kMemory, "1Gi"}}, false));
-  server_->add_pod(make_pod("uid-c", "elsewhere", "node-b", {{kMemory, "2Gi"}}));
-  server_->add_pod(make_pod("uid-d", "plain", kNode, {}));
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  server_->add_pod(make_pod(kUidB, "cpu-only", kNode, {{kMemory, "1Gi"}}, false));
+  server_->add_pod(make_pod(kUidC, "elsewhere", "node-b", {{kMemory, "2Gi"}}));
+  server_->add_pod(make_pod(kUidD, "plain", kNode, {}));
   start_watcher();
 
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 30); })) << describe("uid-a");
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-d", std::nullopt, std::nullopt); }))
-      << describe("uid-d");
-  EXPECT_TRUE(scheduler_lacks("uid-b"));
-  EXPECT_TRUE(scheduler_lacks("uid-c"));
-  Json pod = scheduler_pod("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 4 * kGi, 30); })) << describe(kUidA);
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidD, std::nullopt, std::nullopt); }))
+      << describe(kUidD);
+  EXPECT_TRUE(scheduler_lacks(kUidB));
+  EXPECT_TRUE(scheduler_lacks(kUidC));
+  Json pod = scheduler_pod(kUidA);
   EXPECT_EQ(*pod.find("namespace")->as_string(), "ml");
   EXPECT_EQ(*pod.find("name")->as_string(), "trainer");
   EXPECT_EQ(watcher_->memory_limits_by_pod_uid(),
-            (std::map<std::string, std::uint64_t>{{"uid-a", 4 * kGi}}));
-  EXPECT_EQ(watcher_->core_limits_by_pod_uid(), (std::map<std::string, int>{{"uid-a", 30}}));
+            (std::map<std::string, std::uint64_t>{{kUidA, 4 * kGi}}));
+  EXPECT_EQ(watcher_->core_limits_by_pod_uid(), (std::map<std::string, int>{{kUidA, 30}}));
 
   const auto requests = server_->requests();
   ASSERT_FALSE(requests.empty());
@@ -165,12 +172,12 @@ TEST_F(PodWatcherTest, WatchEventsAddModifyDeleteAndBookmark) {
   start_watcher();
   ASSERT_TRUE(watching());
 
-  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "2Gi"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 2 * kGi, std::nullopt); }))
-      << describe("uid-a");
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "2Gi"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 2 * kGi, std::nullopt); }))
+      << describe(kUidA);
   const auto changed = std::chrono::steady_clock::now();
-  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "3Gi"}, {kCore, "50%"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 3 * kGi, 50); })) << describe("uid-a");
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "3Gi"}, {kCore, "50%"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 3 * kGi, 50); })) << describe(kUidA);
   // Reported, not asserted: from the API change to the scheduler's record (status polled every 10
   // ms).
   const auto latency = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -178,7 +185,7 @@ TEST_F(PodWatcherTest, WatchEventsAddModifyDeleteAndBookmark) {
   RecordProperty("annotation_to_scheduler_ms", static_cast<int>(latency.count()));
   std::printf("annotation change reached the scheduler in %lld ms\n",
               static_cast<long long>(latency.count()));
-  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at("uid-a"), 3 * kGi);
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at(kUidA), 3 * kGi);
 
   // A bookmark advances the version the next watch starts from.
   const std::string bookmark = server_->bookmark();
@@ -188,8 +195,8 @@ TEST_F(PodWatcherTest, WatchEventsAddModifyDeleteAndBookmark) {
   ASSERT_TRUE(eventually([&] { return server_->watch_requests().size() > watches_before; }));
   EXPECT_EQ(server_->watch_requests().at(watches_before).query.at("resourceVersion"), bookmark);
 
-  server_->delete_pod("uid-a");
-  ASSERT_TRUE(eventually([&] { return scheduler_lacks("uid-a"); })) << describe("uid-a");
+  server_->delete_pod(kUidA);
+  ASSERT_TRUE(eventually([&] { return scheduler_lacks(kUidA); })) << describe(kUidA);
   EXPECT_TRUE(watcher_->memory_limits_by_pod_uid().empty());
   EXPECT_EQ(watcher_->stats().lists, 1u);
 }
@@ -198,12 +205,12 @@ TEST_F(PodWatcherTest, FinishedPodsAreForgotten) {
   start_scheduler();
   start_watcher();
   ASSERT_TRUE(watching());
-  server_->add_pod(make_pod("uid-a", "job", kNode, {{kCore, "20"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", std::nullopt, 20); }));
-  json done = make_pod("uid-a", "job", kNode, {{kCore, "20"}});
+  server_->add_pod(make_pod(kUidA, "job", kNode, {{kCore, "20"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, std::nullopt, 20); }));
+  json done = make_pod(kUidA, "job", kNode, {{kCore, "20"}});
   done["status"]["phase"] = "Succeeded";
   server_->modify_pod(done);
-  ASSERT_TRUE(eventually([&] { return scheduler_lacks("uid-a"); })) << describe("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_lacks(kUidA); })) << describe(kUidA);
   EXPECT_TRUE(watcher_->core_limits_by_pod_uid().empty());
 }
 
@@ -213,26 +220,26 @@ class GoneTest : public PodWatcherTest,
 TEST_P(GoneTest, TooOldVersionRelists) {
   server_->set_gone_style(GetParam());
   start_scheduler();
-  server_->add_pod(make_pod("uid-a", "a", kNode, {{kMemory, "1Gi"}}));
-  server_->add_pod(make_pod("uid-b", "b", kNode, {{kMemory, "1Gi"}}));
+  server_->add_pod(make_pod(kUidA, "a", kNode, {{kMemory, "1Gi"}}));
+  server_->add_pod(make_pod(kUidB, "b", kNode, {{kMemory, "1Gi"}}));
   start_watcher();
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-b", kGi, std::nullopt); }));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidB, kGi, std::nullopt); }));
   ASSERT_TRUE(watching());
 
   // Changes whose events were compacted away: only a relist can see them.
-  server_->replace_pod_unseen(make_pod("uid-a", "a", kNode, {{kMemory, "5Gi"}}));
-  server_->delete_pod_unseen("uid-b");
+  server_->replace_pod_unseen(make_pod(kUidA, "a", kNode, {{kMemory, "5Gi"}}));
+  server_->delete_pod_unseen(kUidB);
   server_->expire_history();
   server_->end_watches();
 
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 5 * kGi, std::nullopt); }))
-      << describe("uid-a");
-  ASSERT_TRUE(eventually([&] { return scheduler_lacks("uid-b"); })) << describe("uid-b");
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 5 * kGi, std::nullopt); }))
+      << describe(kUidA);
+  ASSERT_TRUE(eventually([&] { return scheduler_lacks(kUidB); })) << describe(kUidB);
   EXPECT_GE(watcher_->stats().relists_gone, 1u);
   // The list is counted once all of it is handled, which may be after the pushes.
   EXPECT_TRUE(eventually([&] { return watcher_->stats().lists >= 2u; }));
   EXPECT_EQ(watcher_->memory_limits_by_pod_uid(),
-            (std::map<std::string, std::uint64_t>{{"uid-a", 5 * kGi}}));
+            (std::map<std::string, std::uint64_t>{{kUidA, 5 * kGi}}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, GoneTest,
@@ -248,8 +255,8 @@ TEST_F(PodWatcherTest, DroppedConnectionResumesFromTheLastVersion) {
   start_scheduler();
   start_watcher();
   ASSERT_TRUE(watching());
-  const std::string last = server_->add_pod(make_pod("uid-a", "a", kNode, {{kMemory, "1Gi"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", kGi, std::nullopt); }));
+  const std::string last = server_->add_pod(make_pod(kUidA, "a", kNode, {{kMemory, "1Gi"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, kGi, std::nullopt); }));
   ASSERT_TRUE(eventually([&] { return watcher_->stats().resource_version == last; }));
   const std::size_t watches_before = server_->watch_requests().size();
 
@@ -257,8 +264,8 @@ TEST_F(PodWatcherTest, DroppedConnectionResumesFromTheLastVersion) {
   ASSERT_TRUE(eventually([&] { return server_->watch_requests().size() > watches_before; }));
   EXPECT_EQ(server_->watch_requests().at(watches_before).query.at("resourceVersion"), last);
   ASSERT_TRUE(watching());
-  server_->modify_pod(make_pod("uid-a", "a", kNode, {{kMemory, "6Gi"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 6 * kGi, std::nullopt); }));
+  server_->modify_pod(make_pod(kUidA, "a", kNode, {{kMemory, "6Gi"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 6 * kGi, std::nullopt); }));
   EXPECT_EQ(watcher_->stats().lists, 1u);  // resumed, not relisted
   EXPECT_GE(watcher_->stats().api_errors, 1u);
 }
@@ -267,17 +274,17 @@ TEST_F(PodWatcherTest, InvalidAnnotationPostsOneWarningAndKeepsTheLimit) {
   start_scheduler();
   start_watcher();
   ASSERT_TRUE(watching());
-  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 30); }));
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 4 * kGi, 30); }));
 
-  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4GB"}, {kCore, "30"}}));
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4GB"}, {kCore, "30"}}));
   ASSERT_TRUE(eventually([&] { return server_->posted_events().size() == 1; }));
   const json event = server_->posted_events()[0];
   EXPECT_EQ(event["type"], "Warning");
   EXPECT_EQ(event["reason"], "InvalidNvshareAnnotation");
   EXPECT_EQ(event["involvedObject"]["kind"], "Pod");
   EXPECT_EQ(event["involvedObject"]["apiVersion"], "v1");
-  EXPECT_EQ(event["involvedObject"]["uid"], "uid-a");
+  EXPECT_EQ(event["involvedObject"]["uid"], kUidA);
   EXPECT_EQ(event["involvedObject"]["name"], "trainer");
   EXPECT_EQ(event["involvedObject"]["namespace"], "ml");
   EXPECT_EQ(event["metadata"]["namespace"], "ml");
@@ -290,16 +297,16 @@ TEST_F(PodWatcherTest, InvalidAnnotationPostsOneWarningAndKeepsTheLimit) {
   EXPECT_TRUE(std::any_of(posts.begin(), posts.end(), [](const auto& r) {
     return r.method == "POST" && r.path == "/api/v1/namespaces/ml/events";
   }));
-  EXPECT_TRUE(scheduler_has("uid-a", 4 * kGi, 30)) << describe("uid-a");
-  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at("uid-a"), 4 * kGi);
+  EXPECT_TRUE(scheduler_has(kUidA, 4 * kGi, 30)) << describe(kUidA);
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at(kUidA), 4 * kGi);
 
   // Another change with the same invalid value: the valid field moves, no second warning.
-  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4GB"}, {kCore, "40"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 40); }));
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4GB"}, {kCore, "40"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 4 * kGi, 40); }));
   // A different invalid value, and an invalid core: warned again.
-  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "lots"}, {kCore, "150"}}));
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "lots"}, {kCore, "150"}}));
   ASSERT_TRUE(eventually([&] { return server_->posted_events().size() == 3; }));
-  EXPECT_TRUE(scheduler_has("uid-a", 4 * kGi, 40)) << describe("uid-a");
+  EXPECT_TRUE(scheduler_has(kUidA, 4 * kGi, 40)) << describe(kUidA);
   EXPECT_EQ(server_->posted_events().size(), 3u);
   // The server records an event before the watcher has read the answer.
   EXPECT_TRUE(eventually([&] { return watcher_->stats().warnings_posted == 3u; }));
@@ -309,15 +316,15 @@ TEST_F(PodWatcherTest, RemovingAnAnnotationRemovesThatLimit) {
   start_scheduler();
   start_watcher();
   ASSERT_TRUE(watching());
-  server_->add_pod(make_pod("uid-a", "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 4 * kGi, 30); }));
-  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {{kCore, "30"}}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", std::nullopt, 30); }))
-      << describe("uid-a");
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 4 * kGi, 30); }));
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, std::nullopt, 30); }))
+      << describe(kUidA);
   EXPECT_TRUE(watcher_->memory_limits_by_pod_uid().empty());
-  server_->modify_pod(make_pod("uid-a", "trainer", kNode, {}));
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", std::nullopt, std::nullopt); }))
-      << describe("uid-a");
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, std::nullopt, std::nullopt); }))
+      << describe(kUidA);
 }
 
 TEST_F(PodWatcherTest, PodsWithoutTheResourceAreIgnored) {
@@ -326,30 +333,30 @@ TEST_F(PodWatcherTest, PodsWithoutTheResourceAreIgnored) {
   custom.resource_name = "example.com/vgpu";
   start_watcher(custom);
   ASSERT_TRUE(watching());
-  server_->add_pod(make_pod("uid-plain", "p", kNode, {{kMemory, "bogus"}}, true));
-  server_->add_pod(make_pod("uid-mine", "m", kNode, {{kMemory, "1Gi"}}, true, "example.com/vgpu"));
+  server_->add_pod(make_pod(kUidPlain, "p", kNode, {{kMemory, "bogus"}}, true));
+  server_->add_pod(make_pod(kUidMine, "m", kNode, {{kMemory, "1Gi"}}, true, "example.com/vgpu"));
   // Events are handled in order: once the second pod is in, the first was already looked at.
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-mine", kGi, std::nullopt); }));
-  EXPECT_TRUE(scheduler_lacks("uid-plain"));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidMine, kGi, std::nullopt); }));
+  EXPECT_TRUE(scheduler_lacks(kUidPlain));
   EXPECT_TRUE(server_->posted_events().empty());
   EXPECT_EQ(watcher_->memory_limits_by_pod_uid(),
-            (std::map<std::string, std::uint64_t>{{"uid-mine", kGi}}));
+            (std::map<std::string, std::uint64_t>{{kUidMine, kGi}}));
 }
 
 TEST_F(PodWatcherTest, SchedulerThatComesBackGetsEverythingAgain) {
   // Not running yet: pushes are retried until it appears.
-  server_->add_pod(make_pod("uid-a", "a", kNode, {{kMemory, "2Gi"}, {kCore, "25"}}));
+  server_->add_pod(make_pod(kUidA, "a", kNode, {{kMemory, "2Gi"}, {kCore, "25"}}));
   start_watcher();
   ASSERT_TRUE(eventually([&] { return watcher_->stats().push_failures > 0; }));
-  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at("uid-a"), 2 * kGi);
+  EXPECT_EQ(watcher_->memory_limits_by_pod_uid().at(kUidA), 2 * kGi);
   start_scheduler();
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 2 * kGi, 25); })) << describe("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 2 * kGi, 25); })) << describe(kUidA);
 
   // A restarted scheduler remembers nothing; the watcher notices and pushes again.
   scheduler_->kill_and_wait();
   scheduler_.reset();
   start_scheduler();
-  ASSERT_TRUE(eventually([&] { return scheduler_has("uid-a", 2 * kGi, 25); })) << describe("uid-a");
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 2 * kGi, 25); })) << describe(kUidA);
 }
 
 TEST_F(PodWatcherTest, StopReturnsPromptlyWhileWatching) {

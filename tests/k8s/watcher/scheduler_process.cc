@@ -22,8 +22,10 @@ Result<std::unique_ptr<SchedulerProcess>> SchedulerProcess::start(const std::str
   process->socket_ = dir + "/scheduler.sock";
   const std::string& socket = process->socket_;
   const std::string log = dir + "/scheduler.log";
-  std::vector<std::string> args = {binary, "--socket", socket, "--control-socket",
-                                   process->control_socket_};
+  // No state file: a restarted scheduler knows nothing, as after the loss of its state, so what
+  // it learns again comes from the pod watcher's pushes.
+  std::vector<std::string> args = {
+      binary, "--socket", socket, "--control-socket", process->control_socket_, "--state-file", ""};
   const pid_t pid = ::fork();
   if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {

@@ -400,8 +400,17 @@ pid_t listener_pid(const std::string& socket) {
 
 SchedulerProcess::SchedulerProcess(const TempDir& dir, const std::vector<std::string>& extra_args)
     : socket_(dir.file("sched.sock")), log_(dir.file("sched.log")) {
-  std::vector<std::string> argv = {NVSHARE_SCHEDULER_BIN, "--socket", socket_, "--control-socket",
-                                   dir.file("control.sock")};
+  // The GPU the link tests name, with the 1Gi they give it; state beside the sockets, so a
+  // restarted scheduler in the same directory finds it. Later flags win.
+  std::vector<std::string> argv = {NVSHARE_SCHEDULER_BIN,
+                                   "--socket",
+                                   socket_,
+                                   "--control-socket",
+                                   dir.file("control.sock"),
+                                   "--state-file",
+                                   dir.file("state.json"),
+                                   "--gpus",
+                                   "GPU-00000000-1111-2222-3333-444444444444=1Gi"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = start_process(argv, {}, log_);
   ready_ = wait_until([&] { return connect_unix(socket_).ok(); }, 5000ms);

@@ -31,6 +31,7 @@ std::vector<Message> every_message() {
       Released{9, 1'500'000, 2'300},
       Usage{14ULL << 30, 12ULL << 30, 12'700'000'000ULL},
       SetLimits{Limits{512ULL << 20, 50}},
+      SetLimits{Limits{1ULL << 30, 100}, SetLimits::kProvisional},
       Wait{WaitReason::kMemory},
       Ping{0xFFFFFFFFFFFFFFFFULL},
       Pong{1},
@@ -60,9 +61,45 @@ TEST(Protocol, EveryMessageRoundTrips) {
     ASSERT_TRUE(decoded.ok()) << decoded.error().message;
     ASSERT_TRUE(decoded.value().has_value());
     EXPECT_EQ(decoded.value()->consumed, bytes.size());
-    EXPECT_EQ(decoded.value()->frame.version, kMaxVersion);
+    // A hello is always in the oldest version, so that any scheduler can read the range in it.
+    EXPECT_EQ(decoded.value()->frame.version,
+              std::holds_alternative<Hello>(m) ? kMinVersion : kMaxVersion);
     EXPECT_EQ(decoded.value()->frame.message, m) << to_string(type_of(m));
   }
+}
+
+TEST(Protocol, Version1LimitsCarryNoFlags) {
+  const Message provisional = SetLimits{Limits{1ULL << 30, 40}, SetLimits::kProvisional};
+  const auto v1 = encode(provisional, 1).value();
+  const auto v2 = encode(provisional, 2).value();
+  EXPECT_EQ(v1.size() + 1, v2.size());  // the flags byte
+  auto decoded = decode_frame(v1);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<SetLimits>(decoded.value()->frame.message),
+            (SetLimits{Limits{1ULL << 30, 40}, 0}));
+  // A v1 frame with the v2 byte is malformed, and so is a v2 frame without it.
+  auto v1_with_byte = v2;
+  v1_with_byte[4] = 1;
+  EXPECT_FALSE(decode_frame(v1_with_byte).ok());
+  auto v2_without = v1;
+  v2_without[4] = 2;
+  EXPECT_FALSE(decode_frame(v2_without).ok());
+}
+
+TEST(Protocol, UnknownLimitFlagsAreMalformed) {
+  auto bytes = encode(SetLimits{Limits{0, 100}, 0}, 2).value();
+  bytes.back() = 0x02;
+  auto decoded = decode_frame(bytes);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.error().message.find("out of range"), std::string::npos);
+}
+
+TEST(Protocol, HelloIsAlwaysEncodedInTheOldestVersion) {
+  Hello hello;
+  hello.gpu_uuid = "GPU-1";
+  hello.max_version = kMaxVersion;
+  const auto bytes = encode(hello, kMaxVersion).value();
+  EXPECT_EQ(wire::load_le16(bytes.data() + 4), kMinVersion);
 }
 
 TEST(Protocol, EveryMessageTypeIsCovered) {
@@ -76,7 +113,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 1, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 2, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }

@@ -33,9 +33,13 @@ TEST(PolicyConfig, DefaultsAreValid) {
   EXPECT_DOUBLE_EQ(config.reserve_fraction, 0.10);
   EXPECT_DOUBLE_EQ(config.quantum_swap_multiple, 5.0);
   EXPECT_EQ(config.quantum_min, std::chrono::seconds(5));
-  EXPECT_EQ(config.quantum_max, std::chrono::seconds(300));
+  EXPECT_EQ(config.quantum_max, std::chrono::seconds(15));
   EXPECT_EQ(config.quota_window, std::chrono::milliseconds(2000));
-  EXPECT_EQ(config.revoke_grace, std::chrono::seconds(10));
+  EXPECT_EQ(config.revoke_grace, std::chrono::seconds(5));
+  EXPECT_EQ(config.swap_allowance_max, std::chrono::seconds(10));
+  EXPECT_EQ(config.swap_bandwidth_floor, 1'000'000'000u);
+  // What a holder that ignores revokes can cost a waiting client with the defaults: 30 s.
+  EXPECT_EQ(hog_bound(config), std::chrono::seconds(30));
 }
 
 TEST(PolicyConfig, RejectsOutOfRangeValues) {
@@ -56,6 +60,9 @@ TEST(PolicyConfig, RejectsOutOfRangeValues) {
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.default_swap_bytes_per_s = 0; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.quota_window = 9ms; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.revoke_grace = 0s; }));
+  EXPECT_TRUE(invalid([](PolicyConfig& c) { c.swap_bandwidth_floor = 0; }));
+  EXPECT_TRUE(invalid([](PolicyConfig& c) { c.swap_allowance_max = -1s; }));
+  EXPECT_FALSE(invalid([](PolicyConfig& c) { c.swap_allowance_max = 0s; }));
   EXPECT_FALSE(invalid([](PolicyConfig& c) { c.reserve_fraction = 0.9; }));
   EXPECT_FALSE(invalid([](PolicyConfig& c) { c.quota_window = 10ms; }));
   EXPECT_FALSE(invalid([](PolicyConfig& c) { c.quantum_min = c.quantum_max; }));

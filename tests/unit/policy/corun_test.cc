@@ -38,34 +38,35 @@ TEST(CoRun, ReserveIsKeptFree) {
   EXPECT_TRUE(granted(h.policy.reconfigure(config, h.now), 2));
 }
 
-TEST(CoRun, CapacityIsTheSmallestReportedGpuMemory) {
-  Harness h(reported_gpu());  // no virtual capacity
-  h.add(1, 8 * kGiB, 100, 24 * kGiB);
-  h.add(2, 11 * kGiB, 100, 0);  // unknown: ignored
+TEST(CoRun, CapacityIsTheDevicesMemory) {
+  Harness h(device_gpu());  // no virtual capacity: the 24Gi the device has
+  h.add(1, 8 * kGiB);
+  h.add(2, 11 * kGiB);
   EXPECT_EQ(h.policy.view(h.now).capacity_bytes, 24 * kGiB);
   h.request(1);
   EXPECT_TRUE(granted(h.request(2), 2));  // 19Gi of 21.6Gi usable
-
-  h.add(3, 1 * kGiB, 100, 16 * kGiB);  // a smaller report wins: 14.4Gi usable
-  EXPECT_EQ(h.policy.view(h.now).capacity_bytes, 16 * kGiB);
-  EXPECT_FALSE(granted(h.request(3), 3));
+  h.add(3, 3 * kGiB);
+  EXPECT_FALSE(granted(h.request(3), 3));  // 22Gi would not fit
 }
 
-TEST(CoRun, VirtualCapacityOverridesReportedMemory) {
-  PolicyConfig config = reported_gpu();
+TEST(CoRun, VirtualCapacityOverridesTheDevicesMemory) {
+  PolicyConfig config = device_gpu();
+  config.device_bytes = 80 * kGiB;
   config.capacity_bytes = 10 * kGiB;  // a small GPU emulated on a big one: 9Gi usable
   Harness h(config);
-  h.add(1, 5 * kGiB, 100, 80 * kGiB);
-  h.add(2, 5 * kGiB, 100, 80 * kGiB);
+  h.add(1, 5 * kGiB);
+  h.add(2, 5 * kGiB);
   EXPECT_EQ(h.policy.view(h.now).capacity_bytes, 10 * kGiB);
   EXPECT_TRUE(granted(h.request(1), 1));
   EXPECT_FALSE(granted(h.request(2), 2));
 }
 
 TEST(CoRun, UnknownCapacityRunsOneAtATime) {
-  Harness h(reported_gpu());
-  h.add(1, 1 * kGiB, 100, 0);
-  h.add(2, 1 * kGiB, 100, 0);
+  PolicyConfig config = device_gpu();
+  config.device_bytes = 0;
+  Harness h(config);
+  h.add(1, 1 * kGiB);
+  h.add(2, 1 * kGiB);
   EXPECT_TRUE(granted(h.request(1), 1));
   EXPECT_EQ(wait_of(h.request(2), 2), WaitReason::kMemory);
 }

@@ -15,7 +15,7 @@ namespace {
 std::string HasSubstr(std::string part) { return part; }
 
 TEST(Explain, WaitingForMemoryNamesSizesRunnersAndTheTurn) {
-  PolicyConfig config = reported_gpu();  // 24Gi reported by the clients, 21.6Gi usable
+  PolicyConfig config = device_gpu();  // 24Gi reported by the clients, 21.6Gi usable
   config.fixed_quantum = 5s;
   Harness h(config);
   h.add_and_request(3, 10 * kGiB);

@@ -67,10 +67,9 @@ class Harness {
     return last;
   }
 
-  // Registers a client with a working set (and the GPU memory its driver reports).
-  std::vector<Action> add(ClientId id, std::uint64_t working_set, std::uint8_t core_percent = 100,
-                          std::uint64_t gpu_memory = 24 * kGiB) {
-    std::vector<Action> out = feed(Registered{id, gpu_memory, Limits{0, core_percent}});
+  // Registers a client with a working set.
+  std::vector<Action> add(ClientId id, std::uint64_t working_set, std::uint8_t core_percent = 100) {
+    std::vector<Action> out = feed(Registered{id, Limits{0, core_percent}});
     feed(UsageReported{id, working_set, working_set, 0});
     return out;
   }
@@ -118,18 +117,20 @@ class Harness {
   std::vector<Action> last;
 };
 
-// The default configuration in the given mode: capacity is what the clients report (24 GiB from
-// add() unless a test says otherwise), 10% reserve. Auto unless named, since the tests that build
-// on these helpers are mostly about who runs together.
-inline PolicyConfig reported_gpu(Mode mode = Mode::kAuto) {
+// The default configuration in the given mode on a 24 GiB GPU (its memory as the device reports
+// it), 10% reserve. Auto unless named, since the tests that build on these helpers are mostly about
+// who runs together.
+inline PolicyConfig device_gpu(Mode mode = Mode::kAuto) {
   PolicyConfig config;
   config.mode = mode;
+  config.device_bytes = 24 * kGiB;
   return config;
 }
 
-// A configuration with a known capacity: 20 GiB virtual, 10% reserve, so 18 GiB usable.
+// A configuration with a known capacity: 20 GiB virtual on the 24 GiB GPU, 10% reserve, so 18 GiB
+// usable.
 inline PolicyConfig virtual_gpu(Mode mode = Mode::kAuto) {
-  PolicyConfig config = reported_gpu(mode);
+  PolicyConfig config = device_gpu(mode);
   config.capacity_bytes = 20 * kGiB;
   return config;
 }

@@ -127,7 +127,7 @@ TEST(Failures, GraceIncludesTheEstimatedSwapOut) {
 
 TEST(Limits, SentOnRegistrationAndForwardedAtOnce) {
   Harness h(virtual_gpu());
-  const auto on_register = h.feed(Registered{1, 24 * kGiB, Limits{4 * kGiB, 50}});
+  const auto on_register = h.feed(Registered{1, Limits{4 * kGiB, 50}});
   ASSERT_EQ(only<SendLimits>(on_register).size(), 1u);
   EXPECT_EQ(only<SendLimits>(on_register)[0].client, 1u);
   EXPECT_EQ(only<SendLimits>(on_register)[0].limits, (Limits{4 * kGiB, 50}));

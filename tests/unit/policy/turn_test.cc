@@ -37,39 +37,56 @@ TEST(Quantum, NoTurnEndsWhileNobodyWaits) {
   EXPECT_TRUE(h.advance(1h).empty());
 }
 
-TEST(Quantum, AutoIsAMultipleOfTheSwapEstimate) {
-  PolicyConfig config = virtual_gpu();  // k = 5, 5 s .. 300 s, 2 GB/s until measured
-  SwapEstimate swap(config.default_swap_bytes_per_s);
+TEST(Quantum, AutoIsAMultipleOfTheSwapTime) {
+  PolicyConfig config = virtual_gpu();  // k = 5, 5 s .. 15 s, 2 GB/s until measured
+  config.quantum_max = 300s;
   // 4Gi + 16Gi move: 21.47 GB at 2 GB/s = 10.74 s, x5 = 53.7 s.
-  EXPECT_NEAR(to_ms(quantum_for(config, swap, 20 * kGiB)) / 1e3, 53.687, 0.001);
-  swap.observe(20'000'000'000);  // measured 20 GB/s: 10x shorter
-  EXPECT_TRUE(swap.measured());
-  EXPECT_NEAR(to_ms(quantum_for(config, swap, 20 * kGiB)) / 1e3, 5.369, 0.001);
-  swap.observe(0);  // "not measured" never replaces a measurement
-  EXPECT_EQ(swap.bytes_per_s(), 20'000'000'000u);
+  const Duration at_default =
+      client_swap_time(config, 4 * kGiB, 0, 0) + client_swap_time(config, 16 * kGiB, 0, 0);
+  EXPECT_NEAR(to_ms(quantum_for(config, at_default)) / 1e3, 53.687, 0.001);
+  // Measured 20 GB/s: 10x shorter.
+  const Duration measured = client_swap_time(config, 4 * kGiB, 20'000'000'000, 0) +
+                            client_swap_time(config, 16 * kGiB, 20'000'000'000, 0);
+  EXPECT_NEAR(to_ms(quantum_for(config, measured)) / 1e3, 5.369, 0.001);
 }
 
 TEST(Quantum, AutoIsClampedToItsBounds) {
   PolicyConfig config = virtual_gpu();
-  const SwapEstimate swap(config.default_swap_bytes_per_s);
-  EXPECT_EQ(quantum_for(config, swap, 1 * kGiB), 5s);      // 2.7 s -> min
-  EXPECT_EQ(quantum_for(config, swap, 200 * kGiB), 300s);  // 537 s -> max
-  EXPECT_EQ(quantum_for(config, swap, 0), 5s);
+  EXPECT_EQ(quantum_for(config, 500ms), 5s);  // 2.5 s -> min
+  EXPECT_EQ(quantum_for(config, 100s), 15s);  // 500 s -> max
+  EXPECT_EQ(quantum_for(config, 0s), 5s);
   config.fixed_quantum = 42ms;
-  EXPECT_EQ(quantum_for(config, swap, 200 * kGiB), 42ms);  // fixed ignores the estimate
+  EXPECT_EQ(quantum_for(config, 100s), 42ms);  // fixed ignores the estimate
+}
+
+TEST(Quantum, ClientFiguresAreBoundedBeforeUse) {
+  const PolicyConfig config = virtual_gpu();  // floor 1 GB/s
+  // Bytes beyond what the GPU holds are not moved: clamped to the bound.
+  EXPECT_EQ(client_swap_time(config, std::uint64_t{1} << 60, 10'000'000'000, 20'000'000'000), 2s);
+  // A bandwidth below the floor counts as the floor.
+  EXPECT_EQ(client_swap_time(config, 3'000'000'000, 1, 0), 3s);
+  // Not measured yet: the default (2 GB/s).
+  EXPECT_EQ(client_swap_time(config, 3'000'000'000, 0, 0), 1500ms);
+  EXPECT_EQ(time_to_move(std::uint64_t{1} << 63, 1), std::chrono::seconds(1'000'000'000));
 }
 
 TEST(Quantum, AutoQuantumDrivesTheRevoke) {
-  Harness h(virtual_gpu());
+  PolicyConfig config = virtual_gpu();
+  config.quantum_max = 300s;
+  Harness h(config);
   h.add_and_request(1, 4 * kGiB);
   h.add_and_request(2, 16 * kGiB);
   const MonoTime expected = h.now + std::chrono::nanoseconds(53'687'091'200);  // see above
   ASSERT_TRUE(h.policy.next_deadline());
   EXPECT_EQ(*h.policy.next_deadline(), expected);
   EXPECT_EQ(h.policy.view(h.now).quantum, expected - h.now);
-  // A measured bandwidth shortens the quantum at once.
+  // Both measured 20 GB/s: the quantum shortens at once.
   h.feed(UsageReported{1, 4 * kGiB, 4 * kGiB, 20'000'000'000});
-  EXPECT_EQ(*h.policy.next_deadline(), h.now + std::chrono::nanoseconds(5'368'709'120));
+  h.feed(UsageReported{2, 16 * kGiB, 16 * kGiB, 20'000'000'000});
+  const Duration swap = client_swap_time(config, 4 * kGiB, 20'000'000'000, 0) +
+                        client_swap_time(config, 16 * kGiB, 20'000'000'000, 0);
+  EXPECT_EQ(*h.policy.next_deadline(), h.now + quantum_for(config, swap));
+  EXPECT_NEAR(static_cast<double>(quantum_for(config, swap).count()), 5'368'709'120.0, 10.0);
 }
 
 TEST(Quantum, ExclusiveClientsAlternateByQuantum) {

@@ -44,6 +44,8 @@ tests/k8s/deploy/check_chart.py fails when a knob is missing, misnamed or has no
 {{- define "nvshare.schedulerKnobs" -}}
 socket: NVSHARE_SOCKET
 controlSocket: NVSHARE_CONTROL_SOCKET
+stateFile: NVSHARE_STATE_FILE
+gpus: NVSHARE_GPUS
 mode: NVSHARE_MODE
 reserve: NVSHARE_RESERVE
 capacity: NVSHARE_CAPACITY
@@ -53,9 +55,14 @@ quantumMin: NVSHARE_QUANTUM_MIN
 quantumMax: NVSHARE_QUANTUM_MAX
 quotaWindow: NVSHARE_QUOTA_WINDOW
 revokeGrace: NVSHARE_REVOKE_GRACE
+swapAllowanceMax: NVSHARE_SWAP_ALLOWANCE_MAX
 swapBandwidth: NVSHARE_SWAP_BANDWIDTH
+swapBandwidthFloor: NVSHARE_SWAP_BANDWIDTH_FLOOR
 trustClientLimits: NVSHARE_TRUST_CLIENT_LIMITS
 clientBufferLimit: NVSHARE_CLIENT_BUFFER_LIMIT
+helloTimeout: NVSHARE_HELLO_TIMEOUT
+maxSessionsPerUid: NVSHARE_MAX_SESSIONS_PER_UID
+maxSessionsPerPod: NVSHARE_MAX_SESSIONS_PER_POD
 logLevel: NVSHARE_LOG_LEVEL
 {{- end -}}
 
@@ -122,6 +129,11 @@ literals below are those defaults (check_chart.py fails when they and the knob t
 
 {{- define "nvshare.pluginControlSocket" -}}
 {{- .Values.devicePlugin.controlSocket | default "/var/run/nvshare-control/control.sock" -}}
+{{- end -}}
+
+{{/* The scheduler's state directory on the host (the state file's directory). */}}
+{{- define "nvshare.stateDir" -}}
+{{- dir (.Values.scheduler.stateFile | default "/var/lib/nvshare/scheduler/state.json") -}}
 {{- end -}}
 
 {{- define "nvshare.kubeletDir" -}}

@@ -1,8 +1,8 @@
+#include "common/gpu_inventory.h"
+
 #include <dlfcn.h>
 
-#include "deviceplugin/inventory.h"
-
-namespace nvshare::deviceplugin {
+namespace nvshare {
 namespace {
 
 // NVML's ABI, the few declarations used here (written from the public API reference; the driver
@@ -128,4 +128,4 @@ Result<std::unique_ptr<GpuInventory>> open_nvml_inventory() {
   return std::unique_ptr<GpuInventory>(std::move(inventory));
 }
 
-}  // namespace nvshare::deviceplugin
+}  // namespace nvshare

@@ -1,10 +1,12 @@
-// GpuInventory: the physical GPUs of this node and their health, behind an interface so the plugin
-// can run against NVML on a node and against a scripted inventory in tests.
+// GpuInventory: the physical GPUs of this node and their health, behind an interface so the device
+// plugin and the scheduler can run against NVML on a node and against a scripted inventory in
+// tests. The scheduler takes each GPU's memory from here, never from its clients.
 //
 // Contract: list() enumerates the GPUs once (index order); check_health(uuid) says whether that GPU
 // answers now: Ok, or an error naming what failed ("GPU is lost", "not found"). A GPU that fails
 // and later answers again is reported healthy again: health is a state, never a latch. Both may be
-// called from any thread, but not concurrently (the plugin calls them from one thread).
+// called from any thread, but not concurrently (each owner calls them from one thread). Only the
+// standard library and dlopen: common stays free of other dependencies.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +16,7 @@
 
 #include "common/result.h"
 
-namespace nvshare::deviceplugin {
+namespace nvshare {
 
 struct GpuInfo {
   std::string uuid;
@@ -35,4 +37,4 @@ class GpuInventory {
 // unknown) makes it unhealthy.
 Result<std::unique_ptr<GpuInventory>> open_nvml_inventory();
 
-}  // namespace nvshare::deviceplugin
+}  // namespace nvshare

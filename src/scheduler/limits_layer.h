@@ -1,0 +1,17 @@
+// LimitsLayer: one layer of limits (a pod's, a process's, a client's own declaration), each field
+// set or inherited from the layer below.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace nvshare::scheduler {
+
+struct LimitsLayer {
+  std::optional<std::uint64_t> memory_bytes;  // 0: no memory limit; nullopt: inherit
+  std::optional<std::uint8_t> core_percent;   // 100: uncapped; nullopt: inherit
+  bool empty() const { return !memory_bytes && !core_percent; }
+  bool operator==(const LimitsLayer&) const = default;
+};
+
+}  // namespace nvshare::scheduler
