@@ -3,6 +3,7 @@
 #include <strings.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstdlib>
@@ -212,7 +213,44 @@ ClientConfig default_client_config() {
   return config;
 }
 
-ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv) {
+namespace {
+
+std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+// Enforcement from a settings file: its values win over the environment's.
+void apply_settings(const ClientSettings& settings, const ClientEnvLookup& getenv,
+                    ParsedClientConfig& out) {
+  ClientConfig& config = out.config;
+  config.enforced = true;
+  const ClientConfig defaults = default_client_config();
+  for (const char* name : {"enable", "socket", "register-wait-ms", "reconnect-max-ms"}) {
+    const std::string env = client_env_name(*find_client_knob(name));
+    const char* value = getenv ? getenv(env.c_str()) : nullptr;
+    if (value != nullptr && *value != '\0') {
+      out.warnings.push_back(env + "=" + quoted(value) +
+                             ": ignored: this container's nvshare settings (" + kSettingsPath +
+                             ") enforce its limits");
+    }
+  }
+  config.enabled = true;
+  config.socket_path = settings.socket.value_or(defaults.socket_path);
+  config.register_wait = settings.register_wait.value_or(defaults.register_wait);
+  config.reconnect_max = settings.reconnect_max.value_or(defaults.reconnect_max);
+  config.memory_limit_pending = settings.memory_pending;
+  if (settings.memory_bytes) {
+    config.declared_limits.memory_bytes =
+        stricter_memory(config.declared_limits.memory_bytes, *settings.memory_bytes);
+  }
+}
+
+}  // namespace
+
+ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv,
+                                       const std::optional<ClientSettings>& settings) {
   ParsedClientConfig out{default_client_config(), {}};
   for (const ClientKnob& knob : kKnobs) {
     const std::string env = client_env_name(knob);
@@ -224,14 +262,18 @@ ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv) {
           (knob.default_value.empty() ? std::string("(empty)") : std::string(knob.default_value)));
     }
   }
+  if (settings && settings->enforce) apply_settings(*settings, getenv, out);
   return out;
 }
 
 const ClientConfig& client_config() {
   static const ClientConfig config = [] {
+    const SettingsRead settings = read_client_settings(kSettingsPath);
+    if (!settings.warning.empty()) NVSHARE_WARN("%s", settings.warning.c_str());
     ParsedClientConfig parsed =
-        parse_client_config([](const char* name) { return std::getenv(name); });
+        parse_client_config([](const char* name) { return std::getenv(name); }, settings.settings);
     for (const std::string& warning : parsed.warnings) NVSHARE_WARN("%s", warning.c_str());
+    if (parsed.config.enforced) parsed.config.settings_path = kSettingsPath;
     return parsed.config;
   }();
   return config;

@@ -10,8 +10,9 @@
 //  - Parsing never fails, exits or throws: a value that is malformed or out of range produces one
 //    warning naming the variable, the value and what is accepted, and the knob keeps its default.
 //    An empty value counts as unset.
-//  - client_config() parses the process environment on first use (thread-safe), logs the warnings
-//    then, and returns the same object for the life of the process (a forked child inherits it).
+//  - client_config() parses the process environment and the settings file (kSettingsPath) on first
+//    use (thread-safe), logs the warnings then, and returns the same object for the life of the
+//    process (a forked child inherits it).
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/settings_file.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/protocol.h"
@@ -53,6 +55,14 @@ struct ClientConfig {
   LogLevel log_level = LogLevel::kInfo;
   // Where to append the grant life-cycle trace (link/handoff_trace.h); empty: no trace.
   std::string trace_file;
+  // A settings file (settings_file.h) governs this process: the knobs that weaken enforcement come
+  // from it, not from the environment.
+  bool enforced = false;
+  // The settings file says the pod's memory limit is not known yet: allocations wait for it (and
+  // fail while neither the scheduler nor the file gives it).
+  bool memory_limit_pending = false;
+  // The settings file the link re-reads while the limit is pending or the scheduler unreachable.
+  std::string settings_path;
 };
 
 struct ClientKnob {
@@ -78,8 +88,12 @@ struct ParsedClientConfig {
   std::vector<std::string> warnings;
 };
 
-// Builds the configuration from the defaults and the environment as `getenv` sees it.
-ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv);
+// Builds the configuration from the defaults and the environment as `getenv` sees it, then from
+// the container's settings file when there is one (settings_file.h: with enforce=1 its values win
+// and the environment's enable, socket, register-wait-ms and reconnect-max-ms are ignored, each
+// with a warning; a declared memory limit only lowers the file's).
+ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv,
+                                       const std::optional<ClientSettings>& settings = {});
 
 // The process's configuration, parsed from its environment on first use.
 const ClientConfig& client_config();

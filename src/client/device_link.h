@@ -30,8 +30,12 @@
 //    device's context current on the link thread itself).
 //  - One link thread serves every GPU of the process, so a long swap on one GPU delays the others'
 //    sessions. The agent calls the real driver functions, never the hooked ones.
-//  - Declared limits (NVSHARE_MEMORY_LIMIT) reach the agent through apply_limits() right after
-//    link_device(); the scheduler's limits frame replaces them.
+//  - Declared limits (NVSHARE_MEMORY_LIMIT, or the settings file's) reach the agent through
+//    apply_limits() right after link_device(); the scheduler's limits frame replaces them. A frame
+//    marked provisional (a scheduler unsure of this client's limits) applies only where it is
+//    stricter than the last limits known to hold. While the settings file says the pod's limit is
+//    pending, limits_unknown() comes first and the link re-reads the file until it is known, and
+//    while the scheduler is unreachable it re-reads it for changes: limits never fail open.
 //  - Registration. link_device() starts the GPU's session and returns at once (the hooks call it
 //    while holding their registry lock). The hooks then call await_registration() with no lock
 //    held, before the first allocation on that GPU: it waits until the scheduler has welcomed the
@@ -84,6 +88,9 @@ class DeviceAgent {
   virtual DeviceUsage usage() = 0;
   // New limits from the scheduler (memory 0 = unlimited; core is informational for the client).
   virtual void apply_limits(const protocol::Limits& limits) = 0;
+  // The limits this process must keep are not known yet (see settings_file.h: a managed container
+  // whose settings say pending, and no scheduler has said): allocations fail until apply_limits().
+  virtual void limits_unknown() = 0;
 };
 
 struct DeviceIdentity {

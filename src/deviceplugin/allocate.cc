@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "deviceplugin/container_settings.h"
+
 namespace nvshare::deviceplugin {
 namespace {
 
@@ -20,9 +22,16 @@ void add_mount(v1beta1::ContainerAllocateResponse& response, const std::string& 
 
 }  // namespace
 
+Status check_device_ids(const PluginConfig& config, const std::vector<ManagedGpu>& gpus,
+                        const std::vector<std::string>& device_ids) {
+  auto checked = container_allocation(config, gpus, device_ids);
+  if (!checked) return checked.error();
+  return Status::Ok();
+}
+
 Result<v1beta1::ContainerAllocateResponse> container_allocation(
     const PluginConfig& config, const std::vector<ManagedGpu>& gpus,
-    const std::vector<std::string>& device_ids) {
+    const std::vector<std::string>& device_ids, const std::string& settings_host_dir) {
   if (device_ids.empty()) return make_error("the container request names no devices");
   std::vector<std::string> uuids;
   std::string unknown;
@@ -59,6 +68,9 @@ Result<v1beta1::ContainerAllocateResponse> container_allocation(
     envs["LD_PRELOAD"] = config.library_container_path;
   } else {
     add_mount(response, config.ld_so_preload_host_path, kLdSoPreloadContainerPath, true);
+  }
+  if (!settings_host_dir.empty()) {
+    add_mount(response, settings_host_dir, kSettingsContainerPath, true);
   }
   return response;
 }

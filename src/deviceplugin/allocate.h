@@ -9,6 +9,8 @@
 //  - a read-only mount of library-host-path at library-container-path;
 //  - injection ld-preload: LD_PRELOAD = library-container-path; injection ld-so-preload: a
 //    read-only mount of ld-so-preload-host-path at /etc/ld.so.preload.
+//  - with a settings directory (container_settings.h), a read-only mount of it at /etc/nvshare:
+//    the settings the container's environment cannot override.
 // An ID that does not name a slot of a managed GPU is rejected: the error lists the unknown IDs
 // and nothing is allocated.
 #pragma once
@@ -27,7 +29,11 @@ inline constexpr const char* kLdSoPreloadContainerPath = "/etc/ld.so.preload";
 
 Result<v1beta1::ContainerAllocateResponse> container_allocation(
     const PluginConfig& config, const std::vector<ManagedGpu>& gpus,
-    const std::vector<std::string>& device_ids);
+    const std::vector<std::string>& device_ids, const std::string& settings_host_dir = "");
+
+// Checks the device IDs as container_allocation does (without building a response).
+Status check_device_ids(const PluginConfig& config, const std::vector<ManagedGpu>& gpus,
+                        const std::vector<std::string>& device_ids);
 
 // Writes <ld-so-preload-host-path> (one line: library-container-path) atomically, creating its
 // directory; used at start in ld-so-preload mode.

@@ -13,6 +13,7 @@ namespace {
 
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
+using knobparse::parse_seconds;
 using knobparse::parse_seconds_with_unit;
 using knobparse::split_list;
 
@@ -267,6 +268,27 @@ const Knob kKnobs[] = {
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(parse_directory(v, "scheduler.sock"),
                     [&](std::string p) { c.socket_dir = std::move(p); });
+     }},
+    {"settings-dir", "/var/lib/nvshare/containers", "an absolute directory path, or empty",
+     "Host directory where Allocate makes each container's nvshare settings (a directory mounted "
+     "read-only at /etc/nvshare): the scheduler's socket, the registration wait and the pod's "
+     "memory limit, which the container's environment cannot override and which the library "
+     "enforces when the scheduler cannot be reached. Empty: none, and a container's environment "
+     "can then turn enforcement off (NVSHARE_ENABLE=0).",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       if (v.empty()) {
+         c.settings_dir.clear();
+         return Status::Ok();
+       }
+       return store(parse_directory(v, "0123456789abcdef/client.conf.tmp"),
+                    [&](std::string p) { c.settings_dir = std::move(p); });
+     }},
+    {"client-register-wait", "5", "0..60 (seconds)",
+     "How long a container's first CUDA call on a GPU waits for the scheduler's limits (written "
+     "into its settings); while its pod's limit is not known yet, allocations wait this long and "
+     "then fail until it is.",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       return store(parse_seconds(v, 0, 60), [&](Duration d) { c.client_register_wait = d; });
      }},
     {"control-socket", kDefaultControlSocketPath, "an absolute socket path",
      "The scheduler's control socket: pod memory limits and the memory capacity are pushed there. "

@@ -76,6 +76,9 @@ struct PluginConfig {
   std::string ld_so_preload_host_path;
   std::string socket_dir;
   std::string control_socket;
+  // Where each container's settings directory is made (container_settings.h); empty: none.
+  std::string settings_dir;
+  Duration client_register_wait{};
   std::string node_name;
   std::string kubeconfig;
   Duration health_interval{};

@@ -64,6 +64,13 @@ int run(const PluginConfig& config) {
     // by "namespace/name" (pod-resources names pods that way, without UIDs).
     plugin.set_memory_limits_source(
         [&source = *watcher] { return source.memory_limits_by_pod_name(); });
+    // Each container's settings file gets its pod's memory limit from the watcher too.
+    plugin.set_pod_limits_lookup(
+        [&source = *watcher](const std::string& key) -> std::optional<KnownPodLimits> {
+          const std::optional<podwatcher::PodLimits> limits = source.limits_for_pod_name(key);
+          if (!limits) return std::nullopt;
+          return KnownPodLimits{limits->memory_bytes};
+        });
     if (Status s = watcher->start(); !s) {
       NVSHARE_ERROR("pod watcher: %s", s.error().message.c_str());
       return 1;

@@ -45,10 +45,11 @@ struct ManagedGpu {
 };
 
 // One pod from pod-resources: its key ("namespace/name") and the device IDs of the plugin's
-// resource its containers hold.
+// resource its containers hold (all of them, and per container).
 struct LivePod {
   std::string key;
   std::vector<std::string> device_ids;
+  std::vector<std::vector<std::string>> containers;
 };
 
 struct GpuLoad {

@@ -45,7 +45,11 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
   const std::unique_ptr<GpuInventory> inventory;
   const PluginServerTiming timing;
   MemoryLimitsSource memory_limits;
+  PodLimitsLookup pod_limits;
   std::unique_ptr<v1::PodResourcesLister::Stub> pod_resources;
+  // Each container's settings (settings-dir set): Allocate adds, the supervisor completes.
+  std::mutex settings_mu;
+  std::unique_ptr<ContainerSettings> settings;  // guarded by settings_mu
 
   mutable std::mutex mu;
   std::condition_variable changed;
@@ -122,13 +126,15 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     }
     std::vector<LivePod> pods;
     for (const v1::PodResources& pod : response.pod_resources()) {
-      LivePod live{pod.namespace_() + "/" + pod.name(), {}};
+      LivePod live{pod.namespace_() + "/" + pod.name(), {}, {}};
       for (const v1::ContainerResources& container : pod.containers()) {
+        std::vector<std::string> held;
         for (const v1::ContainerDevices& devices : container.devices()) {
           if (devices.resource_name() != config.resource_name) continue;
-          live.device_ids.insert(live.device_ids.end(), devices.device_ids().begin(),
-                                 devices.device_ids().end());
+          held.insert(held.end(), devices.device_ids().begin(), devices.device_ids().end());
         }
+        live.device_ids.insert(live.device_ids.end(), held.begin(), held.end());
+        if (!held.empty()) live.containers.push_back(std::move(held));
       }
       if (!live.device_ids.empty()) pods.push_back(std::move(live));
     }
@@ -178,7 +184,26 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     for (const v1beta1::ContainerAllocateRequest& container : request->container_requests()) {
       const std::vector<std::string> ids(container.devices_ids().begin(),
                                          container.devices_ids().end());
-      auto allocation = container_allocation(config, snapshot, ids);
+      if (Status checked = check_device_ids(config, snapshot, ids); !checked) {
+        NVSHARE_WARN("Allocate refused: %s", checked.error().message.c_str());
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "Allocate: " + checked.error().message);
+      }
+      std::string settings_dir;
+      {
+        std::lock_guard lock(settings_mu);
+        if (settings) {
+          auto created = settings->create(ids, SteadyClock::instance().now());
+          if (!created) {
+            // Without its settings the container's environment could turn enforcement off.
+            NVSHARE_ERROR("Allocate refused: %s", created.error().message.c_str());
+            return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "Allocate: " + created.error().message);
+          }
+          settings_dir = created.value();
+        }
+      }
+      auto allocation = container_allocation(config, snapshot, ids, settings_dir);
       if (!allocation) {
         NVSHARE_WARN("Allocate refused: %s", allocation.error().message.c_str());
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -327,6 +352,31 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     if (any_change) changed.notify_all();
   }
 
+  // Completes the containers' settings from pod-resources and the pod watcher; returns when the
+  // next pass is due (soon while one waits for its pod's limit).
+  Clock::time_point resolve_settings() {
+    {
+      std::lock_guard lock(settings_mu);
+      if (!settings) return Clock::time_point::max();
+    }
+    auto listed = list_pods();
+    std::vector<LiveContainer> live;
+    if (listed) {
+      for (const LivePod& pod : listed.value()) {
+        for (const auto& devices : pod.containers) live.push_back(LiveContainer{pod.key, devices});
+      }
+    }
+    const PodLimitsLookup lookup =
+        pod_limits ? pod_limits : PodLimitsLookup([](const std::string&) {
+          return std::optional<KnownPodLimits>(KnownPodLimits{});
+        });
+    std::lock_guard lock(settings_mu);
+    // A failed list says nothing about which containers are gone: only claims are made from it.
+    if (listed) settings->resolve(live, lookup, SteadyClock::instance().now());
+    return Clock::now() + (settings->pending() > 0 ? std::chrono::milliseconds(100)
+                                                   : std::chrono::milliseconds(2000));
+  }
+
   void supervise() {
     using std::chrono::milliseconds;
     std::optional<FileIdentity> registered_kubelet;
@@ -334,6 +384,7 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     auto register_backoff = timing.register_backoff_initial;
     auto next_register = Clock::now();
     auto next_health = Clock::now() + config.health_interval;
+    auto next_settings = Clock::now();
     std::optional<FileIdentity> pushed_control;
     auto next_push = Clock::now();
     auto push_backoff = timing.register_backoff_initial;
@@ -349,6 +400,7 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
         poll_health();
         next_health = Clock::now() + config.health_interval;
       }
+      if (now >= next_settings) next_settings = resolve_settings();
 
       // Our socket: gone or replaced means the directory was wiped; serve again and re-register.
       const auto ours = socket_identity(config.plugin_socket());
@@ -414,7 +466,8 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
 
       // Sleep until the next health poll, the periodic socket check, a retry, an inotify event or
       // stop().
-      auto until = std::min(next_health, Clock::now() + timing.socket_check_interval);
+      auto until =
+          std::min({next_health, next_settings, Clock::now() + timing.socket_check_interval});
       if (kubelet && !(registered_kubelet && *kubelet == *registered_kubelet)) {
         until = std::min(until, next_register);
       }
@@ -460,6 +513,10 @@ PluginServer::PluginServer(PluginConfig config, std::unique_ptr<GpuInventory> in
     : impl_(std::make_unique<Impl>(std::move(config), std::move(inventory), timing)) {}
 
 PluginServer::~PluginServer() { stop(); }
+
+void PluginServer::set_pod_limits_lookup(PodLimitsLookup lookup) {
+  impl_->pod_limits = std::move(lookup);
+}
 
 void PluginServer::set_memory_limits_source(MemoryLimitsSource source) {
   impl_->memory_limits = std::move(source);
@@ -512,6 +569,19 @@ Status PluginServer::start() {
 
   if (config.injection == Injection::kLdSoPreload) {
     if (Status s = write_ld_so_preload(config); !s) return s;
+  }
+  if (!config.settings_dir.empty()) {
+    auto settings = std::make_unique<ContainerSettings>(ContainerSettingsOptions{
+        config.settings_dir, config.socket_dir + "/scheduler.sock", config.client_register_wait});
+    if (Status s = settings->prepare(SteadyClock::instance().now()); !s) {
+      return make_error("settings-dir: " + s.error().message);
+    }
+    std::lock_guard lock(impl.settings_mu);
+    impl.settings = std::move(settings);
+  } else {
+    NVSHARE_WARN(
+        "settings-dir is empty: containers get no nvshare settings, so their environment can turn "
+        "enforcement off");
   }
 
   impl.pod_resources = v1::PodResourcesLister::NewStub(grpc::CreateChannel(

@@ -15,7 +15,9 @@
 //    capacities (set-policy `capacity`) to the scheduler until one push succeeds, and again as soon
 //    as the control socket is created anew (a restarted scheduler; inotify on its directory).
 // GetPreferredAllocation reads the live load from the kubelet's pod-resources API at each call (see
-// placement.h); Allocate answers as allocate.h describes.
+// placement.h); Allocate answers as allocate.h describes, with a settings directory per container
+// (container_settings.h, with settings-dir set), which the supervisor completes from pod-resources
+// and the pod watcher's limits: every 100 ms while one waits for its pod's limit, else every 2 s.
 //
 // Threads: gRPC's handler threads and the supervisor share the device state under one mutex.
 // stop() ends the streams, the server and the supervisor, removes our socket, and is idempotent;
@@ -32,6 +34,7 @@
 
 #include "common/gpu_inventory.h"
 #include "common/result.h"
+#include "deviceplugin/container_settings.h"
 #include "deviceplugin/knobs.h"
 #include "deviceplugin/placement.h"
 
@@ -77,6 +80,9 @@ class PluginServer {
 
   // Set before start().
   void set_memory_limits_source(MemoryLimitsSource source);
+  // The pod watcher's limits by "namespace/name", for the containers' settings files; without one,
+  // every pod is taken to have no memory limit.
+  void set_pod_limits_lookup(PodLimitsLookup lookup);
 
   std::vector<ManagedGpu> gpus() const;
   PluginServerStats stats() const;

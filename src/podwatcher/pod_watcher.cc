@@ -636,6 +636,20 @@ std::map<std::string, std::uint64_t> PodWatcher::memory_limits_by_pod_uid() cons
   return impl_->ledger.memory_limits();
 }
 
+std::optional<PodLimits> PodWatcher::limits_for_pod_name(const std::string& key) const {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->stats.synced) return std::nullopt;
+  const std::string* found = nullptr;
+  std::uint64_t newest = 0;
+  for (const auto& [uid, pod_key] : impl_->pod_keys) {
+    if (pod_key.key != key || (found != nullptr && pod_key.sequence < newest)) continue;
+    found = &uid;
+    newest = pod_key.sequence;
+  }
+  if (found == nullptr) return std::nullopt;
+  return impl_->ledger.desired(*found).value_or(PodLimits{});
+}
+
 std::map<std::string, std::uint64_t> PodWatcher::memory_limits_by_pod_name() const {
   std::lock_guard lock(impl_->mu);
   std::map<std::string, std::uint64_t> limits;

@@ -27,10 +27,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/default_paths.h"
 #include "common/result.h"
+#include "podwatcher/pod_limits.h"
 
 namespace nvshare::podwatcher {
 
@@ -95,6 +97,10 @@ class PodWatcher {
   // reads, names pods that way and carries no UID. When two managed pods share a name (one deleted
   // and recreated before the deletion was seen), the one whose event came last wins.
   std::map<std::string, std::uint64_t> memory_limits_by_pod_name() const;
+  // The limits of the managed pod called `key` ("namespace/name"; the newest when two share it):
+  // nullopt until the first list of the node's pods completed, and for a pod the watcher does not
+  // manage. Fields the pod does not set are nullopt.
+  std::optional<PodLimits> limits_for_pod_name(const std::string& key) const;
   // The same for gpu-core-limit (percent 1..100).
   std::map<std::string, int> core_limits_by_pod_uid() const;
   PodWatcherStats stats() const;

@@ -77,4 +77,12 @@ void GpuAgent::apply_limits(const protocol::Limits& limits) {
   device_.ledger.set_limit(limits.memory_bytes);
 }
 
+void GpuAgent::limits_unknown() {
+  NVSHARE_WARN(
+      "%s: this pod's memory limit is not known yet; allocations fail until the scheduler "
+      "or the container's nvshare settings give it",
+      device_.identity.gpu_uuid.c_str());
+  device_.ledger.set_limit_unknown(true);
+}
+
 }  // namespace nvshare::client::cuda

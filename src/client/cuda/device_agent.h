@@ -34,6 +34,7 @@ class GpuAgent final : public DeviceAgent {
   Duration idle_for() override;
   DeviceUsage usage() override;
   void apply_limits(const protocol::Limits& limits) override;
+  void limits_unknown() override;
 
  private:
   std::uint64_t move_managed(bool to_host);

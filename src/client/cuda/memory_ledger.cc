@@ -5,6 +5,7 @@
 namespace nvshare::client::cuda {
 
 bool MemoryLedger::try_charge(std::uint64_t bytes) {
+  if (limit_unknown()) return false;
   std::uint64_t used = used_.load(std::memory_order_relaxed);
   for (;;) {
     const std::uint64_t limit = limit_.load(std::memory_order_relaxed);

@@ -7,6 +7,9 @@
 //    more does not. Nothing is counted when it does not fit.
 //  - charge() counts unconditionally (the context's own memory, which exists whatever the limit).
 //  - set_limit() never frees anything: a limit below `used` only makes later allocations fail.
+//  - set_limit_unknown(true): the limit this process must keep is not known yet (a managed
+//    container whose settings say pending and no scheduler has said): try_charge() fails and view()
+//    shows nothing free, until set_limit() or set_limit_unknown(false). Limits never fail open.
 //  - view() is what cuMemGetInfo and NVML report: total = min(limit, physical), free = total -
 //  used,
 //    and never more free than the driver says is free.
@@ -34,7 +37,12 @@ class MemoryLedger {
   void charge(std::uint64_t bytes);
   void refund(std::uint64_t bytes);  // clamps at zero
 
-  void set_limit(std::uint64_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
+  void set_limit(std::uint64_t bytes) {
+    limit_.store(bytes, std::memory_order_relaxed);
+    unknown_.store(false, std::memory_order_release);
+  }
+  void set_limit_unknown(bool unknown) { unknown_.store(unknown, std::memory_order_release); }
+  bool limit_unknown() const { return unknown_.load(std::memory_order_acquire); }
   std::uint64_t limit() const { return limit_.load(std::memory_order_relaxed); }
   std::uint64_t used() const { return used_.load(std::memory_order_relaxed); }
 
@@ -46,12 +54,15 @@ class MemoryLedger {
   static View view(std::uint64_t limit, std::uint64_t used, std::uint64_t real_free,
                    std::uint64_t real_total);
   View view(std::uint64_t real_free, std::uint64_t real_total) const {
-    return view(limit(), used(), real_free, real_total);
+    View v = view(limit(), used(), real_free, real_total);
+    if (limit_unknown()) v.free = 0;
+    return v;
   }
 
  private:
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> limit_;
+  std::atomic<bool> unknown_{false};
 };
 
 enum class AllocationKind : std::uint8_t {

@@ -15,6 +15,7 @@
 #include <new>
 #include <type_traits>
 
+#include "client/settings_file.h"
 #include "common/log.h"
 
 namespace nvshare::client {
@@ -109,6 +110,8 @@ LinkOptions LinkOptions::from_config(const ClientConfig& config) {
   options.pod_uid = config.pod_uid;
   options.register_wait = config.register_wait;
   options.trace_file = config.trace_file;
+  options.limits_pending = config.memory_limit_pending;
+  options.settings_path = config.settings_path;
   return options;
 }
 
@@ -273,11 +276,17 @@ void DeviceChannel::service(MonoTime now, MonoTime& next) {
 void DeviceChannel::service_timers(MonoTime now, MonoTime& next) {
   Session& s = session_;
   if (!s.limits_applied && agent_allowed()) {
-    // Declared limits hold from the first allocation, with or without a scheduler; a scheduler
-    // sends limits only when it wants others.
+    // Declared limits (or the settings file's) hold from the first allocation, with or without a
+    // scheduler; a scheduler sends limits only when it wants others.
     s.limits_applied = true;
-    agent_.apply_limits(engine_.options_.declared);
+    if (engine_.options_.limits_pending && !known_limits_) {
+      agent_.limits_unknown();
+    } else {
+      if (!known_limits_) known_limits_ = engine_.options_.declared;
+      agent_.apply_limits(*known_limits_);
+    }
   }
+  read_settings(now, next);
   switch (s.conn) {
     case Conn::kDown:
       if (now >= s.next_attempt) {
@@ -365,8 +374,9 @@ void DeviceChannel::try_connect(MonoTime now) {
   const LinkOptions& options = engine_.options_;
   auto fd = connect_nonblocking(options.socket_path);
   if (!fd) {
-    // Nothing accepts at the socket: the first CUDA call does not wait for a registration.
-    settle_registration();
+    // Nothing accepts at the socket: the first CUDA call does not wait for a registration, unless
+    // it still has no limits to keep.
+    settle_if_limits_known();
     s.next_attempt = now + s.backoff;
     s.backoff = std::min(s.backoff * 2, options.reconnect_max);
     // The first failure of an outage opens the gate and is logged; later attempts are silent.
@@ -430,7 +440,7 @@ void DeviceChannel::lose_connection(MonoTime now, const std::string& why) {
     s.swapped_out = false;
   }
   set_state(GrantState::kOpen, true);
-  settle_registration();
+  settle_if_limits_known();
   if (!s.in_outage) {
     s.in_outage = true;
     engine_.outage_begins(why);
@@ -506,12 +516,7 @@ void DeviceChannel::handle(const protocol::Message& message, MonoTime now) {
         } else if constexpr (std::is_same_v<T, protocol::Revoke>) {
           on_revoke(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
-          NVSHARE_DEBUG("%s: limits memory %llu bytes, core %u%%", identity_.gpu_uuid.c_str(),
-                        static_cast<unsigned long long>(m.limits.memory_bytes),
-                        m.limits.core_percent);
-          if (agent_allowed()) agent_.apply_limits(m.limits);
-          // The first limits frame follows the welcome: the scheduler's limits are in force now.
-          settle_registration();
+          on_limits(m);
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
           NVSHARE_DEBUG("%s: waiting (%s)", identity_.gpu_uuid.c_str(),
                         std::string(protocol::to_string(m.reason)).c_str());
@@ -601,6 +606,69 @@ void DeviceChannel::on_grant(const protocol::Grant& grant, MonoTime now) {
     cv_.notify_all();
   }
   engine_.trace_.record("grant", identity_.gpu_uuid, grant.epoch, swap_in_ms);
+}
+
+namespace {
+
+protocol::Limits stricter(const protocol::Limits& a, const protocol::Limits& b) {
+  protocol::Limits out;
+  out.memory_bytes = a.memory_bytes == 0   ? b.memory_bytes
+                     : b.memory_bytes == 0 ? a.memory_bytes
+                                           : std::min(a.memory_bytes, b.memory_bytes);
+  out.core_percent = std::min(a.core_percent, b.core_percent);
+  return out;
+}
+
+}  // namespace
+
+void DeviceChannel::on_limits(const protocol::SetLimits& frame) {
+  NVSHARE_DEBUG("%s: limits memory %llu bytes, core %u%%%s", identity_.gpu_uuid.c_str(),
+                static_cast<unsigned long long>(frame.limits.memory_bytes),
+                frame.limits.core_percent, frame.provisional() ? " (provisional)" : "");
+  if (!frame.provisional()) {
+    known_limits_ = frame.limits;
+    if (agent_allowed()) agent_.apply_limits(frame.limits);
+  } else if (known_limits_) {
+    // A scheduler unsure of this client's limits: keep the stricter, field by field.
+    if (agent_allowed()) agent_.apply_limits(stricter(*known_limits_, frame.limits));
+  }
+  // The first limits frame follows the welcome: the scheduler's limits are in force now.
+  settle_if_limits_known();
+}
+
+void DeviceChannel::settle_if_limits_known() {
+  if (known_limits_ || !engine_.options_.limits_pending) settle_registration();
+}
+
+void DeviceChannel::read_settings(MonoTime now, MonoTime& next) {
+  const std::string& path = engine_.options_.settings_path;
+  const bool pending = !known_limits_ && engine_.options_.limits_pending;
+  const bool unreachable = session_.conn != Conn::kUp;
+  if (path.empty() || (!pending && !unreachable) || !agent_allowed()) return;
+  if (now < next_settings_read_) {
+    next = std::min(next, next_settings_read_);
+    return;
+  }
+  // Pending: soon, the plugin writes it within moments of the container starting. Unreachable:
+  // now and then, for an annotation changed meanwhile.
+  next_settings_read_ = now + (pending ? std::chrono::milliseconds(100) : std::chrono::seconds(1));
+  next = std::min(next, next_settings_read_);
+  const SettingsRead read = read_client_settings(path);
+  if (!read.settings || read.settings->memory_pending || !read.settings->memory_bytes) return;
+  const std::uint64_t memory = *read.settings->memory_bytes;
+  const bool first_read = !file_memory_.has_value();
+  if (file_memory_ == memory && known_limits_) return;
+  file_memory_ = memory;
+  // Unreachable but with limits known: the file's value at the first look is what this process
+  // started from, not news; only a change after that (an annotation changed meanwhile) is.
+  if (first_read && known_limits_) return;
+  protocol::Limits limits = known_limits_.value_or(protocol::Limits{});
+  limits.memory_bytes = memory;
+  NVSHARE_INFO("%s: memory limit %llu bytes from %s", identity_.gpu_uuid.c_str(),
+               static_cast<unsigned long long>(memory), path.c_str());
+  known_limits_ = limits;
+  agent_.apply_limits(limits);
+  settle_registration();
 }
 
 bool DeviceChannel::yield_asked() const {

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,11 @@ struct LinkOptions {
   Duration register_wait = kDefaultRegisterWait;
   bool can_swap = true;  // announced in hello (NVSHARE_MANAGED)
   protocol::Limits declared;
+  // The settings file says the pod's memory limit is pending: allocations wait for it.
+  bool limits_pending = false;
+  // The settings file (settings_file.h) re-read while the limit is pending or the scheduler is
+  // unreachable; empty: none.
+  std::string settings_path;
   std::string pod_uid;
   std::string process_name;  // empty: /proc/self/comm
   std::string trace_file;    // NVSHARE_TRACE_FILE; empty: no trace
@@ -192,6 +198,15 @@ class DeviceChannel final : public DeviceLink {
   // shorter yield threshold while someone waits for this grant.
   Duration idle_threshold() const;
   void finish_revoke(MonoTime now);
+  // A limits frame: authoritative limits replace the known ones; provisional ones apply only
+  // where stricter.
+  void on_limits(const protocol::SetLimits& frame);
+  // Reads the settings file when it is due: while the limit is pending, or the scheduler is
+  // unreachable and the file may carry a newer one.
+  void read_settings(MonoTime now, MonoTime& next);
+  // Settles the registration unless the limits are still unknown (the wait then runs to its
+  // deadline, or until the file or the scheduler gives them).
+  void settle_if_limits_known();
   void try_idle_release(MonoTime now);
   void send_usage(MonoTime now, bool force);
   void send(const protocol::Message& message);
@@ -216,6 +231,12 @@ class DeviceChannel final : public DeviceLink {
   std::uint64_t held_epoch_ = 0;  // under mu_; for epoch()
   // Registration (device_link.h): set under mu_ (waiters wait on cv_), read anywhere.
   std::atomic<bool> settled_{false};
+  // Engine thread only; kept across sessions (and into a forked child). The last limits known to
+  // hold for this process: declared or the settings file's at first, then the scheduler's
+  // authoritative ones. nullopt while the settings file says pending and nobody has said.
+  std::optional<protocol::Limits> known_limits_;
+  std::optional<std::uint64_t> file_memory_;  // the settings file's memory limit, last read
+  MonoTime next_settings_read_{};
   std::chrono::steady_clock::time_point register_deadline_;  // under mu_
   Session session_;
 };

@@ -241,6 +241,8 @@ class NodeAgentE2eTest : public ::testing::Test {
                                            scheduler_->control_socket(),
                                            "--socket-dir",
                                            dir_.path(),
+                                           "--settings-dir",
+                                           dir_.path() + "/containers",
                                            "--library-host-path",
                                            programs().library,
                                            "--library-container-path",

@@ -100,7 +100,8 @@ class PluginProcessTest : public ::testing::Test {
     std::vector<std::string> args = {"--kubelet-dir",          sim_->device_plugin_dir(),
                                      "--pod-resources-socket", sim_->pod_resources_socket(),
                                      "--slots-per-gpu",        "3",
-                                     "--health-interval",      "0.2"};
+                                     "--health-interval",      "0.2",
+                                     "--settings-dir",         dir_.path() + "/containers"};
     args.insert(args.end(), extra.begin(), extra.end());
     plugin_ = std::make_unique<PluginProcess>(args, dir_.path(), std::vector<std::string>{});
   }

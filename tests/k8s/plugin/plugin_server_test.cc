@@ -11,9 +11,11 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "kubelet_sim.h"
@@ -85,6 +87,7 @@ class PluginServerTest : public ::testing::Test {
     config_.socket_dir = dir_.path() + "/run";
     config_.ld_so_preload_host_path = dir_.path() + "/ld.so.preload";
     config_.control_socket = dir_.path() + "/control.sock";
+    config_.settings_dir = dir_.path() + "/containers";
   }
 
   void TearDown() override {
@@ -307,14 +310,86 @@ TEST_F(PluginServerTest, AllocateInLdPreloadMode) {
   EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-aaaa,GPU-bbbb");
   EXPECT_EQ(container.envs().at("LD_PRELOAD"), config_.library_container_path);
   EXPECT_EQ(container.envs().at("NVSHARE_SOCKET"), config_.socket_dir + "/scheduler.sock");
-  ASSERT_EQ(container.mounts_size(), 2);
+  ASSERT_EQ(container.mounts_size(), 3);
   EXPECT_EQ(container.mounts(0).host_path(), config_.library_host_path);
   EXPECT_EQ(container.mounts(0).container_path(), config_.library_container_path);
   EXPECT_TRUE(container.mounts(0).read_only());
   EXPECT_EQ(container.mounts(1).host_path(), config_.socket_dir);
   EXPECT_EQ(container.mounts(1).container_path(), config_.socket_dir);
   EXPECT_TRUE(container.mounts(1).read_only());
+  // The container's own settings, read-only: enforcement its environment cannot turn off.
+  EXPECT_EQ(container.mounts(2).container_path(), "/etc/nvshare");
+  EXPECT_TRUE(container.mounts(2).read_only());
+  EXPECT_EQ(container.mounts(2).host_path().rfind(config_.settings_dir + "/", 0), 0u);
   EXPECT_FALSE(std::filesystem::exists(config_.ld_so_preload_host_path));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Allocate cannot know the pod, so the settings start pending; once the kubelet's pod-resources
+// names the container holding those devices and the pod watcher knows its limit, the file gets it,
+// and follows later changes. Another container's devices never take it.
+TEST_F(PluginServerTest, ContainerSettingsGetTheirPodsMemoryLimit) {
+  std::mutex mu;
+  std::map<std::string, KnownPodLimits> known;  // what the pod watcher knows, by namespace/name
+  sim_->start();
+  plugin_ = nullptr;
+  PluginServerTiming timing;
+  timing.socket_check_interval = std::chrono::milliseconds(100);
+  plugin_ = std::make_unique<PluginServer>(config_, std::make_unique<FakeInventory>(fake_), timing);
+  plugin_->set_pod_limits_lookup([&](const std::string& key) -> std::optional<KnownPodLimits> {
+    std::lock_guard lock(mu);
+    auto it = known.find(key);
+    return it == known.end() ? std::nullopt : std::optional<KnownPodLimits>(it->second);
+  });
+  ASSERT_TRUE(plugin_->start().ok());
+  grpc::Status status;
+  const auto response = allocate(*sim_, {"GPU-aaaa__0"}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::string host_dir;
+  for (const auto& mount : response.container_responses(0).mounts()) {
+    if (mount.container_path() == "/etc/nvshare") host_dir = mount.host_path();
+  }
+  ASSERT_FALSE(host_dir.empty());
+  const std::string file = host_dir + "/client.conf";
+  std::string text = read_text(file);
+  EXPECT_NE(text.find("enforce=1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("socket=" + config_.socket_dir + "/scheduler.sock\n"), std::string::npos);
+  EXPECT_NE(text.find("memory-limit=pending\n"), std::string::npos) << text;
+  EXPECT_EQ(std::filesystem::status(file).permissions() & std::filesystem::perms::others_write,
+            std::filesystem::perms::none);
+
+  // The kubelet gives the devices to ml/trainer; the watcher does not know the pod yet: pending.
+  sim_->set_pods({{"ml", "other", "nvshare.com/gpu", {"GPU-bbbb__0"}},
+                  {"ml", "trainer", "nvshare.com/gpu", {"GPU-aaaa__0"}}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_NE(read_text(file).find("memory-limit=pending\n"), std::string::npos);
+  {
+    std::lock_guard lock(mu);
+    known["ml/other"] = KnownPodLimits{8 * kGi};
+    known["ml/trainer"] = KnownPodLimits{kGi};
+  }
+  ASSERT_TRUE(eventually([&] {
+    return read_text(file).find("memory-limit=" + std::to_string(kGi) + "\n") != std::string::npos;
+  })) << read_text(file);
+  EXPECT_NE(read_text(file).find("pod=ml/trainer\n"), std::string::npos);
+  {
+    std::lock_guard lock(mu);
+    known["ml/trainer"] = KnownPodLimits{std::nullopt};  // annotation removed
+  }
+  ASSERT_TRUE(
+      eventually([&] { return read_text(file).find("memory-limit=none\n") != std::string::npos; },
+                 std::chrono::seconds(5)))
+      << read_text(file);
+  // The pod goes: its container's directory goes after a while (30 s), not at once.
+  sim_->set_pods({});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(std::filesystem::exists(file));
 }
 
 TEST_F(PluginServerTest, AllocateInLdSoPreloadMode) {

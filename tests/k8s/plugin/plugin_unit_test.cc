@@ -1,5 +1,6 @@
 // The device plugin's pure parts: the knob table, placement and Allocate's response.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "deviceplugin/allocate.h"
+#include "deviceplugin/container_settings.h"
 #include "deviceplugin/knobs.h"
 #include "deviceplugin/placement.h"
 
@@ -73,7 +75,7 @@ TEST(PluginKnobs, NamesOfFlagEnvironmentAndHelmValue) {
   EXPECT_EQ(env_name(*knob), "NVSHARE_PLUGIN_LD_SO_PRELOAD_HOST_PATH");
   EXPECT_EQ(helm_value(*knob), "devicePlugin.ldSoPreloadHostPath");
   EXPECT_EQ(helm_value(*find_knob("slots-per-gpu")), "devicePlugin.slotsPerGpu");
-  EXPECT_EQ(knobs().size(), 17u);
+  EXPECT_EQ(knobs().size(), 19u);
 }
 
 TEST(PluginKnobs, FlagsWinOverEnvironmentWhichWinsOverDefaults) {
@@ -270,7 +272,7 @@ TEST(Placement, SinglePodsSpreadTwoAndTwoThenRefillTheEmptiedGpu) {
     auto chosen = preferred_devices(gpus, load, {available, {}, 1});
     ASSERT_TRUE(chosen) << chosen.error().message;
     ASSERT_EQ(chosen.value().size(), 1u);
-    pods.push_back(LivePod{"default/p" + std::to_string(i), chosen.value()});
+    pods.push_back(LivePod{"default/p" + std::to_string(i), chosen.value(), {chosen.value()}});
     used.push_back(chosen.value()[0]);
   }
   std::map<std::string, int> per_gpu;
@@ -324,7 +326,7 @@ TEST(Placement, MustIncludeComesFirstAndCountsForSpreading) {
 
 TEST(Placement, MemoryHeldBreaksTiesBetweenEquallyBusyGpus) {
   const auto gpus = two_gpus();
-  const std::vector<LivePod> pods = {{"ns/big", {"GPU-a__0"}}, {"ns/small", {"GPU-b__0"}}};
+  const std::vector<LivePod> pods = {{"ns/big", {"GPU-a__0"}, {}}, {"ns/small", {"GPU-b__0"}, {}}};
   const std::map<std::string, std::uint64_t> limits = {{"ns/big", 12 * kGi}, {"ns/small", 2 * kGi}};
   const auto available = without(all_ids(gpus), {"GPU-a__0", "GPU-b__0"});
   const auto load = compute_load(gpus, pods, limits, available);
@@ -349,8 +351,8 @@ TEST(Placement, SlotsAllocatedButNotYetListedCountAsPods) {
 
 TEST(Placement, APodCountsOncePerGpuAndForeignDevicesAreIgnored) {
   const auto gpus = two_gpus();
-  const std::vector<LivePod> pods = {{"ns/two-slots", {"GPU-a__0", "GPU-a__1", "GPU-b__0"}},
-                                     {"ns/other", {"GPU-zzz__0", "not-a-device"}}};
+  const std::vector<LivePod> pods = {{"ns/two-slots", {"GPU-a__0", "GPU-a__1", "GPU-b__0"}, {}},
+                                     {"ns/other", {"GPU-zzz__0", "not-a-device"}, {}}};
   const auto load = compute_load(gpus, pods, {}, std::nullopt);
   EXPECT_EQ(load.at("GPU-a").pods, 1);
   EXPECT_EQ(load.at("GPU-b").pods, 1);
@@ -449,6 +451,105 @@ TEST(Allocate, WritesTheLdSoPreloadFile) {
   text << in.rdbuf();
   EXPECT_EQ(text.str(), "/usr/lib/nvshare/libnvshare.so\n");
   std::filesystem::remove_all(pattern);
+}
+
+}  // namespace
+}  // namespace nvshare::deviceplugin
+
+namespace nvshare::deviceplugin {
+namespace {
+
+class ContainerSettingsTest : public ::testing::Test {
+ protected:
+  ContainerSettingsTest() {
+    char tmpl[] = "/tmp/nvshare-settings-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    options_.dir = dir_ + "/containers";
+    options_.socket = "/var/run/nvshare/scheduler.sock";
+    options_.register_wait = std::chrono::seconds(5);
+    options_.unclaimed_after = std::chrono::seconds(600);
+    options_.gone_after = std::chrono::seconds(30);
+  }
+  ~ContainerSettingsTest() override { std::filesystem::remove_all(dir_); }
+
+  static std::string text(const std::string& dir) {
+    std::ifstream in(dir + "/client.conf");
+    std::stringstream out;
+    out << in.rdbuf();
+    return out.str();
+  }
+  static PodLimitsLookup lookup(std::map<std::string, KnownPodLimits> known) {
+    return [known](const std::string& key) -> std::optional<KnownPodLimits> {
+      auto it = known.find(key);
+      return it == known.end() ? std::nullopt : std::optional<KnownPodLimits>(it->second);
+    };
+  }
+
+  std::string dir_;
+  ContainerSettingsOptions options_;
+  MonoTime now_{std::chrono::seconds(1000)};
+};
+
+TEST_F(ContainerSettingsTest, AContainerIsClaimedByTheDevicesItHolds) {
+  ContainerSettings settings(options_);
+  ASSERT_TRUE(settings.prepare(now_).ok());
+  auto a = settings.create({"GPU-b__1", "GPU-a__0"}, now_);
+  auto b = settings.create({"GPU-a__1"}, now_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a.value(), b.value());
+  EXPECT_EQ(settings.pending(), 2u);
+  EXPECT_NE(text(a.value()).find("devices=GPU-a__0,GPU-b__1\n"), std::string::npos);
+  EXPECT_NE(text(a.value()).find("register-wait-ms=5000\n"), std::string::npos);
+  // The kubelet lists the same devices in another order; the watcher knows one pod only.
+  const std::vector<LiveContainer> live = {{"ml/one", {"GPU-a__0", "GPU-b__1"}},
+                                           {"ml/two", {"GPU-a__1"}}};
+  settings.resolve(live, lookup({{"ml/one", KnownPodLimits{4096}}}), now_);
+  EXPECT_NE(text(a.value()).find("memory-limit=4096\n"), std::string::npos) << text(a.value());
+  EXPECT_NE(text(a.value()).find("pod=ml/one\n"), std::string::npos);
+  EXPECT_NE(text(b.value()).find("memory-limit=pending\n"), std::string::npos);
+  EXPECT_EQ(settings.pending(), 1u);
+  settings.resolve(live, lookup({{"ml/one", KnownPodLimits{4096}}, {"ml/two", {}}}), now_);
+  EXPECT_NE(text(b.value()).find("memory-limit=none\n"), std::string::npos);
+  EXPECT_EQ(settings.pending(), 0u);
+}
+
+TEST_F(ContainerSettingsTest, ANewerAllocationOfTheSameDevicesWinsAndOldOnesGo) {
+  ContainerSettings settings(options_);
+  ASSERT_TRUE(settings.prepare(now_).ok());
+  auto first = settings.create({"GPU-a__0"}, now_);
+  auto retry = settings.create({"GPU-a__0"}, now_ + std::chrono::seconds(1));
+  auto never = settings.create({"GPU-a__3"}, now_);
+  ASSERT_TRUE(first.ok() && retry.ok() && never.ok());
+  settings.resolve({{"ml/p", {"GPU-a__0"}}}, lookup({{"ml/p", {}}}),
+                   now_ + std::chrono::seconds(2));
+  EXPECT_FALSE(std::filesystem::exists(first.value()));  // superseded by the retry
+  EXPECT_NE(text(retry.value()).find("pod=ml/p\n"), std::string::npos);
+  // Never claimed for longer than unclaimed_after: gone.
+  settings.resolve({{"ml/p", {"GPU-a__0"}}}, lookup({{"ml/p", {}}}), now_ + std::chrono::hours(1));
+  EXPECT_FALSE(std::filesystem::exists(never.value()));
+  // The pod ends: kept for gone_after, then removed.
+  const MonoTime end = now_ + std::chrono::hours(2);
+  settings.resolve({}, lookup({}), end);
+  EXPECT_TRUE(std::filesystem::exists(retry.value()));
+  settings.resolve({}, lookup({}), end + std::chrono::seconds(31));
+  EXPECT_FALSE(std::filesystem::exists(retry.value()));
+  EXPECT_EQ(settings.size(), 0u);
+}
+
+TEST_F(ContainerSettingsTest, ARestartedPluginKeepsServingWhatItLeft) {
+  std::string claimed;
+  {
+    ContainerSettings settings(options_);
+    ASSERT_TRUE(settings.prepare(now_).ok());
+    claimed = settings.create({"GPU-a__0"}, now_).value();
+    settings.resolve({{"ml/p", {"GPU-a__0"}}}, lookup({{"ml/p", KnownPodLimits{1024}}}), now_);
+  }
+  ContainerSettings again(options_);
+  ASSERT_TRUE(again.prepare(now_).ok());
+  EXPECT_EQ(again.size(), 1u);
+  EXPECT_EQ(again.pending(), 0u);
+  again.resolve({{"ml/p", {"GPU-a__0"}}}, lookup({{"ml/p", KnownPodLimits{2048}}}), now_);
+  EXPECT_NE(text(claimed).find("memory-limit=2048\n"), std::string::npos);
 }
 
 }  // namespace

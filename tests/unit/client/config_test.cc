@@ -2,7 +2,10 @@
 #include "client/config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -160,6 +163,114 @@ TEST(ClientConfig, ConfigurationDocumentContainsTheGeneratedTable) {
   EXPECT_NE(text.str().find(table), std::string::npos)
       << "docs/configuration.md's client section is out of date; its table must read:\n"
       << table;
+}
+
+}  // namespace
+}  // namespace nvshare::client
+
+namespace nvshare::client {
+namespace {
+
+ParsedClientConfig parse_with(const std::map<std::string, std::string>& env,
+                              const std::string& settings_text) {
+  auto settings = parse_client_settings(settings_text);
+  EXPECT_TRUE(settings.ok()) << settings.error().message;
+  return parse_client_config(
+      [&](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      settings.ok() ? std::optional<ClientSettings>(settings.value()) : std::nullopt);
+}
+
+TEST(ClientSettings, ParsesWhatThePluginWrites) {
+  auto s = parse_client_settings(
+      "# nvshare client settings\nenforce=1\nsocket=/var/run/nvshare/scheduler.sock\n"
+      "register-wait-ms=5000\nreconnect-max-ms=2000\nmemory-limit=1073741824\npod=ml/trainer\n"
+      "devices=GPU-a__0\n");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s.value().enforce);
+  EXPECT_EQ(s.value().socket, "/var/run/nvshare/scheduler.sock");
+  EXPECT_EQ(s.value().register_wait, Duration(5000ms));
+  EXPECT_EQ(s.value().memory_bytes, 1ull << 30);
+  EXPECT_FALSE(s.value().memory_pending);
+  EXPECT_EQ(s.value().pod, "ml/trainer");
+  EXPECT_TRUE(parse_client_settings("memory-limit=pending").value().memory_pending);
+  EXPECT_EQ(parse_client_settings("memory-limit=none").value().memory_bytes, 0u);
+  EXPECT_EQ(parse_client_settings("memory-limit=2Gi").value().memory_bytes, 2ull << 30);
+}
+
+TEST(ClientSettings, RejectsWhatItDoesNotKnow) {
+  for (const char* bad : {"enforce=yes", "socket=relative.sock", "register-wait-ms=-1",
+                          "register-wait-ms=99999999", "memory-limit=0", "memory-limit=lots",
+                          "reconnect-max-ms=10", "colour=blue", "no equals sign"}) {
+    auto s = parse_client_settings(bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    if (!s.ok()) EXPECT_NE(s.error().message.find("line 1"), std::string::npos) << bad;
+  }
+}
+
+// In a managed container the environment cannot turn enforcement off, point the library at
+// another socket, skip the registration wait or raise the memory limit.
+TEST(ClientSettings, EnforcedSettingsWinOverTheEnvironment) {
+  const ParsedClientConfig parsed =
+      parse_with({{"NVSHARE_ENABLE", "0"},
+                  {"NVSHARE_SOCKET", "/tmp/elsewhere.sock"},
+                  {"NVSHARE_REGISTER_WAIT_MS", "0"},
+                  {"NVSHARE_RECONNECT_MAX_MS", "600000"},
+                  {"NVSHARE_MEMORY_LIMIT", "8Gi"}},
+                 "enforce=1\nsocket=/var/run/nvshare/scheduler.sock\nregister-wait-ms=5000\n"
+                 "memory-limit=1Gi\n");
+  const ClientConfig& c = parsed.config;
+  EXPECT_TRUE(c.enforced);
+  EXPECT_TRUE(c.enabled);
+  EXPECT_EQ(c.socket_path, "/var/run/nvshare/scheduler.sock");
+  EXPECT_EQ(c.register_wait, 5000ms);
+  EXPECT_EQ(c.reconnect_max, 2000ms);
+  EXPECT_EQ(c.declared_limits.memory_bytes, 1ull << 30);
+  ASSERT_EQ(parsed.warnings.size(), 4u);
+  for (const char* name : {"NVSHARE_ENABLE", "NVSHARE_SOCKET", "NVSHARE_REGISTER_WAIT_MS",
+                           "NVSHARE_RECONNECT_MAX_MS"}) {
+    bool named = false;
+    for (const std::string& w : parsed.warnings) named |= w.rfind(name, 0) == 0;
+    EXPECT_TRUE(named) << name;
+  }
+  // A declared limit may only lower the file's.
+  EXPECT_EQ(parse_with({{"NVSHARE_MEMORY_LIMIT", "512Mi"}}, "enforce=1\nmemory-limit=1Gi\n")
+                .config.declared_limits.memory_bytes,
+            512ull << 20);
+  // Pending: nothing is known yet.
+  EXPECT_TRUE(parse_with({}, "enforce=1\nmemory-limit=pending\n").config.memory_limit_pending);
+  // enforce=0 leaves the environment in charge.
+  EXPECT_FALSE(parse_with({{"NVSHARE_ENABLE", "0"}}, "enforce=0\n").config.enabled);
+}
+
+TEST(ClientSettings, AFileTheWorkloadCouldHaveWrittenIsIgnored) {
+  char tmpl[] = "/tmp/nvshare-settings-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/client.conf";
+  std::ofstream(path) << "enforce=1\nmemory-limit=1Gi\n";
+  ::chmod(path.c_str(), 0666);  // writable by anyone
+  SettingsRead read = read_client_settings(path);
+  EXPECT_FALSE(read.settings.has_value());
+  EXPECT_NE(read.warning.find("is ignored"), std::string::npos);
+  ::chmod(path.c_str(), 0644);
+  read = read_client_settings(path);
+  if (::geteuid() == 0) {  // root owns it: the plugin's file as the container sees it
+    ASSERT_TRUE(read.settings.has_value()) << read.warning;
+    EXPECT_EQ(read.settings->memory_bytes, 1ull << 30);
+  }
+  // Present but unreadable as settings: enforced, with the limit unknown.
+  std::ofstream(path) << "enforce=maybe\n";
+  read = read_client_settings(path);
+  if (::geteuid() == 0) {
+    ASSERT_TRUE(read.settings.has_value());
+    EXPECT_TRUE(read.settings->enforce);
+    EXPECT_TRUE(read.settings->memory_pending);
+  }
+  EXPECT_FALSE(read_client_settings(std::string(tmpl) + "/absent.conf").settings.has_value());
+  std::remove(path.c_str());
+  ::rmdir(tmpl);
 }
 
 }  // namespace

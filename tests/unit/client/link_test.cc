@@ -624,5 +624,79 @@ TEST_F(LinkTest, StoppedEngineOpensEveryGate) {
   EXPECT_TRUE(passes_quickly(*link_));
 }
 
+// A scheduler unsure of this client's limits (restarted without its state) marks them provisional:
+// the client keeps, field by field, the stricter of those and the last limits known to hold, until
+// authoritative ones arrive.
+TEST_F(LinkTest, ProvisionalLimitsNeverLoosenTheLastKnownOnes) {
+  start_session();
+  peer_->send(protocol::SetLimits{{4ull << 30, 30}});
+  ASSERT_TRUE(wait_until([&] { return agent_.limits().size() >= 2; }));
+  peer_->send(protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional});  // "none"
+  ASSERT_TRUE(wait_until([&] { return agent_.limits().size() >= 3; }));
+  EXPECT_EQ(agent_.limits().back(), (protocol::Limits{4ull << 30, 30}));
+  peer_->send(protocol::SetLimits{{1ull << 30, 50}, protocol::SetLimits::kProvisional});
+  ASSERT_TRUE(wait_until([&] { return agent_.limits().size() >= 4; }));
+  EXPECT_EQ(agent_.limits().back(), (protocol::Limits{1ull << 30, 30}));  // stricter memory only
+  // Authoritative limits replace them, looser or not.
+  peer_->send(protocol::SetLimits{{8ull << 30, 100}});
+  ASSERT_TRUE(wait_until([&] { return agent_.limits().size() >= 5; }));
+  EXPECT_EQ(agent_.limits().back(), (protocol::Limits{8ull << 30, 100}));
+}
+
+// A managed container whose settings file says the pod's memory limit is pending: allocations are
+// held (limits_unknown) and the first CUDA call waits, until the file gives the limit, even with no
+// scheduler at all.
+TEST_F(LinkTest, PendingSettingsHoldAllocationsUntilTheFileGivesTheLimit) {
+  scheduler_.shut();
+  const std::string settings = dir_.file("client.conf");
+  std::ofstream(settings) << "enforce=1\nmemory-limit=pending\n";
+  LinkOptions o = options();
+  o.limits_pending = true;
+  o.settings_path = settings;
+  o.register_wait = 5s;
+  engine_ = std::make_unique<LinkEngine>(o);
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  RegistrationWaiter waiter(*link_);
+  ASSERT_TRUE(wait_until([&] {
+    const auto calls = agent_.calls();
+    return std::find(calls.begin(), calls.end(), "limits_unknown") != calls.end();
+  }));
+  EXPECT_TRUE(agent_.limits().empty());
+  EXPECT_FALSE(waiter.done_within(300ms)) << "no scheduler, but the limit is not known yet";
+  // The plugin writes the limit (atomically, as it does).
+  std::ofstream(settings + ".tmp") << "enforce=1\nmemory-limit=1073741824\n";
+  ASSERT_EQ(::rename((settings + ".tmp").c_str(), settings.c_str()), 0);
+  ASSERT_TRUE(waiter.done_within(2s));
+  ASSERT_FALSE(agent_.limits().empty());
+  EXPECT_EQ(agent_.limits().back().memory_bytes, 1ull << 30);
+  // While the scheduler stays away, a later change in the file applies too.
+  std::ofstream(settings + ".tmp") << "enforce=1\nmemory-limit=536870912\n";
+  ASSERT_EQ(::rename((settings + ".tmp").c_str(), settings.c_str()), 0);
+  ASSERT_TRUE(
+      wait_until([&] { return agent_.limits().back().memory_bytes == 512ull << 20; }, 3000ms));
+}
+
+// Pending settings and a scheduler that is unsure (provisional) either: still held; an
+// authoritative frame releases them.
+TEST_F(LinkTest, PendingSettingsAreNotResolvedByProvisionalLimits) {
+  const std::string settings = dir_.file("client.conf");
+  std::ofstream(settings) << "enforce=1\nmemory-limit=pending\n";
+  LinkOptions o = options();
+  o.limits_pending = true;
+  o.settings_path = settings;
+  engine_ = std::make_unique<LinkEngine>(o);
+  link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
+  RegistrationWaiter waiter(*link_);
+  peer_ = scheduler_.accept();
+  ASSERT_NE(peer_, nullptr);
+  ASSERT_TRUE(peer_->handshake());
+  peer_->send(protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional});
+  EXPECT_FALSE(waiter.done_within(300ms));
+  EXPECT_TRUE(agent_.limits().empty());
+  peer_->send(protocol::SetLimits{{2ull << 30, 100}});
+  ASSERT_TRUE(waiter.done_within(2s));
+  EXPECT_EQ(agent_.limits().back(), (protocol::Limits{2ull << 30, 100}));
+}
+
 }  // namespace
 }  // namespace nvshare::client

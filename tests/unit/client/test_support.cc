@@ -145,6 +145,8 @@ void FakeAgent::set_usage(DeviceUsage usage) {
   usage_ = usage;
 }
 
+void FakeAgent::limits_unknown() { record("limits_unknown"); }
+
 void FakeAgent::apply_limits(const protocol::Limits& limits) {
   record("apply_limits");
   std::lock_guard lock(mu_);

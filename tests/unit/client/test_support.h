@@ -51,6 +51,7 @@ class FakeAgent final : public DeviceAgent {
   Duration idle_for() override;
   DeviceUsage usage() override;
   void apply_limits(const protocol::Limits& limits) override;
+  void limits_unknown() override;
 
   void set_idle(Duration idle) { idle_ns_.store(idle.count()); }
   void set_usage(DeviceUsage usage);

@@ -79,6 +79,8 @@ injection: NVSHARE_PLUGIN_INJECTION
 ldSoPreloadHostPath: NVSHARE_PLUGIN_LD_SO_PRELOAD_HOST_PATH
 socketDir: NVSHARE_PLUGIN_SOCKET_DIR
 controlSocket: NVSHARE_PLUGIN_CONTROL_SOCKET
+settingsDir: NVSHARE_PLUGIN_SETTINGS_DIR
+clientRegisterWait: NVSHARE_PLUGIN_CLIENT_REGISTER_WAIT
 nodeName: NVSHARE_PLUGIN_NODE_NAME
 kubeconfig: NVSHARE_PLUGIN_KUBECONFIG
 healthInterval: NVSHARE_PLUGIN_HEALTH_INTERVAL
@@ -134,6 +136,10 @@ literals below are those defaults (check_chart.py fails when they and the knob t
 {{/* The scheduler's state directory on the host (the state file's directory). */}}
 {{- define "nvshare.stateDir" -}}
 {{- dir (.Values.scheduler.stateFile | default "/var/lib/nvshare/scheduler/state.json") -}}
+{{- end -}}
+
+{{- define "nvshare.settingsDir" -}}
+{{- .Values.devicePlugin.settingsDir | default "/var/lib/nvshare/containers" | trimSuffix "/" -}}
 {{- end -}}
 
 {{- define "nvshare.kubeletDir" -}}
