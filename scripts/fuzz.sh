@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target for N seconds each and reports its executions.
+# Runs every libFuzzer target of the build (tests/fuzz/targets.txt) for N seconds each and reports
+# its executions.
 #   scripts/fuzz.sh BUILD_DIR SECONDS
 set -euo pipefail
 build=${1:-build}
 seconds=${2:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
-targets=(protocol_decoder_fuzz quantity_fuzz json_fuzz)
+if [ ! -f "$build/tests/fuzz/targets.txt" ]; then
+  echo "fuzz: no fuzz targets in $build (they need clang: install clang and rebuild)" >&2
+  exit 1
+fi
+IFS=';' read -r -a targets < "$build/tests/fuzz/targets.txt"
 status=0
 for t in "${targets[@]}"; do
   bin="$build/tests/fuzz/$t"

@@ -1,7 +1,9 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -107,7 +109,8 @@ std::string tail(const std::string& text, std::size_t lines) {
 
 Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& argv,
                                                 const Env& env, const std::string& stdout_path,
-                                                const std::string& stderr_path, bool append) {
+                                                const std::string& stderr_path, bool append,
+                                                const SpawnOptions& options) {
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
   std::vector<std::string> args = argv;
   std::vector<std::string> envs = child_environment(env);
@@ -126,6 +129,21 @@ Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& 
     if (::getppid() != parent) ::_exit(126);
     ::dup2(out, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
+    if (!options.cgroup_procs.empty()) {
+      const int procs = ::open(options.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (procs < 0 || ::write(procs, "0\n", 2) != 2) ::_exit(125);
+      ::close(procs);
+    }
+    if (!options.settings_dir.empty()) {
+      if (::unshare(CLONE_NEWNS) != 0 ||
+          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+          ::mount(options.settings_dir.c_str(), "/etc/nvshare", nullptr, MS_BIND, nullptr) != 0 ||
+          ::mount(nullptr, "/etc/nvshare", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) !=
+              0) {
+        ::_exit(124);
+      }
+    }
+    if (options.uid && (::setgid(*options.uid) != 0 || ::setuid(*options.uid) != 0)) ::_exit(123);
     ::execve(c_args[0], c_args.data(), c_envs.data());
     ::_exit(127);
   }
@@ -299,7 +317,7 @@ Status Trainer::start(const Env& base_env) {
   for (const auto& [name, value] : options_.env) env[name] = value;
   std::vector<std::string> argv = {programs().trainer};
   argv.insert(argv.end(), options_.args.begin(), options_.args.end());
-  auto process = Process::spawn(argv, env, stdout_path_, stderr_path_);
+  auto process = Process::spawn(argv, env, stdout_path_, stderr_path_, false, options_.spawn);
   if (!process.ok()) return process.error();
   process_ = std::move(process).value();
   return Status::Ok();

@@ -58,13 +58,24 @@ std::string read_file(const std::string& path);
 // The last `lines` lines of `text`.
 std::string tail(const std::string& text, std::size_t lines);
 
+// How a child starts besides its environment: as a node would run a pod's process.
+struct SpawnOptions {
+  // A cgroup.procs file the child moves itself into first (a fake pod: see tests/chaos).
+  std::string cgroup_procs;
+  // A directory bind-mounted read-only at /etc/nvshare in a mount namespace of the child's own, as
+  // the device plugin's Allocate mounts a container's settings (the mount point must exist).
+  std::string settings_dir;
+  // Drop to this uid and gid (from root) before exec.
+  std::optional<uid_t> uid;
+};
+
 // A child process with stdout and stderr redirected to files.
 class Process {
  public:
   static Result<std::unique_ptr<Process>> spawn(const std::vector<std::string>& argv,
                                                 const Env& env, const std::string& stdout_path,
-                                                const std::string& stderr_path,
-                                                bool append = false);
+                                                const std::string& stderr_path, bool append = false,
+                                                const SpawnOptions& options = {});
   ~Process();  // SIGKILL and reap when still running
 
   pid_t pid() const { return pid_; }
@@ -108,6 +119,7 @@ class Scheduler {
 
   const std::string& socket() const { return socket_; }
   const std::string& control_socket() const { return control_socket_; }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
   std::string log() const;
 
   // The control API's status response (docs/control-api.md).
@@ -134,13 +146,18 @@ std::string json_string(const Json* object, std::string_view key);
 // One nvshare-trainer run.
 struct TrainerOptions {
   TrainerOptions(std::string name_, std::vector<std::string> args_, Env env_ = {},
-                 bool preload_ = true)
-      : name(std::move(name_)), args(std::move(args_)), env(std::move(env_)), preload(preload_) {}
+                 bool preload_ = true, SpawnOptions spawn_ = {})
+      : name(std::move(name_)),
+        args(std::move(args_)),
+        env(std::move(env_)),
+        preload(preload_),
+        spawn(std::move(spawn_)) {}
 
   std::string name;               // for messages: "A", "holder", ...
   std::vector<std::string> args;  // nvshare-trainer flags
   Env env;                        // on top of the test's trainer environment
   bool preload = true;            // LD_PRELOAD=libnvshare.so
+  SpawnOptions spawn;             // a pod's cgroup, its settings, a uid
 };
 
 class Trainer {

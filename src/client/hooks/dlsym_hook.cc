@@ -13,6 +13,13 @@
 // address: RTLD_NEXT stays relative to the caller, not to this library. glibc's dlsym is found
 // with dlvsym (GLIBC_2.34 where dlsym moved into libc, else GLIBC_2.2.5 on x86_64 / GLIBC_2.17 on
 // aarch64).
+//
+// That path runs before anything is initialized: a sanitizer runtime looks its interceptors up
+// with dlsym while it starts, before its shadow memory exists and before any constructor of ours.
+// So the exported function and what it calls for a name that is not hooked (the name test, the
+// real dlsym) are built without sanitizer instrumentation and touch only constant-initialized
+// data (NVSHARE_EARLY_SAFE); hooked names, which nobody looks up that early, take the ordinary
+// path.
 #include <dlfcn.h>
 
 #include <cstring>
@@ -23,8 +30,10 @@
 namespace nvshare::client::hooks {
 namespace {
 
-bool may_be_hooked(const char* name) {
-  return (name[0] == 'c' && name[1] == 'u') || std::strncmp(name, "nvml", 4) == 0;
+NVSHARE_EARLY_SAFE bool may_be_hooked(const char* name) {
+  return name != nullptr &&
+         ((name[0] == 'c' && name[1] == 'u') ||
+          (name[0] == 'n' && name[1] == 'v' && name[2] == 'm' && name[3] == 'l'));
 }
 
 void* resolve_hooked(void* handle, const char* name, HookId id) noexcept {
@@ -42,11 +51,18 @@ void* resolve_hooked(void* handle, const char* name, HookId id) noexcept {
 
 // Answers a hooked name; false when `name` is not one (the caller then asks glibc).
 bool answer_hooked(void* handle, const char* name, void** answer) noexcept {
-  if (name == nullptr || !may_be_hooked(name)) return false;
   const std::optional<HookId> id = find_hook(name);
   if (!id) return false;
   *answer = resolve_hooked(handle, name, *id);
   return true;
+}
+
+// The ordinary path for cu* and nvml* names; never inlined into the early-safe caller.
+__attribute__((noinline)) void* lookup_maybe_hooked(void* handle, const char* name,
+                                                    bool* answered) noexcept {
+  void* answer = nullptr;
+  *answered = answer_hooked(handle, name, &answer);
+  return answer;
 }
 
 }  // namespace
@@ -57,11 +73,14 @@ bool answer_hooked(void* handle, const char* name, void** answer) noexcept {
 // and would forbid the tail call below.
 extern "C" void* nvshare_exported_dlsym(void* handle, const char* name) __asm__("dlsym");
 
-extern "C" __attribute__((visibility("default"))) void* nvshare_exported_dlsym(void* handle,
-                                                                               const char* name) {
+extern "C" __attribute__((visibility("default"))) NVSHARE_EARLY_SAFE void* nvshare_exported_dlsym(
+    void* handle, const char* name) {
   namespace h = ::nvshare::client::hooks;
-  void* answer = nullptr;
-  if (h::answer_hooked(handle, name, &answer)) return answer;
+  if (h::may_be_hooked(name)) {
+    bool answered = false;
+    void* answer = h::lookup_maybe_hooked(handle, name, &answered);
+    if (answered) return answer;
+  }
   const h::DlsymFn real = h::real_dlsym();
   if (real == nullptr) return nullptr;
 #if defined(__clang__) && __has_cpp_attribute(clang::musttail)

@@ -77,14 +77,16 @@ constexpr const char* kDlsymVersions[] = {"GLIBC_2.34", "GLIBC_2.17"};
 constexpr const char* kDlsymVersions[] = {"GLIBC_2.34"};
 #endif
 
-DlsymFn find_real_dlsym() {
+NVSHARE_EARLY_SAFE DlsymFn find_real_dlsym() {
   // Our exported dlsym (dlsym_hook.cc): the same symbol, bound to our definition.
   void* const ours = reinterpret_cast<void*>(&::dlsym);
   // RTLD_NEXT finds the definition after ours (glibc's, when we are preloaded); RTLD_DEFAULT covers
-  // a process that linked us after libc.
-  for (void* scope : {RTLD_NEXT, RTLD_DEFAULT}) {
-    for (const char* version : kDlsymVersions) {
-      void* found = dlvsym(scope, "dlsym", version);
+  // a process that linked us after libc. Plain loops: nothing here may call instrumented code.
+  void* const scopes[] = {RTLD_NEXT, RTLD_DEFAULT};
+  constexpr std::size_t kVersions = sizeof kDlsymVersions / sizeof kDlsymVersions[0];
+  for (std::size_t s = 0; s < 2; ++s) {
+    for (std::size_t v = 0; v < kVersions; ++v) {
+      void* found = dlvsym(scopes[s], "dlsym", kDlsymVersions[v]);
       if (found != nullptr && found != ours) return reinterpret_cast<DlsymFn>(found);
     }
   }
@@ -208,12 +210,13 @@ const DriverApi& driver() { return g_driver; }
 
 const NvmlApi& nvml_api() { return g_nvml_api; }
 
-DlsymFn real_dlsym() {
-  static std::atomic<DlsymFn> cached{nullptr};
-  DlsymFn fn = cached.load(std::memory_order_acquire);
+NVSHARE_EARLY_SAFE DlsymFn real_dlsym() {
+  // The builtins, not std::atomic: its member functions are not early-safe.
+  static constinit DlsymFn cached = nullptr;
+  DlsymFn fn = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
   if (fn == nullptr) {
     fn = find_real_dlsym();
-    cached.store(fn, std::memory_order_release);
+    __atomic_store_n(&cached, fn, __ATOMIC_RELEASE);
   }
   return fn;
 }

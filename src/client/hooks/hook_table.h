@@ -17,7 +17,7 @@
 //  - driver(): the unhooked driver functions the library calls itself (context stack, events,
 //    streams, advice), resolved with the rest.
 //  - real_dlsym(): glibc's dlsym, found with dlvsym so that our exported dlsym is never called by
-//  us.
+//    us; safe to call before anything is initialized.
 //
 // Contract: loading happens at most once per library (also across fork: the child keeps the
 // parent's table, which stays valid). Nothing here calls a hooked function, so the library never
@@ -160,7 +160,13 @@ struct NvmlApi {
 };
 const NvmlApi& nvml_api();
 
+// Code that may run before the process is initialized, even before a sanitizer runtime has set up
+// its shadow memory (the exported dlsym's path for names we do not hook): no sanitizer
+// instrumentation, and only constant-initialized data.
+#define NVSHARE_EARLY_SAFE __attribute__((no_sanitize("address", "undefined")))
+
 using DlsymFn = void* (*)(void*, const char*);
+// Early-safe (NVSHARE_EARLY_SAFE).
 DlsymFn real_dlsym();
 
 // "CUDA_ERROR_OUT_OF_MEMORY" for logs (never calls a hooked function).
