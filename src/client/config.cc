@@ -135,11 +135,12 @@ Status apply_trace_file(std::string_view value, ClientConfig& config) {
 constexpr std::array<ClientKnob, 12> kKnobs = {{
     {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
      "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
-     "virtualization.",
+     "virtualization. Ignored in a container whose settings file enforces (`/etc/nvshare`).",
      apply_enable},
     {"socket", kDefaultSocketPath, "a filesystem path (at most 107 bytes)",
      "The scheduler's client socket. When nothing listens there the process runs unscheduled "
-     "(fail-open) and the library keeps trying to connect.",
+     "(fail-open) and the library keeps trying to connect. In a container whose settings file "
+     "enforces, the file's.",
      apply_socket},
     {"idle-release-ms", "100", "0..3600000 (milliseconds; 0: never)",
      "A holder that has submitted nothing for this long, with all its work complete, gives the "
@@ -151,7 +152,8 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      apply_drain_bound},
     {"memory-limit", "", "empty, or a quantity (`4Gi`, `512Mi`, `4G`; `0`: none)",
      "Memory limit the process declares for itself on each GPU. Enforced locally from the start; "
-     "the scheduler honours it only with `--trust-client-limits` (local mode, `nvshare-run`).",
+     "the scheduler honours it only with `--trust-client-limits` (local mode, `nvshare-run`). In a "
+     "container whose settings file enforces, it can only lower the file's limit.",
      apply_memory_limit},
     {"core-limit", "100", "1..100 (percent; 100: uncapped)",
      "Compute cap the process declares for itself, honoured only by a scheduler that trusts "
@@ -167,12 +169,12 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      apply_managed},
     {"reconnect-max-ms", "2000", "50..600000 (milliseconds)",
      "Longest wait between attempts to reach the scheduler again; attempts start at 50 ms and "
-     "double up to this.",
+     "double up to this. In a container whose settings file enforces, the file's.",
      apply_reconnect_max},
     {"register-wait-ms", "1000", "0..10000 (milliseconds; 0: no wait)",
      "How long the first CUDA call on a GPU waits for the scheduler to register the process and "
      "send its limits, so a limit set for the pod holds from the first allocation. No wait when "
-     "nothing listens on the socket.",
+     "nothing listens on the socket. In a container whose settings file enforces, the file's.",
      apply_register_wait},
     {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
      "Least severe log records the library writes to the process's stderr.", apply_log_level},

@@ -2,20 +2,25 @@
 
 #include <dlfcn.h>
 
-namespace nvshare {
-namespace {
-
 // NVML's ABI, the few declarations used here (written from the public API reference; the driver
-// package ships nvml.h, the build machine need not have it).
-using nvmlReturn_t = int;
-constexpr nvmlReturn_t kNvmlSuccess = 0;
-constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
-using nvmlDevice_t = struct nvmlDevice_st*;
-struct nvmlMemory_t {
+// package ships nvml.h, the build machine need not have it). The structs are NVML's own, at global
+// scope under their C names, so that a function called through one of these pointer types has the
+// type it was defined with (UBSan's function check compares them).
+struct nvmlDevice_st;
+struct nvmlMemory_st {
   unsigned long long total;
   unsigned long long free;
   unsigned long long used;
 };
+
+namespace nvshare {
+namespace {
+
+using nvmlReturn_t = int;
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlErrorGpuIsLost = 15;
+using nvmlDevice_t = ::nvmlDevice_st*;
+using nvmlMemory_t = ::nvmlMemory_st;
 constexpr unsigned kUuidBufferSize = 96;
 
 using InitFn = nvmlReturn_t (*)();

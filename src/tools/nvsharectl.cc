@@ -49,7 +49,8 @@ Commands:
   forget-pod UID                    forget a pod's remembered limits (the pod is gone)
   set-policy [--gpu UUID] [--mode M] [--quantum S|auto] [--quota-window MS] [--capacity Q]
              [--reserve P] [--quantum-k K] [--quantum-min S] [--quantum-max S]
-             [--revoke-grace S] [--swap-bandwidth B]
+             [--revoke-grace S] [--swap-allowance-max S] [--swap-bandwidth B]
+             [--swap-bandwidth-floor B]
                                     change policy knobs for one GPU or all
                                     (see nvshare-scheduler --help)
   explain CLIENT                    why a client runs or waits, with the numbers
@@ -292,16 +293,19 @@ int cmd_forget_pod(const Global& global, std::vector<std::string> rest) {
 
 int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
   // Flag -> request member (docs/control-api.md).
-  static const std::map<std::string, std::string> kMembers = {{"mode", "mode"},
-                                                              {"quantum", "quantum"},
-                                                              {"quota-window", "quota_window_ms"},
-                                                              {"capacity", "capacity"},
-                                                              {"reserve", "reserve"},
-                                                              {"quantum-k", "quantum_k"},
-                                                              {"quantum-min", "quantum_min"},
-                                                              {"quantum-max", "quantum_max"},
-                                                              {"revoke-grace", "revoke_grace"},
-                                                              {"swap-bandwidth", "swap_bandwidth"}};
+  static const std::map<std::string, std::string> kMembers = {
+      {"mode", "mode"},
+      {"quantum", "quantum"},
+      {"quota-window", "quota_window_ms"},
+      {"capacity", "capacity"},
+      {"reserve", "reserve"},
+      {"quantum-k", "quantum_k"},
+      {"quantum-min", "quantum_min"},
+      {"quantum-max", "quantum_max"},
+      {"revoke-grace", "revoke_grace"},
+      {"swap-allowance-max", "swap_allowance_max"},
+      {"swap-bandwidth", "swap_bandwidth"},
+      {"swap-bandwidth-floor", "swap_bandwidth_floor"}};
   std::vector<std::string> flags = {"gpu"};
   for (const auto& [flag, member] : kMembers) flags.push_back(flag);
   Args args(std::move(rest), flags, {});

@@ -193,10 +193,10 @@ constexpr const char kPtx[] = R"(
 )";
 
 fakecuda::DeviceSnapshot snapshot() {
-  static fakecuda::SharedState* state = [] {
+  static const std::unique_ptr<fakecuda::SharedState> state = [] {
     auto opened = fakecuda::SharedState::open(g_state_path, /*create=*/false);
     EXPECT_TRUE(opened.ok());
-    return opened.ok() ? opened.value() : nullptr;
+    return opened.ok() ? std::move(opened).value() : nullptr;
   }();
   return fakecuda::SimDevice(state->devices().at(0)).snapshot();
 }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/json.h"
@@ -729,6 +730,70 @@ TEST_F(DaemonProcessTest, ConfigurationErrorsExitTwoWithTheReason) {
   EXPECT_EQ(result.value().exit_code, 2);
   EXPECT_NE(result.value().err.find("--reserve"), std::string::npos) << result.value().err;
   EXPECT_NE(result.value().err.find("outside 0..90"), std::string::npos) << result.value().err;
+}
+
+// One file cannot be both sockets: every client would fail open, or root's control socket would be
+// the one given to containers.
+TEST_F(DaemonProcessTest, TheTwoSocketsMustDiffer) {
+  auto result = run_command({NVSHARE_SCHEDULER_BIN, "--socket", "/tmp/nvshare-same/s.sock",
+                             "--control-socket", "/tmp/nvshare-same/../nvshare-same/s.sock"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result.value().exit_code, 2);
+  EXPECT_NE(result.value().err.find("must differ"), std::string::npos) << result.value().err;
+}
+
+// Pod UIDs are compared in the form cgroups give them; another spelling is stored in that form, and
+// what is not a pod UID, or a memory limit of 0, is refused.
+TEST_F(DaemonProcessTest, PodUidsAreCanonicalAndMemoryZeroIsRefused) {
+  start({});
+  auto upper =
+      ctl({"set-limits", "--pod-uid", "7D3F9A2E-1C4B-4E8F-9A6D-2B5C8E1F0A3D", "--memory", "1Gi"});
+  ASSERT_TRUE(upper.ok());
+  EXPECT_EQ(upper.value().exit_code, 0) << upper.value().err;
+  const Json status = control(Json(Json::Object{{"cmd", "status"}}));
+  ASSERT_EQ(status.find("pods")->as_array()->size(), 1u);
+  EXPECT_EQ(*status.find("pods")->as_array()->at(0).find("pod_uid")->as_string(),
+            "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d");
+  auto zero =
+      ctl({"set-limits", "--pod-uid", "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d", "--memory", "0"});
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(zero.value().exit_code, 1);
+  EXPECT_NE(zero.value().err.find("memory 0 is not a limit"), std::string::npos)
+      << zero.value().err;
+  auto not_uid = ctl({"set-limits", "--pod-uid", "trainer", "--memory", "1Gi"});
+  ASSERT_TRUE(not_uid.ok());
+  EXPECT_EQ(not_uid.value().exit_code, 1);
+}
+
+// A restarted scheduler finds the pod limits of the last one in its state file, before anyone
+// registers: a client of the pod gets them with its welcome, authoritative.
+TEST_F(DaemonProcessTest, PodLimitsSurviveARestart) {
+  start({});
+  auto set = ctl({"set-limits", "--pod-uid", "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d", "--memory",
+                  "2Gi", "--core", "40"});
+  ASSERT_TRUE(set.ok());
+  ASSERT_EQ(set.value().exit_code, 0) << set.value().err;
+  // Written by the scheduler's state thread just after the change.
+  const std::string state = daemon_->dir() + "/state.json";
+  const auto written = [&] {
+    std::ifstream in(state);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str().find("7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d") != std::string::npos;
+  };
+  for (int i = 0; i < 200 && !written(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(written());
+  auto code = daemon_->stop(SIGKILL, 5000ms);
+  ASSERT_TRUE(code.ok());
+  auto again = DaemonProcess::start({"--state-file", state}, NVSHARE_SCHEDULER_BIN);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  auto response =
+      tools::control_call(again.value()->control_socket(), Json(Json::Object{{"cmd", "status"}}));
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response.value().find("scheduler")->find("limits_synced")->as_bool(), true);
+  const Json& pod = response.value().find("pods")->as_array()->at(0);
+  EXPECT_EQ(pod.find("memory_limit_bytes")->as_int64(), static_cast<std::int64_t>(2 * Gi));
+  EXPECT_EQ(pod.find("core_limit_percent")->as_int64(), 40);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/hooks/nvml_api.h"
 #include "shared_state.h"
 
 extern char** environ;
@@ -81,10 +82,10 @@ const ::testing::Environment* const kEnvironment =
     ::testing::AddGlobalTestEnvironment(new FakeCudaEnvironment);
 
 fakecuda::DeviceSnapshot snapshot(const std::string& uuid) {
-  static fakecuda::SharedState* state = [] {
+  static const std::unique_ptr<fakecuda::SharedState> state = [] {
     auto opened = fakecuda::SharedState::open(g_state_path, /*create=*/false);
     EXPECT_TRUE(opened.ok());
-    return opened.ok() ? opened.value() : nullptr;
+    return opened.ok() ? std::move(opened).value() : nullptr;
   }();
   auto record = state->device(uuid, 0);
   EXPECT_TRUE(record.ok());
@@ -221,7 +222,8 @@ TEST_F(FakeCudaTest, AttributesLookLikeAnH100) {
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 1);
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 1);
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS), 0);
-  EXPECT_EQ(attr(static_cast<CUdevice_attribute>(100000)), 0);  // unknown: 0, not an error
+  // Unknown (a value the enumeration can hold, past its last attribute): 0, not an error.
+  EXPECT_EQ(attr(static_cast<CUdevice_attribute>(CU_DEVICE_ATTRIBUTE_MAX + 50)), 0);
   int v = 0;
   EXPECT_EQ(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 7), CUDA_ERROR_INVALID_DEVICE);
 }
@@ -232,7 +234,8 @@ TEST_F(FakeCudaTest, ErrorNamesAndStrings) {
   EXPECT_STREQ(s, "CUDA_ERROR_OUT_OF_MEMORY");
   EXPECT_EQ(cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &s), CUDA_SUCCESS);
   EXPECT_STREQ(s, "out of memory");
-  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(123456), &s), CUDA_ERROR_INVALID_VALUE);
+  // A code the enumeration can hold (it reaches 999) that names no error.
+  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(1000), &s), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(FakeCudaTest, ContextStack) {
@@ -887,27 +890,28 @@ TEST_F(FakeCudaTest, BatchPrefetchMovesEachRangeToItsLocation) {
 TEST_F(FakeCudaTest, FakeNvmlReportsTheSimulatedMemory) {
   void* nvml = dlopen(NVSHARE_FAKECUDA_LIB_DIR "/libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(nvml, nullptr) << dlerror();
-  using InitFn = int (*)();
-  using ByUuidFn = int (*)(const char*, void**);
-  using MemoryFn = int (*)(void*, unsigned long long*);
+  // NVML's own types (client/hooks/nvml_api.h): the functions are called as they are defined.
+  using InitFn = nvmlReturn_t (*)();
+  using ByUuidFn = nvmlReturn_t (*)(const char*, nvmlDevice_t*);
+  using MemoryFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
   auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
   auto by_uuid = reinterpret_cast<ByUuidFn>(dlsym(nvml, "nvmlDeviceGetHandleByUUID"));
   auto memory = reinterpret_cast<MemoryFn>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
   auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
   ASSERT_TRUE(init && by_uuid && memory && shutdown);
   ASSERT_EQ(init(), 0);
-  void* device = nullptr;
+  nvmlDevice_t device = nullptr;
   ASSERT_EQ(by_uuid(kUuid1, &device), 0);
-  unsigned long long info[3] = {};  // total, free, used
-  ASSERT_EQ(memory(device, info), 0);
-  EXPECT_EQ(info[0], 512 * kMiB);
-  const unsigned long long used_before = info[2];
+  nvmlMemory_t info{};
+  ASSERT_EQ(memory(device, &info), 0);
+  EXPECT_EQ(info.total, 512 * kMiB);
+  const unsigned long long used_before = info.used;
   ScopedContext ctx(1);
   CUdeviceptr a = 0;
   ASSERT_EQ(cuMemAlloc(&a, 32 * kMiB), CUDA_SUCCESS);
-  ASSERT_EQ(memory(device, info), 0);
-  EXPECT_EQ(info[2], used_before + 32 * kMiB);
-  EXPECT_EQ(info[1], info[0] - info[2]);
+  ASSERT_EQ(memory(device, &info), 0);
+  EXPECT_EQ(info.used, used_before + 32 * kMiB);
+  EXPECT_EQ(info.free, info.total - info.used);
   EXPECT_EQ(cuMemFree(a), CUDA_SUCCESS);
   EXPECT_EQ(by_uuid("GPU-ffffffff-ffff-4fff-8fff-ffffffffffff", &device), 6);
   EXPECT_EQ(shutdown(), 0);

@@ -392,7 +392,8 @@ DeviceSnapshot SimDevice::snapshot() {
   return snap;
 }
 
-nvshare::Result<SharedState*> SharedState::open(const std::string& path, bool create) {
+nvshare::Result<std::unique_ptr<SharedState>> SharedState::open(const std::string& path,
+                                                                bool create) {
   int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
   int fd = ::open(path.c_str(), flags, 0600);
   if (fd < 0) {
@@ -431,7 +432,7 @@ nvshare::Result<SharedState*> SharedState::open(const std::string& path, bool cr
   }
   flock(fd, LOCK_UN);
   ::close(fd);  // the mapping keeps the file's pages
-  return new SharedState(header);
+  return std::unique_ptr<SharedState>(new SharedState(header));
 }
 
 nvshare::Result<DeviceRecord*> SharedState::device(const std::string& uuid,

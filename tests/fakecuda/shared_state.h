@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -195,7 +196,9 @@ class SimDevice {
 class SharedState {
  public:
   // Maps the state file, creating it when `create` (the stat tool opens without creating).
-  static nvshare::Result<SharedState*> open(const std::string& path, bool create);
+  // The object only wraps the mapping, which stays for the life of the process (device records
+  // point into it): destroying the object unmaps nothing.
+  static nvshare::Result<std::unique_ptr<SharedState>> open(const std::string& path, bool create);
 
   // The record of the device with this UUID, registered with total_bytes when new (the first
   // process to register a UUID decides its capacity).

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "common/log.h"
@@ -101,7 +102,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nvshare-fakecuda-stat: %s\n", state.error().message.c_str());
     return 1;
   }
-  auto records = state.value()->devices();
+  const std::unique_ptr<fakecuda::SharedState> owned = std::move(state).value();
+  auto records = owned->devices();
   std::printf("{\"state\": %s, \"devices\": [\n", json_string(path).c_str());
   for (std::size_t i = 0; i < records.size(); ++i) {
     fakecuda::SimDevice device(records[i]);
