@@ -74,6 +74,16 @@ Result<std::optional<std::vector<GpuInfo>>> parse_gpus(std::string_view text) {
   return std::optional<std::vector<GpuInfo>>(std::move(gpus));
 }
 
+// Bytes per second as a quantity, 1M..1T.
+Result<std::uint64_t> parse_bandwidth(std::string_view text) {
+  auto bytes = parse_memory_quantity(text);
+  if (!bytes) return bytes.error();
+  if (bytes.value() < 1'000'000 || bytes.value() > 1'000'000'000'000) {
+    return make_error(std::string(text) + " is outside 1M..1T");
+  }
+  return bytes.value();
+}
+
 // ---- the table ----------------------------------------------------------------------------------
 
 // Each apply function parses its text and stores it; the caller prefixes errors with the knob's
@@ -217,26 +227,16 @@ const Knob kKnobs[] = {
      "Swap bandwidth assumed for the `auto` quantum until a client reports a measured one.",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       auto bytes = parse_memory_quantity(v);
-       if (!bytes) return bytes.error();
-       if (bytes.value() < 1'000'000 || bytes.value() > 1'000'000'000'000) {
-         return make_error(std::string(v) + " is outside 1M..1T");
-       }
-       c.policy.default_swap_bytes_per_s = bytes.value();
-       return Status::Ok();
+       return store(parse_bandwidth(v),
+                    [&](std::uint64_t b) { c.policy.default_swap_bytes_per_s = b; });
      }},
     {"swap-bandwidth-floor", "1G", "1M..1T (bytes per second, a quantity)",
      "A client's reported swap bandwidth counts as at least this in its quantum and swap "
      "allowance, so a client cannot stretch either by reporting a slow swap.",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       auto bytes = parse_memory_quantity(v);
-       if (!bytes) return bytes.error();
-       if (bytes.value() < 1'000'000 || bytes.value() > 1'000'000'000'000) {
-         return make_error(std::string(v) + " is outside 1M..1T");
-       }
-       c.policy.swap_bandwidth_floor = bytes.value();
-       return Status::Ok();
+       return store(parse_bandwidth(v),
+                    [&](std::uint64_t b) { c.policy.swap_bandwidth_floor = b; });
      }},
     {"trust-client-limits", "false", "`true`, `false`",
      "Honour the limits and pod UID a client declares in its hello (local mode, nvshare-run). Off "

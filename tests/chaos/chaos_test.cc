@@ -34,6 +34,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using e2e::Env;
+using e2e::measure;
 using e2e::Scheduler;
 using e2e::SpawnOptions;
 using e2e::TempDir;
@@ -118,14 +119,6 @@ class ChaosTest : public ::testing::Test {
     EXPECT_TRUE(c.wait_for<protocol::SetLimits>(2000ms).ok());
     EXPECT_TRUE(c.send(protocol::Usage{allocated, allocated, 0}).ok());
     return c;
-  }
-
-  void measure(const std::string& what, double value, const std::string& unit) {
-    std::printf("[ MEASURE ] %s: %s = %.4g %s\n",
-                ::testing::UnitTest::GetInstance()->current_test_info()->name(), what.c_str(),
-                value, unit.c_str());
-    std::fflush(stdout);
-    RecordProperty(what, std::to_string(value) + " " + unit);
   }
 
   TempDir dir_;

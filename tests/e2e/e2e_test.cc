@@ -203,14 +203,6 @@ class E2eTest : public ::testing::Test {
     return parse_json(out.value().out);
   }
 
-  void measure(const std::string& what, double value, const std::string& unit) {
-    std::printf("[ MEASURE ] %s: %s = %.4g %s\n",
-                ::testing::UnitTest::GetInstance()->current_test_info()->name(), what.c_str(),
-                value, unit.c_str());
-    std::fflush(stdout);
-    RecordProperty(what, std::to_string(value) + " " + unit);
-  }
-
   TempDir dir_;
   std::string state_;
   double t0_ = 0;

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/unix_socket.h"
+#include "gtest/gtest.h"
 #include "tools/control_client.h"
 
 extern char** environ;
@@ -74,6 +75,14 @@ double monotonic_s() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void measure(const std::string& what, double value, const std::string& unit) {
+  std::printf("[ MEASURE ] %s: %s = %.4g %s\n",
+              ::testing::UnitTest::GetInstance()->current_test_info()->name(), what.c_str(), value,
+              unit.c_str());
+  std::fflush(stdout);
+  ::testing::Test::RecordProperty(what, std::to_string(value) + " " + unit);
 }
 
 void sleep_s(double seconds) {

@@ -39,6 +39,8 @@ struct Programs {
 const Programs& programs();
 
 double monotonic_s();
+// Prints "[ MEASURE ] <test>: <what> = <value> <unit>" and records it as a test property.
+void measure(const std::string& what, double value, const std::string& unit);
 void sleep_s(double seconds);
 
 // Environment overrides: a value sets the variable, nullopt removes it.

@@ -66,7 +66,8 @@ start_scheduler() {
   mkdir -p "$dir"
   sock="$dir/s.sock"
   ctl_sock="$dir/c.sock"
-  "$sched" --socket "$sock" --control-socket "$ctl_sock" --trust-client-limits "$@" \
+  "$sched" --socket "$sock" --control-socket "$ctl_sock" --state-file "$dir/state.json" \
+    --trust-client-limits "$@" \
     >"$dir/scheduler.log" 2>&1 &
   sched_pid=$!
   for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
