@@ -66,11 +66,11 @@ int main(int argc, char** argv) {
     NVSHARE_ERROR("cannot start: %s", daemon.error().message.c_str());
     return 1;
   }
-  NVSHARE_INFO(
-      "nvshare-scheduler %s started (mode %s, capacity %s, trust client limits %s)",
-      NVSHARE_VERSION, std::string(policy::to_string(cl.config.policy.mode)).c_str(),
-      cl.config.capacity.to_string().empty() ? "reported" : cl.config.capacity.to_string().c_str(),
-      cl.config.trust_client_limits ? "yes" : "no");
+  NVSHARE_INFO("nvshare-scheduler %s started (mode %s, capacity %s, trust client limits %s)",
+               NVSHARE_VERSION, std::string(policy::to_string(cl.config.policy.mode)).c_str(),
+               cl.config.capacity.to_string().empty() ? "the device's"
+                                                      : cl.config.capacity.to_string().c_str(),
+               cl.config.trust_client_limits ? "yes" : "no");
   Status ran = daemon.value()->run();
   daemon.value().reset();  // closes connections, removes the socket files
   if (!ran) {

@@ -154,6 +154,31 @@ under -- "$build/tests/fakecuda/nvshare-trainer" --bytes 1Gi --kernels 200 --ker
 stop_scheduler
 record trainer trainer "$out/trainer.native.json" "$out/trainer.nvshare.json" gpu_s "driver API"
 
+# 8. A container with the settings the device plugin mounts at /etc/nvshare (memory-limit 4Gi), whose
+#    environment says NVSHARE_ENABLE=0 and which no scheduler answers: PyTorch still sees 4Gi and a
+#    5 GiB tensor fails. Needs root and a mount namespace (the settings are bind-mounted read-only).
+settings="$out/settings"
+mkdir -p "$settings"
+chmod 755 "$settings"
+printf 'enforce=1\nsocket=%s\nregister-wait-ms=1000\nmemory-limit=4294967296\n' \
+  "$out/nobody-listens.sock" >"$settings/client.conf"
+chmod 644 "$settings/client.conf"
+if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+  made_mount_point=
+  [ -d /etc/nvshare ] || { mkdir /etc/nvshare && made_mount_point=1; }
+  for gib in 5 3; do
+    unshare -m sh -c "mount --bind '$settings' /etc/nvshare && mount -o remount,bind,ro /etc/nvshare &&
+      NVSHARE_ENABLE=0 NVSHARE_SOCKET=/tmp/elsewhere.sock LD_PRELOAD='$lib' \
+      $torch_job --mode limit --gib $gib" >"$out/enforced$gib.json" 2>"$out/enforced$gib.err"
+  done
+  [ -n "$made_mount_point" ] && rmdir /etc/nvshare
+  record enforced "total" "$out/limit.native.json" "$out/enforced5.json" mem_total "settings 4Gi, ENABLE=0, no scheduler"
+  record enforced "5GiB allocated" "$out/limit.native.json" "$out/enforced5.json" allocated "expect False"
+  record enforced "3GiB allocated" "$out/limit.native.json" "$out/enforced3.json" allocated "expect True"
+else
+  echo "scenario 8 (settings file) skipped: it needs root and mount namespaces" >&2
+fi
+
 if [ -n "${OUT:-}" ]; then
   cp "$results" "$out/machine.txt" "$OUT/"
   tar czf "$OUT/gpu-results.tgz" -C "$build" out
