@@ -24,7 +24,8 @@
 //                             "done_s":..,"gpu_ms":..}: when its kernels were submitted and done
 //   --meminfo-every-ms N      a thread samples cuMemGetInfo every N ms; each sample whose free or
 //                             total differs from the previous one is a line on stderr and an entry
-//                             of "meminfo_changes":[{"t":..,"free":..,"total":..}]
+//                             of "meminfo_changes":[{"t":..,"free":..,"total":..}]; also
+//                             "meminfo_samples" (how many) and "meminfo_max_total"
 //   --alloc-after-ms T --alloc-bytes Q
 //                             T ms into the loop (between iterations) tries cuMemAlloc(Q) and
 //                             reports "late_alloc":{"t":..,"bytes":Q,"result":"<CUresult name>"};
@@ -38,6 +39,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +124,8 @@ struct Report {
   // --meminfo-every-ms (guarded by meminfo_mutex: the sampler thread appends)
   bool have_meminfo_changes = false;
   std::vector<MeminfoSample> meminfo_changes;
+  std::uint64_t meminfo_samples = 0;    // every sample, not only the changes
+  std::size_t meminfo_max_total = 0;    // the largest total any sample showed
   // --alloc-after-ms
   bool have_late_alloc = false;
   double late_alloc_t = 0;
@@ -174,7 +178,8 @@ void print_report(const char* result, const std::string& error) {
       std::printf("%s{\"t\":%.6f,\"free\":%zu,\"total\":%zu}", i == 0 ? "" : ",", m.t, m.free,
                   m.total);
     }
-    std::printf("]");
+    std::printf("],\"meminfo_samples\":%" PRIu64 ",\"meminfo_max_total\":%zu", r.meminfo_samples,
+                r.meminfo_max_total);
   }
   if (r.have_late_alloc) {
     std::printf(",\"late_alloc\":{\"t\":%.6f,\"bytes\":%" PRIu64 ",\"result\":\"%s\"}",
@@ -337,6 +342,11 @@ class MeminfoSampler {
       MeminfoSample sample;
       if (cuMemGetInfo(&sample.free, &sample.total) == CUDA_SUCCESS) {
         sample.t = monotonic_s();
+        {
+          std::lock_guard<std::mutex> lock(g_meminfo_mutex);
+          ++g_report.meminfo_samples;
+          g_report.meminfo_max_total = std::max(g_report.meminfo_max_total, sample.total);
+        }
         if (sample.free != last.free || sample.total != last.total) {
           std::fprintf(stderr, "{\"meminfo\":{\"t\":%.6f,\"free\":%zu,\"total\":%zu}}\n", sample.t,
                        sample.free, sample.total);
