@@ -1,8 +1,9 @@
 // The long versions of the chaos tests (`make soak MINUTES=N`, default 10; not part of ctest).
 //
 // First half: 10 x MINUTES scheduler crashes (SIGKILL, restarted at once) under load: trainers of
-// a pod with a 1Gi limit come and go, each sampling cuMemGetInfo every 10 ms. Every trainer must
-// finish its work, and no sample may show more than 1Gi.
+// a pod with a 1Gi limit come and go, each sampling cuMemGetInfo every 10 ms, each with the settings
+// the device plugin gives the pod's containers (so one that starts while the scheduler is down
+// keeps the limit too). Every trainer must finish its work, and no sample may show more than 1Gi.
 // Second half: one scheduler's life under everything at once: the same churn, a hog that lies
 // (2^60 bytes at 1 byte/s) and ignores revokes with the default knobs (a victim must be granted
 // within the 30 s hog bound), floods of connections that never say hello from an unprivileged uid,
@@ -79,10 +80,20 @@ class Soak {
     ASSERT_TRUE(set.ok() && set.value().exit_code == 0);
   }
 
+  // The settings the device plugin gives the pod's containers (its 1Gi limit), which hold for a
+  // process that starts while the scheduler is down.
+  void write_container_settings() {
+    settings_ = dir_.path() + "/container-settings";
+    ASSERT_TRUE(write_settings(settings_, "enforce=1\nsocket=" + scheduler_->socket() +
+                                              "\nregister-wait-ms=3000\nmemory-limit=1073741824\n")
+                    .ok());
+  }
+
   // A trainer of the pod: 256Mi, some seconds of 10 ms kernels, cuMemGetInfo every 10 ms.
   void start_trainer(const FakePod& pod) {
     e2e::SpawnOptions in_pod;
     in_pod.cgroup_procs = pod.procs();
+    in_pod.settings_dir = settings_;
     const int kernels = 200 + static_cast<int>(random_() % 600);
     auto t = std::make_unique<e2e::Trainer>(
         e2e::TrainerOptions("t" + std::to_string(++trainers_started_),
@@ -140,6 +151,7 @@ class Soak {
 
   e2e::TempDir dir_;
   std::string state_;
+  std::string settings_;
   std::unique_ptr<e2e::Scheduler> scheduler_;
   std::vector<std::unique_ptr<e2e::Trainer>> running_;
   std::mt19937 random_{7};
@@ -203,10 +215,13 @@ TEST(Soak, RestartsHogsFloodsAndChurn) {
   std::printf(
       "[ SOAK ] %.1f minutes: %d restarts, then one scheduler under hogs, floods and churn\n",
       minutes(), restarts);
+  SettingsMountPoint mount_point;
+  ASSERT_TRUE(mount_point.ok()) << "cannot make /etc/nvshare as a mount point";
   Soak soak;
   auto pod = FakePod::create(kPod);
   ASSERT_TRUE(pod.ok()) << pod.error().message;
   ASSERT_NO_FATAL_FAILURE(soak.start_scheduler());
+  ASSERT_NO_FATAL_FAILURE(soak.write_container_settings());
 
   // ---- first half: restarts under load
   const double half = total_s / 2;
