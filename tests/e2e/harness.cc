@@ -116,6 +116,27 @@ std::string tail(const std::string& text, std::size_t lines) {
   return (pos > 0 ? "[...]\n" : "") + text.substr(pos);
 }
 
+namespace {
+
+// (source, target) for each directory SpawnOptions::root_binds names, and /proc and /dev; the
+// targets are created inside the root first.
+Result<std::vector<std::pair<std::string, std::string>>> root_bind_points(
+    const SpawnOptions& options) {
+  std::vector<std::string> sources = {"/proc", "/dev"};
+  sources.insert(sources.end(), options.root_binds.begin(), options.root_binds.end());
+  std::vector<std::pair<std::string, std::string>> points;
+  for (const std::string& source : sources) {
+    const std::string target = options.root + source;
+    std::error_code error;
+    std::filesystem::create_directories(target, error);
+    if (error) return make_error("create " + target + ": " + error.message());
+    points.emplace_back(source, target);
+  }
+  return points;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& argv,
                                                 const Env& env, const std::string& stdout_path,
                                                 const std::string& stderr_path, bool append,
@@ -129,6 +150,16 @@ Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& 
   const int out = ::open(stdout_path.c_str(), flags, 0644);
   const int err = stderr_path == stdout_path ? out : ::open(stderr_path.c_str(), flags, 0644);
   if (out < 0 || err < 0) return make_error("open " + stdout_path + ": " + std::strerror(errno));
+  std::vector<std::string> root_sources;
+  std::vector<std::string> root_targets;
+  if (!options.root.empty()) {
+    auto binds = root_bind_points(options);
+    if (!binds.ok()) return binds.error();
+    for (auto& [source, target] : binds.value()) {
+      root_sources.push_back(source);
+      root_targets.push_back(target);
+    }
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
@@ -143,14 +174,26 @@ Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& 
       if (procs < 0 || ::write(procs, "0\n", 2) != 2) ::_exit(125);
       ::close(procs);
     }
-    if (!options.settings_dir.empty()) {
+    if (!options.settings_dir.empty() || !options.root.empty()) {
       if (::unshare(CLONE_NEWNS) != 0 ||
-          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-          ::mount(options.settings_dir.c_str(), "/etc/nvshare", nullptr, MS_BIND, nullptr) != 0 ||
-          ::mount(nullptr, "/etc/nvshare", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) !=
-              0) {
+          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
         ::_exit(124);
       }
+    }
+    if (!options.settings_dir.empty() &&
+        (::mount(options.settings_dir.c_str(), "/etc/nvshare", nullptr, MS_BIND, nullptr) != 0 ||
+         ::mount(nullptr, "/etc/nvshare", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) !=
+             0)) {
+      ::_exit(124);
+    }
+    if (!options.root.empty()) {
+      for (std::size_t i = 0; i < root_sources.size(); ++i) {
+        if (::mount(root_sources[i].c_str(), root_targets[i].c_str(), nullptr, MS_BIND | MS_REC,
+                    nullptr) != 0) {
+          ::_exit(122);
+        }
+      }
+      if (::chroot(options.root.c_str()) != 0 || ::chdir("/") != 0) ::_exit(121);
     }
     if (options.uid && (::setgid(*options.uid) != 0 || ::setuid(*options.uid) != 0)) ::_exit(123);
     ::execve(c_args[0], c_args.data(), c_envs.data());

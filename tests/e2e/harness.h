@@ -69,6 +69,11 @@ struct SpawnOptions {
   std::string settings_dir;
   // Drop to this uid and gid (from root) before exec.
   std::optional<uid_t> uid;
+  // Another userland: the child chroots into this directory (an older distribution's root, see
+  // tests/compat) in a mount namespace of its own, where /proc, /dev and each of `root_binds` are
+  // bind-mounted at their own paths, so the programs and files under test keep their paths.
+  std::string root;
+  std::vector<std::string> root_binds;
 };
 
 // A child process with stdout and stderr redirected to files.
