@@ -33,8 +33,8 @@ class OlderUserlandTest : public ::testing::Test {
     ASSERT_TRUE(std::filesystem::exists(root_ + "/.nvshare-root-complete"))
         << root_ << " is not a finished root (tests/compat/make_root.sh makes it)";
     state_ = dir_.path() + "/fakecuda.state";
-    scheduler_ = std::make_unique<Scheduler>(dir_.path(), std::vector<std::string>{"--trust-client-limits"},
-                                             gpu_env());
+    scheduler_ = std::make_unique<Scheduler>(
+        dir_.path(), std::vector<std::string>{"--trust-client-limits"}, gpu_env());
     Status started = scheduler_->start();
     ASSERT_TRUE(started.ok()) << started.error().message;
   }
@@ -65,8 +65,8 @@ class OlderUserlandTest : public ::testing::Test {
   // The glibc the root's own getconf reports, e.g. "glibc 2.31".
   std::string root_glibc() {
     const std::string out = dir_.path() + "/getconf.out";
-    auto process = Process::spawn({"/usr/bin/getconf", "GNU_LIBC_VERSION"}, {}, out, out, false,
-                                  in_root());
+    auto process =
+        Process::spawn({"/usr/bin/getconf", "GNU_LIBC_VERSION"}, {}, out, out, false, in_root());
     if (!process.ok()) return "";
     auto code = process.value()->wait(10);
     if (!code.ok() || code.value() != 0) return "";
@@ -113,8 +113,9 @@ TEST_F(OlderUserlandTest, GlibcIsOlderThanTheBuildHost) {
 
 // 1Gi declared: cuMemGetInfo says 1Gi, the library refuses one byte past what it calls free.
 TEST_F(OlderUserlandTest, MemoryLimitHolds) {
-  Json report = run("limited", {"--bytes", "256Mi", "--report-meminfo", "--probe-free", "--kernels", "2"},
-                    {{"NVSHARE_MEMORY_LIMIT", "1Gi"}}, 30);
+  Json report =
+      run("limited", {"--bytes", "256Mi", "--report-meminfo", "--probe-free", "--kernels", "2"},
+          {{"NVSHARE_MEMORY_LIMIT", "1Gi"}}, 30);
   ASSERT_FALSE(HasFailure());
   const Json* probe = report.find("probe");
   ASSERT_NE(probe, nullptr) << report.dump();
