@@ -3,7 +3,7 @@
 #
 #   scripts/install-deps.sh build   compiler, CMake, Ninja (enough for the GPU-node components)
 #   scripts/install-deps.sh test    build + GoogleTest, clang and its libFuzzer runtime, python3,
-#                                   debootstrap (the older-userland test), and
+#                                   debootstrap (the older-userland test), the aarch64 cross compiler, and
 #                                   the Kubernetes agent's libraries (gRPC, protobuf, libcurl, nlohmann-json)
 #
 # Runs apt-get non-interactively when root; otherwise prints the exact command to run and exits 1.
@@ -15,7 +15,7 @@ packages=(cmake ninja-build g++ make pkg-config)
 case "$profile" in
   build) ;;
   test) packages+=(libgtest-dev libgmock-dev clang libclang-rt-14-dev python3 debootstrap
-                   debian-archive-keyring
+                   debian-archive-keyring g++-aarch64-linux-gnu
                    libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
                    libcurl4-openssl-dev nlohmann-json3-dev) ;;
   *) echo "install-deps: unknown profile '$profile' (build, test)" >&2; exit 2 ;;
