@@ -7,7 +7,8 @@
 #   make test-sanitize  build everything with ASan and UBSan (build-sanitize/) and run every suite
 #   make format         clang-format the tree
 #
-# Both `run` and `test` install missing Debian build packages first (see scripts/install-deps.sh).
+# Both install what is missing first (scripts/install-deps.sh): `run` only CMake, Ninja, a compiler,
+# make and python3 (tools already on PATH count, wherever they came from), `test` all the rest.
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
 SECONDS ?= 60
@@ -17,32 +18,48 @@ CMAKE_FLAGS ?=
 # For test-sanitize: any report stops the process (and fails its test); leaks are reported.
 SANITIZE_ASAN_OPTIONS ?= abort_on_error=0:detect_leaks=1:halt_on_error=1
 
-.PHONY: all deps-build deps-test configure build test test-sanitize run fuzz soak format clean
+.PHONY: all deps-build deps-run deps-test configure build build-run test test-sanitize run fuzz soak \
+	format clean
 
 all: build
 
 deps-build:
 	@scripts/install-deps.sh build
 
+deps-run:
+	@scripts/install-deps.sh run
+
 deps-test:
 	@scripts/install-deps.sh test
 
-# Configure once per build directory. clang builds everything when present (the fuzz targets need it),
-# g++ otherwise; the check runs after the dependencies are installed.
-$(BUILD)/build.ninja:
+# The test build: everything, the Kubernetes components and the tests included. clang builds it when
+# present (the fuzz targets need it), the system's compiler otherwise; the check runs after the
+# dependencies are installed. Run again each time, so a directory first configured by `make run` gains
+# the tests (a configured directory takes a few seconds).
+configure:
 	@cmake -S . -B $(BUILD) -G Ninja \
 	  $(if $(shell command -v clang++ 2>/dev/null),-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) \
-	  -DNVSHARE_WITH_K8S=ON $(CMAKE_FLAGS)
-
-configure: $(BUILD)/build.ninja
+	  -DNVSHARE_WITH_K8S=ON -DNVSHARE_BUILD_TESTS=ON $(CMAKE_FLAGS) >/dev/null
 
 build: deps-test configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The main job needs neither the tests nor the Kubernetes components: a directory configured here
+# builds only the library, the scheduler, nvsharectl, nvshare-run and the trainer; one already
+# configured (by `make test`) is used as it is.
+RUN_TARGETS = nvshare nvshare-scheduler nvsharectl nvshare-run nvshare-trainer
+build-run: deps-run
+	@if [ ! -f $(BUILD)/build.ninja ]; then \
+	  cmake -S . -B $(BUILD) -G Ninja -DNVSHARE_WITH_K8S=OFF -DNVSHARE_BUILD_TESTS=OFF $(CMAKE_FLAGS) \
+	    >/dev/null; fi
+	@cmake --build $(BUILD) -j $(JOBS) --target $(RUN_TARGETS) fakecuda fakenvml || { \
+	  echo "run: the build failed; the library and the trainer need cuda.h from the CUDA toolkit" \
+	    "(/usr/local/cuda/include, or set CUDA_HOME)" >&2; exit 1; }
+
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-run: build
+run: build-run
 	@scripts/run-demo.sh $(BUILD)
 
 fuzz: build
