@@ -2,7 +2,8 @@
 //
 // A program or library linked on a glibc 2.34+ system asks for the newest version of every libc
 // function it calls (pthread_create@GLIBC_2.34, stat@GLIBC_2.33, ...), and the static libstdc++ and
-// libgcc of a new GCC add functions older libcs lack (arc4random, _dl_find_object). The loader of an
+// libgcc of a new GCC add functions older libcs lack (arc4random, _dl_find_object); glibc 2.38's
+// headers turn sscanf and strtoul into C23 variants (__isoc23_sscanf@GLIBC_2.38). The loader of an
 // older glibc then refuses the whole object. This file defines each such function, hidden, so that
 // every reference in the link (ours and the static runtime's) binds here, and forwards to the
 // version every supported glibc has: the architecture's first version (GLIBC_2.2.5 on x86_64,
@@ -25,6 +26,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +40,12 @@
 #define FLOOR_BASE "GLIBC_2.2.5"
 #define FLOOR_SETNAME "GLIBC_2.12"  // pthread_setname_np, robust mutexes
 #define FLOOR_COND "GLIBC_2.3.2"
+#define FLOOR_C99_SCANF "GLIBC_2.7"
 #elif defined(__aarch64__)
 #define FLOOR_BASE "GLIBC_2.17"
 #define FLOOR_SETNAME "GLIBC_2.17"
 #define FLOOR_COND "GLIBC_2.17"
+#define FLOOR_C99_SCANF "GLIBC_2.17"
 #else
 #error "the glibc floor knows x86_64 and aarch64"
 #endif
@@ -218,6 +222,45 @@ FLOOR_HIDDEN int stat(const char* path, struct stat* st) {
 }
 FLOOR_HIDDEN int lstat(const char* path, struct stat* st) {
   return (int)syscall(SYS_newfstatat, AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW);
+}
+
+// ---- C23 number parsing -----------------------------------------------------------------------
+
+// glibc 2.38's headers send strtol and the scanf family to C23 variants (__isoc23_*, which also read
+// 0b binary literals) when compiling with GNU extensions, as C++ does. The variants forward to the
+// C99 functions every glibc has; no caller here writes binary literals.
+long floor_strtol(const char*, char**, int);
+unsigned long floor_strtoul(const char*, char**, int);
+long long floor_strtoll(const char*, char**, int);
+unsigned long long floor_strtoull(const char*, char**, int);
+int floor_vsscanf(const char*, const char*, va_list);
+FLOOR_OLD(floor_strtol, strtol, FLOOR_BASE);
+FLOOR_OLD(floor_strtoul, strtoul, FLOOR_BASE);
+FLOOR_OLD(floor_strtoll, strtoll, FLOOR_BASE);
+FLOOR_OLD(floor_strtoull, strtoull, FLOOR_BASE);
+FLOOR_OLD(floor_vsscanf, __isoc99_vsscanf, FLOOR_C99_SCANF);
+
+FLOOR_HIDDEN long __isoc23_strtol(const char* text, char** end, int base) {
+  return floor_strtol(text, end, base);
+}
+FLOOR_HIDDEN unsigned long __isoc23_strtoul(const char* text, char** end, int base) {
+  return floor_strtoul(text, end, base);
+}
+FLOOR_HIDDEN long long __isoc23_strtoll(const char* text, char** end, int base) {
+  return floor_strtoll(text, end, base);
+}
+FLOOR_HIDDEN unsigned long long __isoc23_strtoull(const char* text, char** end, int base) {
+  return floor_strtoull(text, end, base);
+}
+FLOOR_HIDDEN int __isoc23_vsscanf(const char* text, const char* format, va_list args) {
+  return floor_vsscanf(text, format, args);
+}
+FLOOR_HIDDEN int __isoc23_sscanf(const char* text, const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  const int result = floor_vsscanf(text, format, args);
+  va_end(args);
+  return result;
 }
 
 // ---- randomness ------------------------------------------------------------------------------
