@@ -53,6 +53,17 @@ Result<v1beta1::ContainerAllocateResponse> container_allocation(
     return make_error("unknown device ID(s) " + unknown + ": this plugin advertises " +
                       config.resource_name + " as <GPU-UUID>__<slot> of the GPUs it manages");
   }
+  if (config.fail_requests_greater_than_one && device_ids.size() > 1) {
+    return make_error(std::to_string(device_ids.size()) + " " + config.resource_name +
+                      " slots for one container: this plugin gives each container one shared GPU "
+                      "(fail-requests-greater-than-one); ask for 1");
+  }
+  if (uuids.size() < device_ids.size()) {
+    return make_error(std::to_string(device_ids.size()) + " " + config.resource_name +
+                      " slots for one container lie on " + std::to_string(uuids.size()) +
+                      " GPU(s): each slot of a container must be a distinct GPU (this node has " +
+                      std::to_string(gpus.size()) + "; ask for at most that many)");
+  }
 
   v1beta1::ContainerAllocateResponse response;
   std::string visible;

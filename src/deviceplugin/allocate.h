@@ -12,7 +12,9 @@
 //  - with a settings directory (container_settings.h), a read-only mount of it at /etc/nvshare:
 //    the settings the container's environment cannot override.
 // An ID that does not name a slot of a managed GPU is rejected: the error lists the unknown IDs
-// and nothing is allocated.
+// and nothing is allocated. So are two slots of one GPU for one container (a slot count is a GPU
+// count: two slots of one GPU would give the container one GPU where it asked for two), and, with
+// fail-requests-greater-than-one, any request of more than one slot.
 #pragma once
 
 #include <string>

@@ -199,6 +199,13 @@ const Knob kKnobs[] = {
        return store(parse_integer(v, 1, 1000),
                     [&](std::int64_t n) { c.slots_per_gpu = static_cast<int>(n); });
      }},
+    {"fail-requests-greater-than-one", "false", "true or false",
+     "Refuse Allocate for any container asking for more than one slot. Whatever this says, a "
+     "container's slots must lie on distinct GPUs: two slots of one GPU are refused.",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       return store(knobparse::parse_bool(v),
+                    [&](bool b) { c.fail_requests_greater_than_one = b; });
+     }},
     {"gpus", "all", "`all`, or a comma-separated list of GPU UUIDs and/or NVML indexes",
      "GPUs the plugin manages; the others are left alone.",
      [](std::string_view v, PluginConfig& c) -> Status {

@@ -66,6 +66,8 @@ struct MemoryCapacitySpec {
 struct PluginConfig {
   std::string resource_name;
   int slots_per_gpu = 0;
+  // Refuse every request of more than one slot (a container gets one shared GPU at most).
+  bool fail_requests_greater_than_one = false;
   GpuSelection gpus;
   MemoryCapacitySpec memory_capacity;
   std::string kubelet_dir;

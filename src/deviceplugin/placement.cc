@@ -97,7 +97,11 @@ Result<std::vector<std::string>> preferred_devices(const std::vector<ManagedGpu>
   for (const std::string& id : request.must_include) {
     if (!taken.insert(id).second) continue;
     chosen.push_back(id);
-    if (auto parsed = parse_device_id(id)) ++chosen_per_gpu[parsed->gpu_uuid];
+    auto parsed = parse_device_id(id);
+    if (parsed && ++chosen_per_gpu[parsed->gpu_uuid] > 1) {
+      return make_error("must-include devices name GPU " + parsed->gpu_uuid +
+                        " twice: a container's slots must lie on distinct GPUs");
+    }
   }
 
   // Free slots per managed GPU, lowest slot first.
@@ -114,6 +118,7 @@ Result<std::vector<std::string>> preferred_devices(const std::vector<ManagedGpu>
     for (const ManagedGpu& gpu : gpus) {
       auto slots = free_slots.find(gpu.uuid);
       if (slots == free_slots.end() || slots->second.empty()) continue;
+      if (chosen_per_gpu[gpu.uuid] > 0) continue;  // one slot per GPU and container
       const auto found = load.find(gpu.uuid);
       const GpuLoad gpu_load = found != load.end() ? found->second : GpuLoad{};
       const double held_share =
@@ -129,7 +134,9 @@ Result<std::vector<std::string>> preferred_devices(const std::vector<ManagedGpu>
     }
     if (best == nullptr) {
       return make_error("only " + std::to_string(chosen.size()) + " of " +
-                        std::to_string(request.size) + " requested devices are available");
+                        std::to_string(request.size) +
+                        " requested devices are available on distinct GPUs (a container's slots "
+                        "must lie on distinct GPUs)");
     }
     std::set<int>& slots = free_slots[best->uuid];
     const int slot = *slots.begin();

@@ -8,10 +8,10 @@
 //  - slots of the GPU that are neither available (the kubelet's available_deviceIDs) nor held by a
 //    listed pod nor unhealthy: a container allocated a moment ago that List() does not show yet.
 //    Each counts as one more pod.
-// preferred_devices then fills the request GPU by GPU: the GPU with the fewest slots already chosen
-// for this request first (a multi-slot request spreads over distinct GPUs), then the fewest live
-// pods, then the smallest share of its capacity held, then GPU order; within a GPU the lowest free
-// slot number.
+// preferred_devices then fills the request GPU by GPU, one slot per GPU (a multi-slot request asks
+// for that many GPUs, so its slots lie on distinct GPUs or the request fails): the GPU with the
+// fewest live pods first, then the smallest share of its capacity held, then GPU order; within a
+// GPU the lowest free slot number.
 #pragma once
 
 #include <cstdint>
@@ -72,8 +72,9 @@ struct PlacementRequest {
 };
 
 // The preferred device IDs: every must-include ID first, then the choice described above among
-// `available`. Errors: a size below 1, a must-include ID of more than `size` IDs, or fewer
-// available IDs than asked for. IDs this plugin does not manage are never chosen.
+// `available`. Errors: a size below 1, a must-include ID of more than `size` IDs, must-include IDs
+// that share a GPU, or fewer GPUs with an available slot than asked for. IDs this plugin does not
+// manage are never chosen.
 Result<std::vector<std::string>> preferred_devices(const std::vector<ManagedGpu>& gpus,
                                                    const std::map<std::string, GpuLoad>& load,
                                                    const PlacementRequest& request);

@@ -427,6 +427,42 @@ TEST_F(PluginServerTest, AllocateRejectsUnknownDeviceIds) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// `nvshare.com/gpu: 2` on a node with one GPU: placement finds no two GPUs, and when the kubelet
+// picks two slots of that GPU itself, Allocate refuses them, saying why.
+TEST_F(PluginServerTest, TwoSlotRequestOnAOneGpuNodeIsRefusedClearly) {
+  config_.gpus.all = false;
+  config_.gpus.indexes = {0};
+  sim_->start();
+  start_plugin();
+  ASSERT_EQ(plugin_->gpus().size(), 1u);
+  {
+    auto stub = sim_->plugin();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kDeadline);
+    v1beta1::PreferredAllocationRequest request;
+    auto* container = request.add_container_requests();
+    for (int slot = 0; slot < config_.slots_per_gpu; ++slot) {
+      container->add_available_deviceids(make_device_id("GPU-aaaa", slot));
+    }
+    container->set_allocation_size(2);
+    v1beta1::PreferredAllocationResponse response;
+    const grpc::Status status = stub->GetPreferredAllocation(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("distinct GPUs"), std::string::npos)
+        << status.error_message();
+  }
+  grpc::Status status;
+  allocate(*sim_, {"GPU-aaaa__0", "GPU-aaaa__1"}, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("each slot of a container must be a distinct GPU"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("this node has 1"), std::string::npos)
+      << status.error_message();
+  allocate(*sim_, {"GPU-aaaa__1"}, &status);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST_F(PluginServerTest, StartFailsForAGpuThatIsNotThere) {
   config_.gpus.all = false;
   config_.gpus.uuids = {"GPU-zzzz"};

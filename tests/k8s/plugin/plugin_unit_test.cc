@@ -50,6 +50,7 @@ TEST(PluginKnobs, DefaultsAreTheAgreedOnes) {
   const PluginConfig c = default_config();
   EXPECT_EQ(c.resource_name, "nvshare.com/gpu");
   EXPECT_EQ(c.slots_per_gpu, 10);
+  EXPECT_FALSE(c.fail_requests_greater_than_one);
   EXPECT_TRUE(c.gpus.all);
   EXPECT_TRUE(c.memory_capacity.empty());
   EXPECT_EQ(c.kubelet_socket(), "/var/lib/kubelet/device-plugins/kubelet.sock");
@@ -75,7 +76,9 @@ TEST(PluginKnobs, NamesOfFlagEnvironmentAndHelmValue) {
   EXPECT_EQ(env_name(*knob), "NVSHARE_PLUGIN_LD_SO_PRELOAD_HOST_PATH");
   EXPECT_EQ(helm_value(*knob), "devicePlugin.ldSoPreloadHostPath");
   EXPECT_EQ(helm_value(*find_knob("slots-per-gpu")), "devicePlugin.slotsPerGpu");
-  EXPECT_EQ(knobs().size(), 19u);
+  EXPECT_EQ(helm_value(*find_knob("fail-requests-greater-than-one")),
+            "devicePlugin.failRequestsGreaterThanOne");
+  EXPECT_EQ(knobs().size(), 20u);
 }
 
 TEST(PluginKnobs, FlagsWinOverEnvironmentWhichWinsOverDefaults) {
@@ -304,13 +307,20 @@ TEST(Placement, MultiSlotRequestSpreadsOverDistinctGpus) {
   for (const std::string& id : chosen.value()) distinct.insert(gpu_of(id));
   EXPECT_EQ(distinct.size(), 3u);
 
-  // More slots than GPUs: as even as possible.
+  // More slots than GPUs: a slot count is a GPU count, so there is no placement.
   chosen = preferred_devices(gpus, compute_load(gpus, {}, {}, available), {available, {}, 5});
-  ASSERT_TRUE(chosen);
-  std::map<std::string, int> per_gpu;
-  for (const std::string& id : chosen.value()) ++per_gpu[gpu_of(id)];
-  EXPECT_EQ(per_gpu.size(), 3u);
-  for (const auto& [uuid, count] : per_gpu) EXPECT_LE(count, 2) << uuid;
+  ASSERT_FALSE(chosen);
+  EXPECT_NE(chosen.error().message.find("only 3 of 5"), std::string::npos)
+      << chosen.error().message;
+  EXPECT_NE(chosen.error().message.find("distinct GPUs"), std::string::npos);
+
+  // Every GPU but one is full: two slots cannot be placed, whatever slots that GPU has free.
+  const std::vector<std::string> one_gpu_free = {"GPU-c__0", "GPU-c__1", "GPU-c__2"};
+  EXPECT_FALSE(
+      preferred_devices(gpus, compute_load(gpus, {}, {}, one_gpu_free), {one_gpu_free, {}, 2}));
+  // Must-include devices on one GPU are refused too.
+  EXPECT_FALSE(preferred_devices(gpus, compute_load(gpus, {}, {}, available),
+                                 {available, {"GPU-a__0", "GPU-a__1"}, 2}));
 }
 
 TEST(Placement, MustIncludeComesFirstAndCountsForSpreading) {
@@ -395,8 +405,8 @@ std::map<std::string, std::pair<std::string, bool>> mounts_of(
 
 TEST(Allocate, LdPreloadMode) {
   const auto gpus = two_gpus();
-  auto response = container_allocation(allocate_config(Injection::kLdPreload), gpus,
-                                       {"GPU-b__1", "GPU-a__0", "GPU-b__2"});
+  auto response =
+      container_allocation(allocate_config(Injection::kLdPreload), gpus, {"GPU-b__1", "GPU-a__0"});
   ASSERT_TRUE(response) << response.error().message;
   const auto& envs = response.value().envs();
   EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), "GPU-b,GPU-a");
@@ -438,6 +448,34 @@ TEST(Allocate, UnknownIdsAreRejectedByName) {
   EXPECT_NE(response.error().message.find("\"GPU-zzz__0\", \"GPU-b__4\""), std::string::npos)
       << response.error().message;
   EXPECT_FALSE(container_allocation(config, gpus, {}));
+}
+
+// Two slots of one GPU would give the container one GPU where it asked for two: refused, saying
+// how many GPUs the node has.
+TEST(Allocate, TwoSlotsOfOneGpuAreRefused) {
+  const std::vector<ManagedGpu> one_gpu = {ManagedGpu{"GPU-a", 0, 16 * kGi, 4, true}};
+  const PluginConfig config = allocate_config(Injection::kLdPreload);
+  auto response = container_allocation(config, one_gpu, {"GPU-a__0", "GPU-a__1"});
+  ASSERT_FALSE(response);
+  const std::string& message = response.error().message;
+  EXPECT_NE(message.find("2 nvshare.com/gpu slots for one container lie on 1 GPU(s)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("this node has 1"), std::string::npos) << message;
+  EXPECT_FALSE(check_device_ids(config, one_gpu, {"GPU-a__2", "GPU-a__3"}));
+  EXPECT_TRUE(container_allocation(config, one_gpu, {"GPU-a__3"}));
+}
+
+TEST(Allocate, FailRequestsGreaterThanOneRefusesEveryMultiSlotRequest) {
+  const auto gpus = two_gpus();
+  PluginConfig config = allocate_config(Injection::kLdPreload);
+  EXPECT_TRUE(container_allocation(config, gpus, {"GPU-a__0", "GPU-b__0"}));
+  config.fail_requests_greater_than_one = true;
+  auto response = container_allocation(config, gpus, {"GPU-a__0", "GPU-b__0"});
+  ASSERT_FALSE(response);
+  EXPECT_NE(response.error().message.find("fail-requests-greater-than-one"), std::string::npos)
+      << response.error().message;
+  EXPECT_TRUE(container_allocation(config, gpus, {"GPU-b__2"}));
 }
 
 TEST(Allocate, WritesTheLdSoPreloadFile) {
