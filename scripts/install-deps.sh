@@ -5,7 +5,8 @@
 #                                   main job (`make run`), on a GPU host or on the simulated GPU
 #   scripts/install-deps.sh build   the same
 #   scripts/install-deps.sh test    run + GoogleTest, clang and its libFuzzer runtime, debootstrap (the
-#                                   older-userland test), the aarch64 cross compiler, and the Kubernetes
+#                                   older-userland test), the aarch64 cross compiler, npm (it fetches the
+#                                   real helm for the chart's tests), and the Kubernetes
 #                                   agent's libraries (gRPC, protobuf, libcurl, nlohmann-json)
 #
 # A tool counts as present when its command is on PATH, wherever it came from (CMake and Ninja from
@@ -25,7 +26,7 @@ case "$profile" in
   test)
     tools+=(pkg-config=pkg-config clang++=clang debootstrap=debootstrap
             aarch64-linux-gnu-g++=g++-aarch64-linux-gnu protoc=protobuf-compiler
-            grpc_cpp_plugin=protobuf-compiler-grpc)
+            grpc_cpp_plugin=protobuf-compiler-grpc npm=npm)
     libraries+=(libgtest-dev libgmock-dev debian-archive-keyring libgrpc++-dev libprotobuf-dev
                 libcurl4-openssl-dev nlohmann-json3-dev)
     ;;

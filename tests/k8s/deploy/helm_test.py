@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""The chart under the real helm: lint, render, and what the rendered objects hold.
+
+  helm_test.py REPOSITORY_ROOT HELM
+
+  - `helm lint --strict`, with the defaults and with overrides;
+  - `helm template` with the defaults: exactly the expected objects, in the release's namespace; no
+    knob variable set (the programs' own defaults apply); the host directories the programs use by
+    default mounted where they expect them;
+  - `helm template` with overrides: each value reaches its variable in the right container, and a
+    moved socket directory moves every mount and variable that names it;
+  - settings the chart must refuse (the two control sockets differ, the control socket inside the
+    socket directory) make `helm template` fail with a message naming them.
+The rendered YAML is read with check_chart.py's parser (and PyYAML too, when installed).
+Exit status 0 when everything holds, 1 otherwise (each failure is printed).
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+FAILURES = []
+CHART = "deploy/helm/nvshare"
+NAMESPACE = "gpu-sharing"
+
+
+def fail(message):
+    FAILURES.append(message)
+
+
+def load_checker(root):
+    path = os.path.join(root, "tests/k8s/deploy/check_chart.py")
+    spec = importlib.util.spec_from_file_location("check_chart", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def helm(helm_path, root, args):
+    return subprocess.run([helm_path, *args], cwd=root, capture_output=True, text=True, check=False)
+
+
+def sets(overrides):
+    args = []
+    for key, value in overrides.items():
+        args += ["--set-string", f"{key}={value}"]
+    return args
+
+
+def render(checker, helm_path, root, overrides, label):
+    done = helm(helm_path, root, ["template", "rel", CHART, "--namespace", NAMESPACE, *sets(overrides)])
+    if done.returncode != 0:
+        fail(f"{label}: helm template failed: {done.stderr.strip()}")
+        return []
+    before = len(checker.FAILURES)
+    docs = checker.load_yaml(label, done.stdout) or []
+    for message in checker.FAILURES[before:]:
+        fail(message)
+    return docs
+
+
+def by_kind(docs):
+    out = {}
+    for doc in docs:
+        out.setdefault(doc.get("kind"), []).append(doc)
+    return out
+
+
+def daemonset(docs, suffix):
+    for doc in docs:
+        if doc.get("kind") == "DaemonSet" and doc["metadata"]["name"].endswith(suffix):
+            return doc
+    fail(f"no DaemonSet named *{suffix}")
+    return None
+
+
+def container(ds, name):
+    for c in (ds or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+        if c.get("name") == name:
+            return c
+    fail(f"no container {name}")
+    return {}
+
+
+def env_of(c):
+    return {e["name"]: e.get("value") for e in c.get("env", []) or []}
+
+
+def host_paths(ds):
+    volumes = (ds or {}).get("spec", {}).get("template", {}).get("spec", {}).get("volumes", [])
+    return {v["name"]: v["hostPath"]["path"] for v in volumes or [] if "hostPath" in v}
+
+
+def check_lint(helm_path, root):
+    for label, overrides in [("defaults", {}),
+                             ("overrides", {"devicePlugin.slotsPerGpu": "4",
+                                            "scheduler.mode": "exclusive"})]:
+        done = helm(helm_path, root, ["lint", "--strict", CHART, *sets(overrides)])
+        if done.returncode != 0:
+            fail(f"helm lint --strict ({label}) failed:\n{done.stdout}{done.stderr}")
+        else:
+            print(f"helm lint --strict ({label}): ok")
+
+
+def check_defaults(checker, helm_path, root):
+    docs = render(checker, helm_path, root, {}, "defaults")
+    kinds = {kind: len(items) for kind, items in by_kind(docs).items()}
+    expected = {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 2}
+    if kinds != expected:
+        fail(f"defaults: rendered {kinds}, expected {expected}")
+    for doc in docs:
+        namespaced = doc["kind"] not in ("ClusterRole", "ClusterRoleBinding")
+        if namespaced and doc["metadata"].get("namespace") != NAMESPACE:
+            fail(f"defaults: {doc['kind']} {doc['metadata']['name']} is not in {NAMESPACE}")
+    scheduler = daemonset(docs, "-scheduler")
+    plugin = daemonset(docs, "-device-plugin")
+    for ds, name in ((scheduler, "scheduler"), (plugin, "device-plugin")):
+        knobs = sorted(k for k in env_of(container(ds, name)) if k.startswith("NVSHARE_"))
+        if knobs:
+            fail(f"defaults: the {name} container sets {knobs}; the programs' defaults should apply")
+    want_scheduler = {"/var/run/nvshare", "/var/run/nvshare-control", "/var/lib/nvshare/scheduler"}
+    if not want_scheduler <= set(host_paths(scheduler).values()):
+        fail(f"defaults: scheduler host paths {sorted(host_paths(scheduler).values())} miss "
+             f"{sorted(want_scheduler - set(host_paths(scheduler).values()))}")
+    want_plugin = {"/var/lib/kubelet/device-plugins", "/var/run/nvshare-control",
+                   "/var/lib/nvshare/containers", "/var/lib/nvshare/lib"}
+    if not want_plugin <= set(host_paths(plugin).values()):
+        fail(f"defaults: device plugin host paths {sorted(host_paths(plugin).values())} miss "
+             f"{sorted(want_plugin - set(host_paths(plugin).values()))}")
+    print(f"helm template (defaults): {kinds}")
+
+
+def check_overrides(checker, helm_path, root):
+    overrides = {
+        "devicePlugin.slotsPerGpu": "4",
+        "devicePlugin.failRequestsGreaterThanOne": "true",
+        "devicePlugin.socketDir": "/run/gpu-share",
+        "scheduler.socket": "/run/gpu-share/scheduler.sock",
+        "scheduler.mode": "exclusive",
+        "scheduler.quantumMax": "20",
+    }
+    docs = render(checker, helm_path, root, overrides, "overrides")
+    scheduler = daemonset(docs, "-scheduler")
+    plugin = daemonset(docs, "-device-plugin")
+    plugin_env = env_of(container(plugin, "device-plugin"))
+    scheduler_env = env_of(container(scheduler, "scheduler"))
+    expect = [(plugin_env, "NVSHARE_PLUGIN_SLOTS_PER_GPU", "4"),
+              (plugin_env, "NVSHARE_PLUGIN_FAIL_REQUESTS_GREATER_THAN_ONE", "true"),
+              (plugin_env, "NVSHARE_PLUGIN_SOCKET_DIR", "/run/gpu-share"),
+              (scheduler_env, "NVSHARE_SOCKET", "/run/gpu-share/scheduler.sock"),
+              (scheduler_env, "NVSHARE_MODE", "exclusive"),
+              (scheduler_env, "NVSHARE_QUANTUM_MAX", "20")]
+    for env, name, value in expect:
+        if env.get(name) != value:
+            fail(f"overrides: {name} is {env.get(name)!r}, expected {value!r}")
+    for ds, label in ((scheduler, "scheduler"), (plugin, "device plugin")):
+        paths = set(host_paths(ds).values())
+        if "/var/run/nvshare" in paths:
+            fail(f"overrides: the {label} still mounts /var/run/nvshare after socketDir moved")
+    if "/run/gpu-share" not in host_paths(scheduler).values():
+        fail("overrides: the scheduler does not mount the moved socket directory /run/gpu-share")
+    print("helm template (overrides): every value reached its variable")
+
+
+def check_refusals(helm_path, root):
+    cases = [
+        ({"devicePlugin.controlSocket": "/run/other/control.sock"}, "must be the same socket"),
+        ({"devicePlugin.controlSocket": "/var/run/nvshare/control.sock",
+          "scheduler.controlSocket": "/var/run/nvshare/control.sock"}, "must lie outside"),
+        ({"scheduler.socket": "/tmp/elsewhere.sock"}, "scheduler.socket"),
+    ]
+    for overrides, message in cases:
+        done = helm(helm_path, root, ["template", "rel", CHART, *sets(overrides)])
+        if done.returncode == 0:
+            fail(f"refusals: {overrides} rendered; the chart must refuse it")
+        elif message not in done.stderr:
+            fail(f"refusals: {overrides} failed without saying {message!r}: {done.stderr.strip()}")
+    print(f"helm template refused {len(cases)} inconsistent settings, each with its reason")
+
+
+def main(argv):
+    root = os.path.abspath(argv[1] if len(argv) > 1 else ".")
+    helm_path = argv[2] if len(argv) > 2 else "helm"
+    version = helm(helm_path, root, ["version", "--short"])
+    print(f"helm {version.stdout.strip()}")
+    checker = load_checker(root)
+    check_lint(helm_path, root)
+    check_defaults(checker, helm_path, root)
+    check_overrides(checker, helm_path, root)
+    check_refusals(helm_path, root)
+    for message in FAILURES:
+        print(f"FAIL: {message}")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
