@@ -9,6 +9,8 @@
     default mounted where they expect them;
   - `helm template` with overrides: each value reaches its variable in the right container, and a
     moved socket directory moves every mount and variable that names it;
+  - what some clusters need (GKE's quota for the priority class, OpenShift's SCC, an SELinux type)
+    rendered when asked for and only then;
   - settings the chart must refuse (the two control sockets differ, the control socket inside the
     socket directory) make `helm template` fail with a message naming them.
 The rendered YAML is read with check_chart.py's parser (and PyYAML too, when installed).
@@ -163,6 +165,58 @@ def check_overrides(checker, helm_path, root):
     print("helm template (overrides): every value reached its variable")
 
 
+def pod_security_context(ds):
+    return (ds or {}).get("spec", {}).get("template", {}).get("spec", {}).get("securityContext", {})
+
+
+def check_cluster_fit(checker, helm_path, root):
+    """GKE's quota for the priority class, OpenShift's SCC, SELinux's type: off by default, right when on."""
+    overrides = {"priorityClassQuota.create": "true", "openshift.scc.create": "true",
+                 "seLinuxType": "spc_t"}
+    done = helm(helm_path, root, ["lint", "--strict", CHART, *sets(overrides)])
+    if done.returncode != 0:
+        fail(f"helm lint --strict (cluster fit) failed:\n{done.stdout}{done.stderr}")
+    docs = render(checker, helm_path, root, overrides, "cluster fit")
+    kinds = by_kind(docs)
+    quotas = kinds.get("ResourceQuota", [])
+    if len(quotas) != 1:
+        fail(f"cluster fit: {len(quotas)} ResourceQuota objects, expected 1")
+    else:
+        quota = quotas[0]
+        expressions = quota["spec"].get("scopeSelector", {}).get("matchExpressions", [])
+        if quota["metadata"].get("namespace") != NAMESPACE or expressions != [
+                {"operator": "In", "scopeName": "PriorityClass", "values": ["system-node-critical"]}]:
+            fail(f"cluster fit: the quota does not name the pods' priority class in {NAMESPACE}: {quota}")
+    sccs = kinds.get("SecurityContextConstraints", [])
+    if len(sccs) != 1:
+        fail(f"cluster fit: {len(sccs)} SecurityContextConstraints, expected 1")
+    else:
+        scc = sccs[0]
+        plugin = daemonset(docs, "-device-plugin")
+        plugin_sa = plugin["spec"]["template"]["spec"].get("serviceAccountName") if plugin else None
+        want_users = {f"system:serviceaccount:{NAMESPACE}:{plugin_sa}",
+                      f"system:serviceaccount:{NAMESPACE}:default"}
+        if set(scc.get("users", [])) != want_users:
+            fail(f"cluster fit: SCC users {scc.get('users')}, expected {sorted(want_users)}")
+        for key, value in (("allowHostPID", True), ("allowHostDirVolumePlugin", True),
+                           ("allowPrivilegedContainer", False), ("allowHostNetwork", False),
+                           ("allowPrivilegeEscalation", False)):
+            if scc.get(key) != value:
+                fail(f"cluster fit: SCC {key} is {scc.get(key)!r}, expected {value!r}")
+    for suffix in ("-scheduler", "-device-plugin"):
+        context = pod_security_context(daemonset(docs, suffix))
+        if context.get("seLinuxOptions", {}).get("type") != "spc_t":
+            fail(f"cluster fit: the *{suffix} pods have no seLinuxOptions type spc_t: {context}")
+    defaults = by_kind(render(checker, helm_path, root, {}, "defaults (cluster fit)"))
+    for kind in ("ResourceQuota", "SecurityContextConstraints"):
+        if kind in defaults:
+            fail(f"cluster fit: the defaults render a {kind}")
+    for doc in defaults.get("DaemonSet", []):
+        if "seLinuxOptions" in pod_security_context(doc):
+            fail(f"cluster fit: the defaults set an SELinux type on {doc['metadata']['name']}")
+    print("helm template (cluster fit): quota, SCC and SELinux type rendered when asked for, not otherwise")
+
+
 def check_refusals(helm_path, root):
     cases = [
         ({"devicePlugin.controlSocket": "/run/other/control.sock"}, "must be the same socket"),
@@ -188,6 +242,7 @@ def main(argv):
     check_lint(helm_path, root)
     check_defaults(checker, helm_path, root)
     check_overrides(checker, helm_path, root)
+    check_cluster_fit(checker, helm_path, root)
     check_refusals(helm_path, root)
     for message in FAILURES:
         print(f"FAIL: {message}")
