@@ -36,19 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#define FLOOR_BASE "GLIBC_2.2.5"
-#define FLOOR_SETNAME "GLIBC_2.12"  // pthread_setname_np, robust mutexes
-#define FLOOR_COND "GLIBC_2.3.2"
-#define FLOOR_C99_SCANF "GLIBC_2.7"
-#elif defined(__aarch64__)
-#define FLOOR_BASE "GLIBC_2.17"
-#define FLOOR_SETNAME "GLIBC_2.17"
-#define FLOOR_COND "GLIBC_2.17"
-#define FLOOR_C99_SCANF "GLIBC_2.17"
-#else
-#error "the glibc floor knows x86_64 and aarch64"
-#endif
+#include "glibc_versions.h"
 
 #define FLOOR_HIDDEN __attribute__((visibility("hidden")))
 // `local` is a reference to `name@version` in this object.
@@ -78,14 +66,14 @@ FLOOR_OLD(floor_pthread_key_create, pthread_key_create, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_key_delete, pthread_key_delete, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_getspecific, pthread_getspecific, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_setspecific, pthread_setspecific, FLOOR_BASE);
-FLOOR_OLD(floor_pthread_setname_np, pthread_setname_np, FLOOR_SETNAME);
+FLOOR_OLD(floor_pthread_setname_np, pthread_setname_np, FLOOR_2_12);
 FLOOR_OLD(floor_pthread_cond_timedwait, pthread_cond_timedwait, FLOOR_COND);
 FLOOR_OLD(floor_pthread_detach, pthread_detach, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_mutexattr_init, pthread_mutexattr_init, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_mutexattr_destroy, pthread_mutexattr_destroy, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_mutexattr_setpshared, pthread_mutexattr_setpshared, FLOOR_BASE);
-FLOOR_OLD(floor_pthread_mutexattr_setrobust, pthread_mutexattr_setrobust, FLOOR_SETNAME);
-FLOOR_OLD(floor_pthread_mutex_consistent, pthread_mutex_consistent, FLOOR_SETNAME);
+FLOOR_OLD(floor_pthread_mutexattr_setrobust, pthread_mutexattr_setrobust, FLOOR_2_12);
+FLOOR_OLD(floor_pthread_mutex_consistent, pthread_mutex_consistent, FLOOR_2_12);
 
 FLOOR_HIDDEN int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
                                 void* (*start)(void*), void* arg) {

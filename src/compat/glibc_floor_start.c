@@ -11,13 +11,7 @@
 #define _GNU_SOURCE 1
 #include <stddef.h>
 
-#if defined(__x86_64__)
-#define FLOOR_BASE "GLIBC_2.2.5"
-#elif defined(__aarch64__)
-#define FLOOR_BASE "GLIBC_2.17"
-#else
-#error "the glibc floor knows x86_64 and aarch64"
-#endif
+#include "glibc_versions.h"
 
 typedef int (*floor_main_fn)(int, char**, char**);
 typedef void (*floor_init_fn)(int, char**, char**);

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+
+#include "harness.h"
 
 namespace nvshare::chaos {
 namespace {
@@ -110,12 +111,9 @@ Result<std::unique_ptr<Attacker>> Attacker::start(uid_t uid, std::size_t max_fil
                                                   std::function<int(int report_fd)> body) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  const pid_t pid = e2e::fork_tied_to_test();
   if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);
     ::close(fds[0]);
     raise_descriptor_limit(max_files);
     if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(125);

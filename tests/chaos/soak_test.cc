@@ -1,10 +1,10 @@
 // The long versions of the chaos tests (`make soak MINUTES=N`, default 10; not part of ctest).
 //
 // First half: 10 x MINUTES scheduler crashes (SIGKILL, restarted at once) under load: trainers of
-// a pod with a 1Gi limit come and go, each sampling cuMemGetInfo every 10 ms, each with the settings
-// the device plugin gives the pod's containers (so one that starts while the scheduler is down
-// keeps the limit too). Every trainer must finish its work, and no sample may show more than 1Gi.
-// Second half: one scheduler's life under everything at once: the same churn, a hog that lies
+// a pod with a 1Gi limit come and go, each sampling cuMemGetInfo every 10 ms, each with the
+// settings the device plugin gives the pod's containers (so one that starts while the scheduler is
+// down keeps the limit too). Every trainer must finish its work, and no sample may show more than
+// 1Gi. Second half: one scheduler's life under everything at once: the same churn, a hog that lies
 // (2^60 bytes at 1 byte/s) and ignores revokes with the default knobs (a victim must be granted
 // within the 30 s hog bound), floods of connections that never say hello from an unprivileged uid,
 // and hellos naming invented GPUs. The scheduler's descriptors and resident memory are sampled
@@ -124,7 +124,8 @@ class Soak {
         ++application_errors_;
         ADD_FAILURE() << "a trainer failed: " << (*it)->describe();
       } else {
-        meminfo_samples_ += static_cast<long>(e2e::json_number(&report.value(), "meminfo_samples", 0));
+        meminfo_samples_ +=
+            static_cast<long>(e2e::json_number(&report.value(), "meminfo_samples", 0));
         if (e2e::json_number(&report.value(), "meminfo_max_total", 0) > kGi) {
           ++limit_missing_;
           ADD_FAILURE() << "cuMemGetInfo showed more than the pod's 1Gi: " << (*it)->describe();

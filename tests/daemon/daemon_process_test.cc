@@ -2,8 +2,8 @@
 //
 // Each test starts its own daemon with sockets in a temporary directory. Timing bounds are generous
 // (tests assert behaviour, not speed): waits are for "at most" a second or so, and the one latency
-// the scheduler promises (a disconnect frees the grant for the next client within 50 ms) is asserted
-// with that bound and its measured value recorded as a test property.
+// the scheduler promises (a disconnect frees the grant for the next client within 50 ms) is
+// asserted with that bound and its measured value recorded as a test property.
 #include "daemon_process.h"
 
 #include <gtest/gtest.h>

@@ -100,6 +100,16 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+pid_t fork_tied_to_test() {
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+  }
+  return pid;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -160,13 +170,9 @@ Result<std::unique_ptr<Process>> Process::spawn(const std::vector<std::string>& 
       root_targets.push_back(target);
     }
   }
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
+  const pid_t pid = fork_tied_to_test();
   if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
-    // Children never outlive the test, whatever happens to it.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);
     ::dup2(out, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
     if (!options.cgroup_procs.empty()) {

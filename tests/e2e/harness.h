@@ -56,6 +56,11 @@ class TempDir {
   std::string path_;
 };
 
+// fork(2) for a child that must not outlive the test: in the child (0 returned) a parent that dies
+// takes it along (PR_SET_PDEATHSIG), and one already gone ends it at once; -1 with errno when fork
+// fails. The child may call only async-signal-safe functions before exec or _exit.
+pid_t fork_tied_to_test();
+
 std::string read_file(const std::string& path);
 // The last `lines` lines of `text`.
 std::string tail(const std::string& text, std::size_t lines);

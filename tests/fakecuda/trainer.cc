@@ -37,9 +37,9 @@
 #include <cuda.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -124,8 +124,8 @@ struct Report {
   // --meminfo-every-ms (guarded by meminfo_mutex: the sampler thread appends)
   bool have_meminfo_changes = false;
   std::vector<MeminfoSample> meminfo_changes;
-  std::uint64_t meminfo_samples = 0;    // every sample, not only the changes
-  std::size_t meminfo_max_total = 0;    // the largest total any sample showed
+  std::uint64_t meminfo_samples = 0;  // every sample, not only the changes
+  std::size_t meminfo_max_total = 0;  // the largest total any sample showed
   // --alloc-after-ms
   bool have_late_alloc = false;
   double late_alloc_t = 0;
