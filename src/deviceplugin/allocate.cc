@@ -1,12 +1,9 @@
 #include "deviceplugin/allocate.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 
+#include "common/atomic_file.h"
 #include "deviceplugin/container_settings.h"
 
 namespace nvshare::deviceplugin {
@@ -18,6 +15,36 @@ void add_mount(v1beta1::ContainerAllocateResponse& response, const std::string& 
   mount->set_host_path(host_path);
   mount->set_container_path(container_path);
   mount->set_read_only(read_only);
+}
+
+void add_edits(v1beta1::ContainerAllocateResponse& response, const ContainerEdits& edits) {
+  auto& envs = *response.mutable_envs();
+  for (const auto& [name, value] : edits.env) envs[name] = value;
+  for (const ContainerEdits::Mount& m : edits.mounts) {
+    add_mount(response, m.host_path, m.container_path, m.read_only);
+  }
+}
+
+// Names the container's GPUs to the runtime in each way device-list-strategy lists.
+void name_gpus(const PluginConfig& config, const std::vector<std::string>& uuids,
+               v1beta1::ContainerAllocateResponse& response) {
+  const DeviceListStrategy& strategy = config.device_list;
+  if (strategy.cdi_cri) {
+    for (const std::string& uuid : uuids) {
+      response.add_cdi_devices()->set_name(qualified_cdi_device(config.cdi_gpu_kind, uuid));
+    }
+  }
+  if (strategy.envvar) {
+    std::string visible;
+    for (const std::string& uuid : uuids) visible += (visible.empty() ? "" : ",") + uuid;
+    (*response.mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = visible;
+  }
+  if (strategy.volume_mounts) {
+    (*response.mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = kVolumeMountsDeviceDir;
+    for (const std::string& uuid : uuids) {
+      add_mount(response, "/dev/null", std::string(kVolumeMountsDeviceDir) + "/" + uuid, true);
+    }
+  }
 }
 
 }  // namespace
@@ -66,55 +93,71 @@ Result<v1beta1::ContainerAllocateResponse> container_allocation(
   }
 
   v1beta1::ContainerAllocateResponse response;
-  std::string visible;
-  for (const std::string& uuid : uuids) visible += (visible.empty() ? "" : ",") + uuid;
-  auto& envs = *response.mutable_envs();
-  envs["NVIDIA_VISIBLE_DEVICES"] = visible;
-  envs["NVSHARE_SOCKET"] = config.socket_dir + "/scheduler.sock";
-  add_mount(response, config.library_host_path, config.library_container_path, true);
-  // Read-only: clients only connect(2) to the socket, which a read-only mount allows; a writable
-  // one would let a container replace scheduler.sock for every other pod on the node.
-  add_mount(response, config.socket_dir, config.socket_dir, true);
-  if (config.injection == Injection::kLdPreload) {
-    envs["LD_PRELOAD"] = config.library_container_path;
+  name_gpus(config, uuids, response);
+  const std::string container_id =
+      settings_host_dir.empty() ? "" : std::filesystem::path(settings_host_dir).filename().string();
+  if (config.edits_through_cdi()) {
+    response.add_cdi_devices()->set_name(qualified_cdi_device(kCdiKind, kCdiClientDevice));
+    if (!container_id.empty()) {
+      response.add_cdi_devices()->set_name(
+          qualified_cdi_device(kCdiKind, container_cdi_device(container_id)));
+    }
   } else {
-    add_mount(response, config.ld_so_preload_host_path, kLdSoPreloadContainerPath, true);
-  }
-  if (!settings_host_dir.empty()) {
-    add_mount(response, settings_host_dir, kSettingsContainerPath, true);
+    add_edits(response, client_edits(config));
+    if (!settings_host_dir.empty()) add_edits(response, settings_edits(settings_host_dir));
   }
   return response;
 }
 
+ContainerEdits client_edits(const PluginConfig& config) {
+  ContainerEdits edits;
+  edits.env.emplace_back("NVSHARE_SOCKET", config.socket_dir + "/scheduler.sock");
+  edits.mounts.push_back({config.library_host_path, config.library_container_path, true});
+  // Read-only: clients only connect(2) to the socket, which a read-only mount allows; a writable
+  // one would let a container replace scheduler.sock for every other pod on the node.
+  edits.mounts.push_back({config.socket_dir, config.socket_dir, true});
+  if (config.injection == Injection::kLdPreload) {
+    edits.env.emplace_back("LD_PRELOAD", config.library_container_path);
+  } else {
+    edits.mounts.push_back({config.ld_so_preload_host_path, kLdSoPreloadContainerPath, true});
+  }
+  return edits;
+}
+
+ContainerEdits settings_edits(const std::string& settings_host_dir) {
+  ContainerEdits edits;
+  edits.mounts.push_back({settings_host_dir, kSettingsContainerPath, true});
+  return edits;
+}
+
+std::string allocated_gpus(const v1beta1::ContainerAllocateResponse& response) {
+  std::string out;
+  const auto visible = response.envs().find("NVIDIA_VISIBLE_DEVICES");
+  if (visible != response.envs().end() && visible->second != kVolumeMountsDeviceDir) {
+    return visible->second;
+  }
+  const std::string volume_prefix = std::string(kVolumeMountsDeviceDir) + "/";
+  for (const v1beta1::Mount& mount : response.mounts()) {
+    if (mount.container_path().rfind(volume_prefix, 0) == 0) {
+      out += (out.empty() ? "" : ",") + mount.container_path().substr(volume_prefix.size());
+    }
+  }
+  if (!out.empty()) return out;
+  for (const v1beta1::CDIDevice& device : response.cdi_devices()) {
+    if (device.name().rfind(std::string(kCdiKind) + "=", 0) == 0) continue;
+    out += (out.empty() ? "" : ",") + device.name();
+  }
+  return out;
+}
+
 Status write_ld_so_preload(const PluginConfig& config) {
-  namespace fs = std::filesystem;
-  const fs::path target(config.ld_so_preload_host_path);
+  const std::filesystem::path target(config.ld_so_preload_host_path);
   std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
+  std::filesystem::create_directories(target.parent_path(), ec);
   if (ec) {
     return make_error("cannot create " + target.parent_path().string() + ": " + ec.message());
   }
-  const fs::path temporary = target.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << config.library_container_path << '\n';
-    out.close();
-    if (!out) {
-      fs::remove(temporary, ec);
-      return make_error("cannot write " + temporary.string());
-    }
-  }
-  fs::permissions(temporary,
-                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                      fs::perms::others_read,
-                  ec);
-  fs::rename(temporary, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(temporary, ignored);
-    return make_error("cannot replace " + target.string() + ": " + ec.message());
-  }
-  return Status::Ok();
+  return replace_file(target.string(), config.library_container_path + "\n", 0644);
 }
 
 }  // namespace nvshare::deviceplugin

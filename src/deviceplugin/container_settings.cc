@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/log.h"
 
 namespace nvshare::deviceplugin {
@@ -101,21 +102,8 @@ std::string ContainerSettings::file_text(const Entry& entry) const {
 }
 
 Status ContainerSettings::write(const std::string& id, const Entry& entry) const {
-  const std::string dir = options_.dir + "/" + id;
-  const std::string temporary = dir + "/" + kFileName + ".tmp";
-  const std::string target = dir + "/" + kFileName;
-  const std::string text = file_text(entry);
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return make_error("cannot create " + temporary + ": " + std::strerror(errno));
-  ::fchmod(fd, 0644);  // whatever the umask: readable by the container's user, writable by none
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ::close(fd);
-  if (!ok || ::rename(temporary.c_str(), target.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temporary.c_str());
-    return make_error("cannot write " + target + ": " + why);
-  }
-  return Status::Ok();
+  // 0644 whatever the umask: readable by the container's user, writable by none.
+  return replace_file(options_.dir + "/" + id + "/" + kFileName, file_text(entry), 0644);
 }
 
 void ContainerSettings::remove(const std::string& id) {
@@ -146,6 +134,12 @@ Result<std::string> ContainerSettings::create(const std::vector<std::string>& de
   }
   entries_[id] = std::move(entry);
   return dir;
+}
+
+std::set<std::string> ContainerSettings::ids() const {
+  std::set<std::string> out;
+  for (const auto& entry : entries_) out.insert(entry.first);
+  return out;
 }
 
 std::size_t ContainerSettings::pending() const {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,7 @@ class ContainerSettings {
 
   std::size_t pending() const;  // containers whose pod's limit is not written yet
   std::size_t size() const { return entries_.size(); }
+  std::set<std::string> ids() const;  // the containers' directory names
 
  private:
   struct Entry {

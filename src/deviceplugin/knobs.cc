@@ -7,6 +7,7 @@
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
 #include "common/quantity.h"
+#include "deviceplugin/cdi_spec.h"
 
 namespace nvshare::deviceplugin {
 namespace {
@@ -154,6 +155,30 @@ Status check_resource_name(std::string_view text) {
   return Status::Ok();
 }
 
+Result<DeviceListStrategy> parse_device_list_strategy(std::string_view text) {
+  if (text.empty())
+    return make_error("empty (name at least one of cdi-cri, envvar, volume-mounts)");
+  auto items = split_list(text, "strategy list");
+  if (!items) return items.error();
+  DeviceListStrategy strategy{false, false, false};
+  for (std::string_view item : items.value()) {
+    bool* flag = item == "cdi-cri"         ? &strategy.cdi_cri
+                 : item == "envvar"        ? &strategy.envvar
+                 : item == "volume-mounts" ? &strategy.volume_mounts
+                                           : nullptr;
+    if (flag == nullptr) {
+      return make_error("\"" + std::string(item) +
+                        "\" is not one of cdi-cri, envvar, volume-mounts");
+    }
+    if (*flag) return make_error("\"" + std::string(item) + "\" is named twice");
+    *flag = true;
+  }
+  if (strategy.envvar && strategy.volume_mounts) {
+    return make_error("envvar and volume-mounts both set NVIDIA_VISIBLE_DEVICES: name one of them");
+  }
+  return strategy;
+}
+
 Result<std::string> parse_path(std::string_view text) {
   if (text.empty()) return make_error("the path is empty");
   if (text.front() != '/')
@@ -261,6 +286,41 @@ const Knob kKnobs[] = {
          return make_error("\"" + std::string(v) + "\" is not one of ld-preload, ld-so-preload");
        }
        return Status::Ok();
+     }},
+    {"device-list-strategy", "cdi-cri",
+     "a comma-separated, non-empty set of `cdi-cri`, `envvar`, `volume-mounts`",
+     "How Allocate names a container's GPUs to the container runtime: `cdi-cri` as CDI devices "
+     "(`<cdi-gpu-kind>=<GPU-UUID>`, which the kubelet passes to the runtime since Kubernetes 1.31; "
+     "the node needs NVIDIA's CDI spec, as the GPU Operator and `nvidia-ctk cdi generate` write "
+     "it); `envvar` as NVIDIA_VISIBLE_DEVICES=<UUIDs> (needs the NVIDIA runtime as the runtime of "
+     "the pod); `volume-mounts` as /dev/null mounts under /var/run/nvidia-container-devices (the "
+     "NVIDIA runtime with accept-nvidia-visible-devices-as-volume-mounts).",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       return store(parse_device_list_strategy(v),
+                    [&](DeviceListStrategy s) { c.device_list = s; });
+     }},
+    {"cdi-gpu-kind", "nvidia.com/gpu", "a CDI kind `<vendor>/<class>`",
+     "With `cdi-cri`: the kind under which the node's CDI spec names each GPU by its UUID.",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       if (Status s = check_cdi_kind(v); !s) return s;
+       c.cdi_gpu_kind = std::string(v);
+       return Status::Ok();
+     }},
+    {"cdi-spec-dir", "/var/run/cdi", "an absolute directory path",
+     "With `cdi-cri` and cdi-edits: where the plugin writes nvshare's own CDI spec (kind "
+     "nvshare.com/gpu: device `client` with the library, the socket and the injection, and one "
+     "device per container with its settings directory). The runtime must read specs from it "
+     "(containerd and CRI-O read /etc/cdi and /var/run/cdi).",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       return store(parse_directory(v, "nvshare.com-gpu_container-0123456789abcdef.json.tmp"),
+                    [&](std::string p) { c.cdi_spec_dir = std::move(p); });
+     }},
+    {"cdi-edits", "true", "true or false",
+     "With `cdi-cri`: true gives containers the library, the scheduler's socket and their settings "
+     "through nvshare's CDI spec (names in cdi_devices); false through the Allocate response's "
+     "mounts and environment, as the other strategies do.",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       return store(knobparse::parse_bool(v), [&](bool b) { c.cdi_edits = b; });
      }},
     {"ld-so-preload-host-path", "/var/lib/nvshare/ld.so.preload", "an absolute file path",
      "Host file mounted read-only as /etc/ld.so.preload in `ld-so-preload` mode; the plugin writes "

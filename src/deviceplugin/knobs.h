@@ -34,6 +34,18 @@ enum class Injection {
   kLdSoPreload,  // <ld-so-preload-host-path> mounted read-only as /etc/ld.so.preload
 };
 
+// How Allocate names a container's GPUs to the container runtime (any non-empty combination, as
+// NVIDIA's device plugin accepts): through CDI device names in the response's cdi_devices (the
+// kubelet passes them to the runtime over CRI since Kubernetes 1.31), through the
+// NVIDIA_VISIBLE_DEVICES variable, or through /dev/null mounts under
+// /var/run/nvidia-container-devices (the NVIDIA runtime's volume-mounts mode, which an image's own
+// environment cannot widen).
+struct DeviceListStrategy {
+  bool cdi_cri = true;
+  bool envvar = false;
+  bool volume_mounts = false;
+};
+
 // Which GPUs the plugin manages: all, or those named by UUID or NVML index.
 struct GpuSelection {
   bool all = true;
@@ -75,6 +87,14 @@ struct PluginConfig {
   std::string library_host_path;
   std::string library_container_path;
   Injection injection = Injection::kLdPreload;
+  DeviceListStrategy device_list;
+  // CDI: where the plugin writes its own spec (kind nvshare.com/gpu), the kind under which the
+  // node's NVIDIA CDI spec names GPUs by UUID, and whether the library, the socket and the
+  // settings reach the container through nvshare's spec (else through the response's mounts and
+  // environment).
+  std::string cdi_spec_dir;
+  std::string cdi_gpu_kind;
+  bool cdi_edits = true;
   std::string ld_so_preload_host_path;
   std::string socket_dir;
   std::string control_socket;
@@ -86,6 +106,9 @@ struct PluginConfig {
   Duration health_interval{};
   Duration watch_timeout{};
   LogLevel log_level = LogLevel::kInfo;
+
+  // True when the container's nvshare edits travel in nvshare's CDI spec.
+  bool edits_through_cdi() const { return device_list.cdi_cri && cdi_edits; }
 
   // <kubelet-dir>/kubelet.sock and <kubelet-dir>/nvshare.sock.
   std::string kubelet_socket() const;

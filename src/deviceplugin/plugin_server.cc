@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -203,18 +204,30 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
           settings_dir = created.value();
         }
       }
+      if (Status written = write_container_cdi_spec(settings_dir); !written) {
+        NVSHARE_ERROR("Allocate refused: %s", written.error().message.c_str());
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "Allocate: " + written.error().message);
+      }
       auto allocation = container_allocation(config, snapshot, ids, settings_dir);
       if (!allocation) {
         NVSHARE_WARN("Allocate refused: %s", allocation.error().message.c_str());
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "Allocate: " + allocation.error().message);
       }
-      NVSHARE_INFO("allocated %s to a container (NVIDIA_VISIBLE_DEVICES=%s)",
-                   config.resource_name.c_str(),
-                   allocation.value().envs().at("NVIDIA_VISIBLE_DEVICES").c_str());
+      NVSHARE_INFO("allocated %s to a container: %s", config.resource_name.c_str(),
+                   allocated_gpus(allocation.value()).c_str());
       *response->add_container_responses() = std::move(allocation).value();
     }
     return grpc::Status::OK;
+  }
+
+  // With CDI edits, the container's settings reach it through its own CDI device, whose spec
+  // must be on disk before the runtime resolves the name Allocate returns.
+  Status write_container_cdi_spec(const std::string& settings_dir) const {
+    if (settings_dir.empty() || !config.edits_through_cdi()) return Status::Ok();
+    const std::string id = std::filesystem::path(settings_dir).filename().string();
+    return write_cdi_spec(container_cdi_spec_path(config.cdi_spec_dir, id),
+                          cdi_spec_text(container_cdi_device(id), settings_edits(settings_dir)));
   }
 
   grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
@@ -373,6 +386,8 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     std::lock_guard lock(settings_mu);
     // A failed list says nothing about which containers are gone: only claims are made from it.
     if (listed) settings->resolve(live, lookup, SteadyClock::instance().now());
+    if (config.edits_through_cdi())
+      remove_stale_container_specs(config.cdi_spec_dir, settings->ids());
     return Clock::now() + (settings->pending() > 0 ? std::chrono::milliseconds(100)
                                                    : std::chrono::milliseconds(2000));
   }
@@ -569,6 +584,15 @@ Status PluginServer::start() {
 
   if (config.injection == Injection::kLdSoPreload) {
     if (Status s = write_ld_so_preload(config); !s) return s;
+  }
+  if (config.edits_through_cdi()) {
+    const std::string path = client_cdi_spec_path(config.cdi_spec_dir);
+    if (Status s = write_cdi_spec(path, cdi_spec_text(kCdiClientDevice, client_edits(config)));
+        !s) {
+      return make_error("cdi-spec-dir: " + s.error().message);
+    }
+    NVSHARE_INFO("CDI: wrote %s (device %s)", path.c_str(),
+                 qualified_cdi_device(kCdiKind, kCdiClientDevice).c_str());
   }
   if (!config.settings_dir.empty()) {
     auto settings = std::make_unique<ContainerSettings>(ContainerSettingsOptions{

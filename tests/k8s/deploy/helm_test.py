@@ -9,8 +9,9 @@
     default mounted where they expect them;
   - `helm template` with overrides: each value reaches its variable in the right container, and a
     moved socket directory moves every mount and variable that names it;
-  - what some clusters need (GKE's quota for the priority class, OpenShift's SCC, an SELinux type)
-    rendered when asked for and only then;
+  - what some clusters need (the namespace's Pod Security labels, GKE's quota for the priority
+    class, OpenShift's SCC, an SELinux type, NVIDIA's GPU Operator beside) rendered when asked
+    for and only then;
   - settings the chart must refuse (the two control sockets differ, the control socket inside the
     socket directory) make `helm template` fail with a message naming them.
 The rendered YAML is read with check_chart.py's parser (and PyYAML too, when installed).
@@ -94,6 +95,19 @@ def host_paths(ds):
     return {v["name"]: v["hostPath"]["path"] for v in volumes or [] if "hostPath" in v}
 
 
+def mounts_by_host_path(ds):
+    """{host path: sorted (container, mount path, read-only)} of every container of a DaemonSet."""
+    paths = {name: path for name, path in host_paths(ds).items()}
+    spec = (ds or {}).get("spec", {}).get("template", {}).get("spec", {})
+    out = {}
+    for c in spec.get("initContainers", []) + spec.get("containers", []):
+        for m in c.get("volumeMounts", []):
+            if m["name"] in paths:
+                out.setdefault(paths[m["name"]], []).append(
+                    (c["name"], m["mountPath"], bool(m.get("readOnly", False))))
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def check_lint(helm_path, root):
     for label, overrides in [("defaults", {}),
                              ("overrides", {"devicePlugin.slotsPerGpu": "4",
@@ -126,17 +140,26 @@ def check_defaults(checker, helm_path, root):
         fail(f"defaults: scheduler host paths {sorted(host_paths(scheduler).values())} miss "
              f"{sorted(want_scheduler - set(host_paths(scheduler).values()))}")
     want_plugin = {"/var/lib/kubelet/device-plugins", "/var/run/nvshare-control",
-                   "/var/lib/nvshare/containers", "/var/lib/nvshare/lib"}
+                   "/var/lib/nvshare/containers", "/var/lib/nvshare/lib", "/var/run/cdi"}
     if not want_plugin <= set(host_paths(plugin).values()):
         fail(f"defaults: device plugin host paths {sorted(host_paths(plugin).values())} miss "
              f"{sorted(want_plugin - set(host_paths(plugin).values()))}")
-    print(f"helm template (defaults): {kinds}")
+    # The plain manifests are the chart's defaults written out: the same host directories, mounted
+    # at the same places with the same access (a directory the plugin writes must be writable).
+    manifests = checker.load_yaml("manifests", open(os.path.join(root, "deploy/manifests/nvshare.yaml")).read())
+    for suffix, rendered in (("-scheduler", scheduler), ("-device-plugin", plugin)):
+        written = daemonset(manifests or [], suffix)
+        if mounts_by_host_path(written) != mounts_by_host_path(rendered):
+            fail(f"defaults: deploy/manifests/nvshare.yaml's *{suffix} mounts "
+                 f"{mounts_by_host_path(written)}, the chart's defaults {mounts_by_host_path(rendered)}")
+    print(f"helm template (defaults): {kinds}; the plain manifests mount the same host directories")
 
 
 def check_overrides(checker, helm_path, root):
     overrides = {
         "devicePlugin.slotsPerGpu": "4",
         "devicePlugin.failRequestsGreaterThanOne": "true",
+        "devicePlugin.deviceListStrategy": "envvar",
         "devicePlugin.socketDir": "/run/gpu-share",
         "scheduler.socket": "/run/gpu-share/scheduler.sock",
         "scheduler.mode": "exclusive",
@@ -150,6 +173,7 @@ def check_overrides(checker, helm_path, root):
     expect = [(plugin_env, "NVSHARE_PLUGIN_SLOTS_PER_GPU", "4"),
               (plugin_env, "NVSHARE_PLUGIN_FAIL_REQUESTS_GREATER_THAN_ONE", "true"),
               (plugin_env, "NVSHARE_PLUGIN_SOCKET_DIR", "/run/gpu-share"),
+              (plugin_env, "NVSHARE_PLUGIN_DEVICE_LIST_STRATEGY", "envvar"),
               (scheduler_env, "NVSHARE_SOCKET", "/run/gpu-share/scheduler.sock"),
               (scheduler_env, "NVSHARE_MODE", "exclusive"),
               (scheduler_env, "NVSHARE_QUANTUM_MAX", "20")]
@@ -160,6 +184,8 @@ def check_overrides(checker, helm_path, root):
         paths = set(host_paths(ds).values())
         if "/var/run/nvshare" in paths:
             fail(f"overrides: the {label} still mounts /var/run/nvshare after socketDir moved")
+    if "/var/run/cdi" in host_paths(plugin).values():
+        fail("overrides: the plugin mounts the CDI spec directory though it writes no CDI spec (envvar)")
     if "/run/gpu-share" not in host_paths(scheduler).values():
         fail("overrides: the scheduler does not mount the moved socket directory /run/gpu-share")
     print("helm template (overrides): every value reached its variable")
@@ -172,7 +198,8 @@ def pod_security_context(ds):
 def check_cluster_fit(checker, helm_path, root):
     """GKE's quota for the priority class, OpenShift's SCC, SELinux's type: off by default, right when on."""
     overrides = {"priorityClassQuota.create": "true", "openshift.scc.create": "true",
-                 "seLinuxType": "spc_t"}
+                 "seLinuxType": "spc_t", "namespace.labelPodSecurity": "true",
+                 "gpuOperator.enabled": "true"}
     done = helm(helm_path, root, ["lint", "--strict", CHART, *sets(overrides)])
     if done.returncode != 0:
         fail(f"helm lint --strict (cluster fit) failed:\n{done.stdout}{done.stderr}")
@@ -203,18 +230,42 @@ def check_cluster_fit(checker, helm_path, root):
                            ("allowPrivilegeEscalation", False)):
             if scc.get(key) != value:
                 fail(f"cluster fit: SCC {key} is {scc.get(key)!r}, expected {value!r}")
+    namespaces = kinds.get("Namespace", [])
+    want_labels = {f"pod-security.kubernetes.io/{mode}": "privileged"
+                   for mode in ("enforce", "audit", "warn")}
+    if len(namespaces) != 1 or namespaces[0]["metadata"].get("name") != NAMESPACE:
+        fail(f"cluster fit: expected the Namespace {NAMESPACE}, got {namespaces}")
+    else:
+        labels = namespaces[0]["metadata"].get("labels", {})
+        if any(labels.get(k) != v for k, v in want_labels.items()):
+            fail(f"cluster fit: the namespace's Pod Security labels are {labels}")
+        if namespaces[0]["metadata"].get("annotations", {}).get("helm.sh/resource-policy") != "keep":
+            fail("cluster fit: an uninstall would delete the namespace")
+    for suffix in ("-scheduler", "-device-plugin"):
+        spec = (daemonset(docs, suffix) or {}).get("spec", {}).get("template", {}).get("spec", {})
+        selector = spec.get("nodeSelector", {})
+        if selector.get("nvidia.com/gpu.deploy.device-plugin") != "false" or \
+                selector.get("nvshare.com/enabled") != "true":
+            fail(f"cluster fit: beside the GPU Operator the *{suffix} pods select {selector}")
+        want_class = "nvidia" if suffix == "-device-plugin" else None
+        if spec.get("runtimeClassName") != want_class:
+            fail(f"cluster fit: the *{suffix} pods' runtimeClassName is {spec.get('runtimeClassName')!r}")
     for suffix in ("-scheduler", "-device-plugin"):
         context = pod_security_context(daemonset(docs, suffix))
         if context.get("seLinuxOptions", {}).get("type") != "spc_t":
             fail(f"cluster fit: the *{suffix} pods have no seLinuxOptions type spc_t: {context}")
     defaults = by_kind(render(checker, helm_path, root, {}, "defaults (cluster fit)"))
-    for kind in ("ResourceQuota", "SecurityContextConstraints"):
+    for kind in ("ResourceQuota", "SecurityContextConstraints", "Namespace"):
         if kind in defaults:
             fail(f"cluster fit: the defaults render a {kind}")
     for doc in defaults.get("DaemonSet", []):
         if "seLinuxOptions" in pod_security_context(doc):
             fail(f"cluster fit: the defaults set an SELinux type on {doc['metadata']['name']}")
-    print("helm template (cluster fit): quota, SCC and SELinux type rendered when asked for, not otherwise")
+        spec = doc["spec"]["template"]["spec"]
+        if "runtimeClassName" in spec or "nvidia.com/gpu.deploy.device-plugin" in spec.get("nodeSelector", {}):
+            fail(f"cluster fit: the defaults assume the GPU Operator on {doc['metadata']['name']}")
+    print("helm template (cluster fit): Pod Security labels, quota, SCC, SELinux type and the GPU "
+          "Operator's node label rendered when asked for, not otherwise")
 
 
 def check_refusals(helm_path, root):

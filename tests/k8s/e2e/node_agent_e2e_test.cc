@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -243,6 +244,8 @@ class NodeAgentE2eTest : public ::testing::Test {
                                            dir_.path(),
                                            "--settings-dir",
                                            dir_.path() + "/containers",
+                                           "--cdi-spec-dir",
+                                           dir_.path() + "/cdi",
                                            "--library-host-path",
                                            programs().library,
                                            "--library-container-path",
@@ -406,18 +409,27 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
     ASSERT_EQ(response.container_responses_size(), 1);
     allocation = response.container_responses(0);
   }
-  const auto& envs = allocation.envs();
+  // The runtime resolves the CDI names (the default strategy, cdi-cri) from NVIDIA's spec and
+  // the spec the plugin wrote.
+  nvshare::testing::SimRuntime runtime;
+  runtime.gpu_device_nodes = {{gpus[0], "/dev/nvidia0"}, {gpus[1], "/dev/nvidia1"}};
+  runtime.cdi_spec_dirs = {dir_.path() + "/nvidia-cdi", dir_.path() + "/cdi"};
+  nvshare::testing::write_nvidia_cdi_spec(runtime.cdi_spec_dirs[0], runtime.gpu_device_nodes);
+  auto started = nvshare::testing::start_container(allocation, runtime);
+  ASSERT_TRUE(started) << started.error().message;
+  const auto& envs = started.value().env;
   ASSERT_TRUE(envs.count("LD_PRELOAD") == 1 && envs.count("NVSHARE_SOCKET") == 1);
   EXPECT_EQ(envs.at("LD_PRELOAD"), programs().library);
   EXPECT_EQ(envs.at("NVSHARE_SOCKET"), scheduler_->socket());
-  EXPECT_EQ(envs.at("NVIDIA_VISIBLE_DEVICES"), gpu_uuid);
+  EXPECT_EQ(started.value().device_nodes,
+            std::set<std::string>{"/dev/nvidia" + std::to_string(gpu_index)});
   kubelet_->set_pods({{kNamespace, kLoaderPod.name, kResource, {gpus[0] + "__0"}},
                       {kNamespace, kNotebookPod.name, kResource, {gpus[1] + "__0"}},
                       {kNamespace, kTrainerPod.name, kResource, {chosen}}});
 
   // ---- the trainer, in the container the allocation describes --------------------------------
-  // The simulated driver ignores NVIDIA_VISIBLE_DEVICES (the container runtime's business): the
-  // allocated GPU is picked by index instead.
+  // The simulated driver has no device nodes (the container runtime's business): the allocated
+  // GPU is picked by index instead.
   Env container_env = {{"LD_PRELOAD", envs.at("LD_PRELOAD")},
                        {"NVSHARE_SOCKET", envs.at("NVSHARE_SOCKET")},
                        {"NVSHARE_POD_UID", kTrainerPod.uid}};

@@ -7,6 +7,12 @@
 //    the device-plugins directory is deleted (the plugin's included) and kubelet.sock is served
 //    anew.
 //  - plugin() is a DevicePlugin client of the plugin's socket, as the kubelet dials it back.
+//  - start_container() is what the kubelet and the container runtime (containerd or CRI-O with
+//    the NVIDIA Container Toolkit) make of an Allocate response: its environment and mounts, its
+//    CDI devices resolved from the spec directories (each spec checked by cdi_validator.h, as a
+//    runtime's CDI cache does; an unresolvable name fails the container), and the GPUs the
+//    NVIDIA runtime adds for NVIDIA_VISIBLE_DEVICES, as UUIDs or as volume mounts, when it
+//    honours them (Bottlerocket and CDI-only nodes do not).
 // Waits poll with generous deadlines; nothing depends on timing to pass.
 #pragma once
 
@@ -14,11 +20,14 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/result.h"
 #include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
 #include "k8s/podresources/v1/api.grpc.pb.h"
 
@@ -41,6 +50,34 @@ struct SimPod {
   std::string resource;
   std::vector<std::string> device_ids;
 };
+
+// The node's container runtime, as start_container() emulates it.
+struct SimRuntime {
+  std::vector<std::string> cdi_spec_dirs;               // where it reads CDI specs
+  std::map<std::string, std::string> gpu_device_nodes;  // GPU UUID -> /dev/nvidiaN
+  bool nvidia_envvar = true;                            // honours NVIDIA_VISIBLE_DEVICES=<UUIDs>
+  bool nvidia_volume_mounts = true;  // accept-nvidia-visible-devices-as-volume-mounts
+};
+
+struct SimMount {
+  std::string host_path;
+  bool read_only = false;
+  bool operator==(const SimMount&) const = default;
+};
+
+// A started container, as its processes see it.
+struct SimContainer {
+  std::map<std::string, std::string> env;
+  std::map<std::string, SimMount> mounts;  // by container path
+  std::set<std::string> device_nodes;      // GPU device nodes
+};
+
+Result<SimContainer> start_container(const v1beta1::ContainerAllocateResponse& response,
+                                     const SimRuntime& runtime);
+
+// Writes a CDI spec of kind nvidia.com/gpu naming each GPU by UUID (as `nvidia-ctk cdi generate
+// --device-name-strategy=uuid` does): the device node and NVIDIA_VISIBLE_DEVICES=void.
+void write_nvidia_cdi_spec(const std::string& dir, const std::map<std::string, std::string>& nodes);
 
 class KubeletSimulator {
  public:

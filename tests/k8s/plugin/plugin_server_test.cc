@@ -18,12 +18,15 @@
 #include <sstream>
 #include <thread>
 
+#include "deviceplugin/allocate.h"
 #include "kubelet_sim.h"
 
 namespace nvshare::deviceplugin {
 namespace {
 
 using nvshare::testing::KubeletSimulator;
+using nvshare::testing::SimContainer;
+using nvshare::testing::SimMount;
 using nvshare::testing::SimPod;
 using nvshare::testing::TempDir;
 
@@ -88,6 +91,12 @@ class PluginServerTest : public ::testing::Test {
     config_.ld_so_preload_host_path = dir_.path() + "/ld.so.preload";
     config_.control_socket = dir_.path() + "/control.sock";
     config_.settings_dir = dir_.path() + "/containers";
+    config_.cdi_spec_dir = dir_.path() + "/cdi";
+    // The node's runtime: NVIDIA's CDI spec names the GPUs by UUID (as the GPU Operator writes
+    // it), and both CDI directories are read.
+    runtime_.gpu_device_nodes = {{"GPU-aaaa", "/dev/nvidia0"}, {"GPU-bbbb", "/dev/nvidia1"}};
+    runtime_.cdi_spec_dirs = {dir_.path() + "/nvidia-cdi", config_.cdi_spec_dir};
+    nvshare::testing::write_nvidia_cdi_spec(runtime_.cdi_spec_dirs[0], runtime_.gpu_device_nodes);
   }
 
   void TearDown() override {
@@ -138,6 +147,7 @@ class PluginServerTest : public ::testing::Test {
   std::unique_ptr<KubeletSimulator> sim_;
   std::shared_ptr<FakeGpus> fake_;
   PluginConfig config_;
+  nvshare::testing::SimRuntime runtime_;
   std::unique_ptr<PluginServer> plugin_;
 };
 
@@ -299,29 +309,105 @@ v1beta1::AllocateResponse allocate(KubeletSimulator& sim, const std::vector<std:
   return response;
 }
 
-TEST_F(PluginServerTest, AllocateInLdPreloadMode) {
+// The container the runtime starts from one container's Allocate response.
+SimContainer started(const v1beta1::AllocateResponse& response,
+                     const nvshare::testing::SimRuntime& runtime) {
+  EXPECT_EQ(response.container_responses_size(), 1);
+  if (response.container_responses_size() != 1) return {};
+  auto container = nvshare::testing::start_container(response.container_responses(0), runtime);
+  EXPECT_TRUE(container) << container.error().message;
+  return container ? container.value() : SimContainer{};
+}
+
+struct StrategyCase {
+  const char* strategy;
+  bool cdi_edits;
+};
+
+// Every device-list strategy gives the container exactly its GPUs and nvshare's edits: the library
+// and the socket read-only, LD_PRELOAD, and its own settings (read-only: enforcement its
+// environment cannot turn off). CDI specs the plugin wrote are loaded (and validated) by the
+// simulated runtime.
+TEST_F(PluginServerTest, AllocateUnderEachDeviceListStrategy) {
+  sim_->start();
+  for (const StrategyCase& c :
+       {StrategyCase{"cdi-cri", true}, StrategyCase{"cdi-cri", false}, StrategyCase{"envvar", true},
+        StrategyCase{"volume-mounts", true}, StrategyCase{"cdi-cri,envvar", true}}) {
+    SCOPED_TRACE(std::string(c.strategy) + (c.cdi_edits ? "" : ", cdi-edits false"));
+    if (plugin_) plugin_->stop();
+    ASSERT_TRUE(apply_knob(*find_knob("device-list-strategy"), c.strategy, config_));
+    config_.cdi_edits = c.cdi_edits;
+    std::filesystem::remove_all(config_.cdi_spec_dir);
+    start_plugin();
+    EXPECT_EQ(std::filesystem::exists(config_.cdi_spec_dir + "/nvshare.com-gpu.json"),
+              config_.edits_through_cdi());
+    grpc::Status status;
+    const auto response = allocate(*sim_, {"GPU-aaaa__1", "GPU-bbbb__2"}, &status);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    const SimContainer container = started(response, runtime_);
+    EXPECT_EQ(container.device_nodes, (std::set<std::string>{"/dev/nvidia0", "/dev/nvidia1"}));
+    EXPECT_EQ(container.env.at("LD_PRELOAD"), config_.library_container_path);
+    EXPECT_EQ(container.env.at("NVSHARE_SOCKET"), config_.socket_dir + "/scheduler.sock");
+    EXPECT_EQ(container.mounts.at(config_.library_container_path),
+              (SimMount{config_.library_host_path, true}));
+    EXPECT_EQ(container.mounts.at(config_.socket_dir), (SimMount{config_.socket_dir, true}));
+    const SimMount settings = container.mounts.at("/etc/nvshare");
+    EXPECT_TRUE(settings.read_only);
+    EXPECT_EQ(settings.host_path.rfind(config_.settings_dir + "/", 0), 0u);
+    EXPECT_TRUE(std::filesystem::exists(settings.host_path + "/client.conf"));
+    EXPECT_FALSE(std::filesystem::exists(config_.ld_so_preload_host_path));
+  }
+}
+
+// A runtime that ignores NVIDIA_VISIBLE_DEVICES (Bottlerocket for unprivileged containers, nodes
+// whose runtime is not NVIDIA's): cdi-cri still gives the container its GPU; envvar gives none.
+TEST_F(PluginServerTest, CdiCriWorksWhereTheRuntimeIgnoresTheVariable) {
+  runtime_.nvidia_envvar = false;
+  runtime_.nvidia_volume_mounts = false;
   sim_->start();
   start_plugin();
   grpc::Status status;
-  const auto response = allocate(*sim_, {"GPU-aaaa__1", "GPU-bbbb__2"}, &status);
+  auto container = started(allocate(*sim_, {"GPU-bbbb__0"}, &status), runtime_);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  ASSERT_EQ(response.container_responses_size(), 1);
-  const auto& container = response.container_responses(0);
-  EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-aaaa,GPU-bbbb");
-  EXPECT_EQ(container.envs().at("LD_PRELOAD"), config_.library_container_path);
-  EXPECT_EQ(container.envs().at("NVSHARE_SOCKET"), config_.socket_dir + "/scheduler.sock");
-  ASSERT_EQ(container.mounts_size(), 3);
-  EXPECT_EQ(container.mounts(0).host_path(), config_.library_host_path);
-  EXPECT_EQ(container.mounts(0).container_path(), config_.library_container_path);
-  EXPECT_TRUE(container.mounts(0).read_only());
-  EXPECT_EQ(container.mounts(1).host_path(), config_.socket_dir);
-  EXPECT_EQ(container.mounts(1).container_path(), config_.socket_dir);
-  EXPECT_TRUE(container.mounts(1).read_only());
-  // The container's own settings, read-only: enforcement its environment cannot turn off.
-  EXPECT_EQ(container.mounts(2).container_path(), "/etc/nvshare");
-  EXPECT_TRUE(container.mounts(2).read_only());
-  EXPECT_EQ(container.mounts(2).host_path().rfind(config_.settings_dir + "/", 0), 0u);
-  EXPECT_FALSE(std::filesystem::exists(config_.ld_so_preload_host_path));
+  EXPECT_EQ(container.device_nodes, std::set<std::string>{"/dev/nvidia1"});
+  plugin_->stop();
+  config_.device_list = DeviceListStrategy{false, true, false};
+  start_plugin();
+  container = started(allocate(*sim_, {"GPU-bbbb__1"}, &status), runtime_);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(container.device_nodes.empty());
+}
+
+// Without NVIDIA's CDI spec on the node the runtime cannot resolve the GPU's name: the container
+// fails to start, naming it (the plugin's own devices resolve).
+TEST_F(PluginServerTest, AMissingNvidiaCdiSpecFailsTheContainerByName) {
+  runtime_.cdi_spec_dirs = {config_.cdi_spec_dir};
+  sim_->start();
+  start_plugin();
+  grpc::Status status;
+  const auto response = allocate(*sim_, {"GPU-aaaa__0"}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  auto container = nvshare::testing::start_container(response.container_responses(0), runtime_);
+  ASSERT_FALSE(container);
+  EXPECT_EQ(container.error().message, "unresolvable CDI devices nvidia.com/gpu=GPU-aaaa");
+}
+
+// A container's CDI spec lives as long as its settings directory: one left by a previous run whose
+// directory is gone is removed at the first pass over the pods.
+TEST_F(PluginServerTest, ContainerCdiSpecsWithoutSettingsAreRemoved) {
+  const std::string stale = container_cdi_spec_path(config_.cdi_spec_dir, "00000000deadbeef");
+  ASSERT_TRUE(write_cdi_spec(
+      stale, cdi_spec_text(container_cdi_device("00000000deadbeef"), settings_edits("/gone"))));
+  sim_->start();
+  start_plugin();
+  grpc::Status status;
+  const auto response = allocate(*sim_, {"GPU-aaaa__0"}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const std::string live = started(response, runtime_).mounts.at("/etc/nvshare").host_path;
+  const std::string live_spec = container_cdi_spec_path(
+      config_.cdi_spec_dir, std::filesystem::path(live).filename().string());
+  EXPECT_TRUE(eventually([&] { return !std::filesystem::exists(stale); }));
+  EXPECT_TRUE(std::filesystem::exists(live_spec));
 }
 
 std::string read_text(const std::string& path) {
@@ -351,10 +437,7 @@ TEST_F(PluginServerTest, ContainerSettingsGetTheirPodsMemoryLimit) {
   grpc::Status status;
   const auto response = allocate(*sim_, {"GPU-aaaa__0"}, &status);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  std::string host_dir;
-  for (const auto& mount : response.container_responses(0).mounts()) {
-    if (mount.container_path() == "/etc/nvshare") host_dir = mount.host_path();
-  }
+  const std::string host_dir = started(response, runtime_).mounts["/etc/nvshare"].host_path;
   ASSERT_FALSE(host_dir.empty());
   const std::string file = host_dir + "/client.conf";
   std::string text = read_text(file);
@@ -401,18 +484,11 @@ TEST_F(PluginServerTest, AllocateInLdSoPreloadMode) {
   grpc::Status status;
   const auto response = allocate(*sim_, {"GPU-bbbb__3"}, &status);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  const auto& container = response.container_responses(0);
-  EXPECT_EQ(container.envs().at("NVIDIA_VISIBLE_DEVICES"), "GPU-bbbb");
-  EXPECT_EQ(container.envs().count("LD_PRELOAD"), 0u);
-  bool preload_mounted = false;
-  for (const auto& mount : container.mounts()) {
-    if (mount.container_path() == "/etc/ld.so.preload") {
-      preload_mounted = true;
-      EXPECT_EQ(mount.host_path(), config_.ld_so_preload_host_path);
-      EXPECT_TRUE(mount.read_only());
-    }
-  }
-  EXPECT_TRUE(preload_mounted);
+  const SimContainer container = started(response, runtime_);
+  EXPECT_EQ(container.device_nodes, std::set<std::string>{"/dev/nvidia1"});
+  EXPECT_EQ(container.env.count("LD_PRELOAD"), 0u);
+  EXPECT_EQ(container.mounts.at("/etc/ld.so.preload"),
+            (SimMount{config_.ld_so_preload_host_path, true}));
 }
 
 TEST_F(PluginServerTest, AllocateRejectsUnknownDeviceIds) {

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cdi_validator.h"
 #include "deviceplugin/allocate.h"
+#include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/container_settings.h"
 #include "deviceplugin/knobs.h"
 #include "deviceplugin/placement.h"
@@ -59,6 +61,13 @@ TEST(PluginKnobs, DefaultsAreTheAgreedOnes) {
   EXPECT_EQ(c.library_host_path, "/var/lib/nvshare/lib/libnvshare.so");
   EXPECT_EQ(c.library_container_path, "/usr/lib/nvshare/libnvshare.so");
   EXPECT_EQ(c.injection, Injection::kLdPreload);
+  EXPECT_TRUE(c.device_list.cdi_cri);
+  EXPECT_FALSE(c.device_list.envvar);
+  EXPECT_FALSE(c.device_list.volume_mounts);
+  EXPECT_EQ(c.cdi_gpu_kind, "nvidia.com/gpu");
+  EXPECT_EQ(c.cdi_spec_dir, "/var/run/cdi");
+  EXPECT_TRUE(c.cdi_edits);
+  EXPECT_TRUE(c.edits_through_cdi());
   EXPECT_EQ(c.ld_so_preload_host_path, "/var/lib/nvshare/ld.so.preload");
   EXPECT_EQ(c.socket_dir, "/var/run/nvshare");
   EXPECT_EQ(c.control_socket, "/var/run/nvshare-control/control.sock");
@@ -78,7 +87,8 @@ TEST(PluginKnobs, NamesOfFlagEnvironmentAndHelmValue) {
   EXPECT_EQ(helm_value(*find_knob("slots-per-gpu")), "devicePlugin.slotsPerGpu");
   EXPECT_EQ(helm_value(*find_knob("fail-requests-greater-than-one")),
             "devicePlugin.failRequestsGreaterThanOne");
-  EXPECT_EQ(knobs().size(), 20u);
+  EXPECT_EQ(helm_value(*find_knob("device-list-strategy")), "devicePlugin.deviceListStrategy");
+  EXPECT_EQ(knobs().size(), 24u);
 }
 
 TEST(PluginKnobs, FlagsWinOverEnvironmentWhichWinsOverDefaults) {
@@ -135,6 +145,32 @@ TEST(PluginKnobs, MemoryCapacityQuantitiesFactorsAndPerGpu) {
   parsed = parse({"--memory-capacity", "80Gi"});
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed.value().config.memory_capacity.for_gpu("GPU-x", 0, 1), 80 * gi);
+}
+
+TEST(PluginKnobs, DeviceListStrategyIsASetOfKnownStrategies) {
+  auto parsed = parse({"--device-list-strategy", "envvar,cdi-cri"}, {});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_TRUE(parsed.value().config.device_list.cdi_cri);
+  EXPECT_TRUE(parsed.value().config.device_list.envvar);
+  EXPECT_FALSE(parsed.value().config.device_list.volume_mounts);
+  parsed = parse({"--device-list-strategy", "volume-mounts"}, {});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_FALSE(parsed.value().config.device_list.cdi_cri);
+  EXPECT_FALSE(parsed.value().config.edits_through_cdi());
+  EXPECT_NE(error_of({"--device-list-strategy", ""}).find("name at least one"), std::string::npos);
+  EXPECT_NE(error_of({"--device-list-strategy", "cdi-annotations"})
+                .find("\"cdi-annotations\" is not one of cdi-cri, envvar, volume-mounts"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--device-list-strategy", "envvar,envvar"}).find("named twice"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--device-list-strategy", "envvar,volume-mounts"}).find("name one of them"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--cdi-gpu-kind", "nvidia.com"}).find("not a CDI kind"), std::string::npos);
+  EXPECT_NE(error_of({"--cdi-gpu-kind", "nvidia.com/gpu/0"}).find("holds '/'"), std::string::npos);
+  EXPECT_NE(error_of({"--cdi-gpu-kind", "-x.com/gpu"}).find("must start with a letter"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--cdi-spec-dir", "cdi"}).find("not an absolute path"), std::string::npos);
+  EXPECT_NE(error_of({"--cdi-edits", "yes please"}).find("flag --cdi-edits"), std::string::npos);
 }
 
 TEST(PluginKnobs, ErrorsNameTheKnobTheSourceAndWhatIsAccepted) {
@@ -384,8 +420,11 @@ TEST(Placement, RejectsImpossibleRequests) {
 
 // ---- Allocate ---------------------------------------------------------------------------------
 
+// Edits in the response (envvar): the library, the socket and the injection as mounts and
+// variables.
 PluginConfig allocate_config(Injection injection) {
   PluginConfig config = default_config();
+  config.device_list = DeviceListStrategy{false, true, false};
   config.injection = injection;
   config.library_host_path = "/host/lib/libnvshare.so";
   config.library_container_path = "/usr/lib/nvshare/libnvshare.so";
@@ -438,6 +477,154 @@ TEST(Allocate, LdSoPreloadMode) {
             std::make_pair(std::string("/host/ld.so.preload"), true));
   EXPECT_EQ(mounts.at("/usr/lib/nvshare/libnvshare.so"),
             std::make_pair(std::string("/host/lib/libnvshare.so"), true));
+}
+
+// cdi-cri (the default): GPUs and nvshare's edits are CDI device names; the runtime applies the
+// specs, so the response carries no mount and no variable.
+TEST(Allocate, CdiCriNamesTheGpusAndNvsharesDevices) {
+  PluginConfig config = allocate_config(Injection::kLdPreload);
+  config.device_list = DeviceListStrategy{};
+  auto response =
+      container_allocation(config, two_gpus(), {"GPU-b__1", "GPU-a__0"}, "/host/containers/00ab");
+  ASSERT_TRUE(response) << response.error().message;
+  std::vector<std::string> names;
+  for (const auto& device : response.value().cdi_devices()) names.push_back(device.name());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-a",
+                                      "nvshare.com/gpu=client", "nvshare.com/gpu=container-00ab"}));
+  EXPECT_TRUE(response.value().envs().empty());
+  EXPECT_EQ(response.value().mounts_size(), 0);
+  EXPECT_EQ(allocated_gpus(response.value()), "nvidia.com/gpu=GPU-b,nvidia.com/gpu=GPU-a");
+
+  // cdi-edits false: GPUs by CDI, nvshare's edits in the response; a custom GPU kind.
+  config.cdi_edits = false;
+  config.cdi_gpu_kind = "example.com/accelerator";
+  response = container_allocation(config, two_gpus(), {"GPU-a__2"}, "/host/containers/00ab");
+  ASSERT_TRUE(response) << response.error().message;
+  ASSERT_EQ(response.value().cdi_devices_size(), 1);
+  EXPECT_EQ(response.value().cdi_devices(0).name(), "example.com/accelerator=GPU-a");
+  EXPECT_EQ(response.value().envs().count("NVIDIA_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(response.value().envs().at("LD_PRELOAD"), "/usr/lib/nvshare/libnvshare.so");
+  EXPECT_EQ(mounts_of(response.value()).at("/etc/nvshare"),
+            std::make_pair(std::string("/host/containers/00ab"), true));
+}
+
+// volume-mounts: NVIDIA_VISIBLE_DEVICES points at a directory of /dev/null mounts named by UUID.
+TEST(Allocate, VolumeMountsNameTheGpusByMountedPaths) {
+  PluginConfig config = allocate_config(Injection::kLdPreload);
+  config.device_list = DeviceListStrategy{false, false, true};
+  auto response = container_allocation(config, two_gpus(), {"GPU-a__0", "GPU-b__3"});
+  ASSERT_TRUE(response) << response.error().message;
+  EXPECT_EQ(response.value().envs().at("NVIDIA_VISIBLE_DEVICES"),
+            "/var/run/nvidia-container-devices");
+  const auto mounts = mounts_of(response.value());
+  EXPECT_EQ(mounts.at("/var/run/nvidia-container-devices/GPU-a"),
+            std::make_pair(std::string("/dev/null"), true));
+  EXPECT_EQ(mounts.at("/var/run/nvidia-container-devices/GPU-b"),
+            std::make_pair(std::string("/dev/null"), true));
+  EXPECT_EQ(response.value().cdi_devices_size(), 0);
+  EXPECT_EQ(allocated_gpus(response.value()), "GPU-a,GPU-b");
+}
+
+// The specs the plugin writes hold to the CDI specification (cdi_validator.h), in both injection
+// modes, with the version their features need.
+TEST(CdiSpec, SpecsValidateAgainstTheCdiSpecification) {
+  for (Injection injection : {Injection::kLdPreload, Injection::kLdSoPreload}) {
+    const PluginConfig config = allocate_config(injection);
+    const std::string client = cdi_spec_text(kCdiClientDevice, client_edits(config));
+    auto parsed = nvshare::testing::validate_cdi_spec(client);
+    ASSERT_TRUE(parsed) << parsed.error().message << "\n" << client;
+    EXPECT_EQ(*parsed.value().find("kind")->as_string(), "nvshare.com/gpu");
+    EXPECT_EQ(*parsed.value().find("cdiVersion")->as_string(), kCdiVersion);
+    EXPECT_EQ(nvshare::testing::minimum_cdi_version(parsed.value()), "0.3.0");
+  }
+  const std::string id = "0000019a2b3c0001";
+  const std::string text =
+      cdi_spec_text(container_cdi_device(id), settings_edits("/var/lib/nvshare/containers/" + id));
+  auto parsed = nvshare::testing::validate_cdi_spec(text);
+  ASSERT_TRUE(parsed) << parsed.error().message << "\n" << text;
+  EXPECT_EQ(*(*parsed.value().find("devices")->as_array())[0].find("name")->as_string(),
+            "container-" + id);
+  EXPECT_TRUE(check_cdi_kind(kCdiKind));
+  EXPECT_EQ(container_cdi_spec_path("/var/run/cdi", id),
+            "/var/run/cdi/nvshare.com-gpu_container-" + id + ".json");
+}
+
+// The validator itself refuses what the specification refuses.
+TEST(CdiSpec, TheValidatorRefusesWhatTheSpecificationRefuses) {
+  using nvshare::testing::validate_cdi_spec;
+  const auto refused = [](const std::string& text, const std::string& why) {
+    auto parsed = validate_cdi_spec(text);
+    if (parsed) return ::testing::AssertionFailure() << "accepted: " << text;
+    if (parsed.error().message.find(why) == std::string::npos) {
+      return ::testing::AssertionFailure() << parsed.error().message << " (wanted " << why << ")";
+    }
+    return ::testing::AssertionSuccess();
+  };
+  const std::string edits = R"("containerEdits":{"env":["A=1"]})";
+  const auto spec = [&](const std::string& version, const std::string& kind,
+                        const std::string& devices) {
+    return R"({"cdiVersion":")" + version + R"(","kind":")" + kind + R"(","devices":[)" + devices +
+           "]}";
+  };
+  const std::string device = R"({"name":"gpu0",)" + edits + "}";
+  EXPECT_TRUE(validate_cdi_spec(spec("0.5.0", "vendor.com/gpu", device)));
+  EXPECT_TRUE(refused(spec("0.9.9", "vendor.com/gpu", device), "invalid version"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com", device), "no vendor"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu-", device), "end with a letter or digit"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu", ""), "no devices"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu", device + "," + device), "defined twice"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu", R"({"name":"a/b",)" + edits + "}"),
+                      "invalid character"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu", R"({"name":"a","containerEdits":{}})"),
+                      "empty containerEdits"));
+  EXPECT_TRUE(
+      refused(spec("0.5.0", "vendor.com/gpu", R"({"name":"a","containerEdits":{"env":["=1"]}})"),
+              "invalid environment variable"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu",
+                           R"({"name":"a","containerEdits":{"mounts":[{"hostPath":"/x"}]}})"),
+                      "empty container path"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu",
+                           R"({"name":"a","containerEdits":{"deviceNodes":[{"path":"/dev/x",)"
+                           R"("permissions":"rx"}]}})"),
+                      "invalid permissions"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu",
+                           R"({"name":"a","containerEdits":{"hooks":[{"hookName":"later",)"
+                           R"("path":"/x"}]}})"),
+                      "invalid hook name"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu", R"({"name":"a","extra":1,)" + edits + "}"),
+                      "unknown field \"extra\""));
+  // Version rules: a feature needs the version that brought it.
+  EXPECT_TRUE(refused(spec("0.3.0", "vendor.com/gpu", R"({"name":"0gpu",)" + edits + "}"),
+                      "at least v0.5.0"));
+  EXPECT_TRUE(refused(spec("0.5.0", "vendor.com/gpu.x", device), "at least v0.6.0"));
+  EXPECT_TRUE(refused(spec("0.3.0", "vendor.com/gpu",
+                           R"({"name":"a","containerEdits":{"mounts":[{"hostPath":"/x",)"
+                           R"("containerPath":"/y","type":"bind"}]}})"),
+                      "at least v0.4.0"));
+  EXPECT_TRUE(refused(
+      spec("0.6.0", "vendor.com/gpu", R"({"name":"a","containerEdits":{"additionalGids":[5]}})"),
+      "at least v0.7.0"));
+}
+
+TEST(CdiSpec, StaleContainerSpecsAreRemovedLiveOnesKept) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("nvshare-cdi-" + std::to_string(::getpid())))
+          .string();
+  for (const std::string id : {"aaaa", "bbbb"}) {
+    ASSERT_TRUE(
+        write_cdi_spec(container_cdi_spec_path(dir, id),
+                       cdi_spec_text(container_cdi_device(id), settings_edits("/s/" + id))));
+  }
+  ASSERT_TRUE(write_cdi_spec(client_cdi_spec_path(dir), "{}"));
+  std::ofstream(dir + "/nvidia.json") << "{}";
+  remove_stale_container_specs(dir, {"bbbb"});
+  EXPECT_FALSE(std::filesystem::exists(container_cdi_spec_path(dir, "aaaa")));
+  EXPECT_TRUE(std::filesystem::exists(container_cdi_spec_path(dir, "bbbb")));
+  EXPECT_TRUE(std::filesystem::exists(client_cdi_spec_path(dir)));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/nvidia.json"));
+  EXPECT_FALSE(std::filesystem::exists(client_cdi_spec_path(dir) + ".tmp"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Allocate, UnknownIdsAreRejectedByName) {

@@ -28,6 +28,18 @@ app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
+{{/*
+The nodes of both DaemonSets: nodeSelector, and beside NVIDIA's GPU Operator only nodes where the
+operator's own device plugin is turned off, so that no GPU is handed out by both plugins.
+*/}}
+{{- define "nvshare.nodeSelector" -}}
+{{- $selector := deepCopy (.Values.nodeSelector | default dict) -}}
+{{- if eq (toString .Values.gpuOperator.enabled) "true" -}}
+{{- $_ := set $selector "nvidia.com/gpu.deploy.device-plugin" "false" -}}
+{{- end -}}
+{{- toYaml $selector -}}
+{{- end -}}
+
 {{- define "nvshare.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
@@ -77,6 +89,10 @@ podResourcesSocket: NVSHARE_PLUGIN_POD_RESOURCES_SOCKET
 libraryHostPath: NVSHARE_PLUGIN_LIBRARY_HOST_PATH
 libraryContainerPath: NVSHARE_PLUGIN_LIBRARY_CONTAINER_PATH
 injection: NVSHARE_PLUGIN_INJECTION
+deviceListStrategy: NVSHARE_PLUGIN_DEVICE_LIST_STRATEGY
+cdiGpuKind: NVSHARE_PLUGIN_CDI_GPU_KIND
+cdiSpecDir: NVSHARE_PLUGIN_CDI_SPEC_DIR
+cdiEdits: NVSHARE_PLUGIN_CDI_EDITS
 ldSoPreloadHostPath: NVSHARE_PLUGIN_LD_SO_PRELOAD_HOST_PATH
 socketDir: NVSHARE_PLUGIN_SOCKET_DIR
 controlSocket: NVSHARE_PLUGIN_CONTROL_SOCKET
@@ -157,6 +173,16 @@ literals below are those defaults (check_chart.py fails when they and the knob t
 
 {{- define "nvshare.ldSoPreloadHostPath" -}}
 {{- .Values.devicePlugin.ldSoPreloadHostPath | default "/var/lib/nvshare/ld.so.preload" -}}
+{{- end -}}
+
+{{/* "true" when the plugin writes nvshare's CDI spec (cdi-cri among the strategies, cdi-edits on). */}}
+{{- define "nvshare.cdiEdits" -}}
+{{- $strategies := splitList "," (.Values.devicePlugin.deviceListStrategy | default "cdi-cri") -}}
+{{- and (has "cdi-cri" $strategies) (ne (toString .Values.devicePlugin.cdiEdits) "false") -}}
+{{- end -}}
+
+{{- define "nvshare.cdiSpecDir" -}}
+{{- .Values.devicePlugin.cdiSpecDir | default "/var/run/cdi" | trimSuffix "/" -}}
 {{- end -}}
 
 {{- define "nvshare.injection" -}}
