@@ -101,7 +101,8 @@ class PluginProcessTest : public ::testing::Test {
                                      "--pod-resources-socket", sim_->pod_resources_socket(),
                                      "--slots-per-gpu",        "3",
                                      "--health-interval",      "0.2",
-                                     "--settings-dir",         dir_.path() + "/containers"};
+                                     "--settings-dir",         dir_.path() + "/containers",
+                                     "--cdi-spec-dir",         dir_.path() + "/cdi"};
     args.insert(args.end(), extra.begin(), extra.end());
     plugin_ = std::make_unique<PluginProcess>(args, dir_.path(), std::vector<std::string>{});
   }
