@@ -28,7 +28,7 @@ case "$profile" in
             aarch64-linux-gnu-g++=g++-aarch64-linux-gnu protoc=protobuf-compiler
             grpc_cpp_plugin=protobuf-compiler-grpc npm=npm)
     libraries+=(libgtest-dev libgmock-dev debian-archive-keyring libgrpc++-dev libprotobuf-dev
-                libcurl4-openssl-dev nlohmann-json3-dev)
+                libcurl4-openssl-dev libssl-dev nlohmann-json3-dev)
     ;;
   *) echo "install-deps: unknown profile '$profile' (run, build, test)" >&2; exit 2 ;;
 esac

@@ -185,15 +185,11 @@ class NodeAgentE2eTest : public ::testing::Test {
     ASSERT_FALSE(dir_.path().empty()) << "mkdtemp failed";
     t0_ = monotonic_s();
     state_ = dir_.path() + "/fakecuda.state";
-    auto api = FakeApiServer::start();
+    auto api = FakeApiServer::start({.token = "e2e-token"});
     ASSERT_TRUE(api.ok()) << api.error().message;
     api_ = std::move(api).value();
     kubeconfig_ = dir_.path() + "/kubeconfig";
-    std::ofstream(kubeconfig_)
-        << "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: "
-        << api_->url()
-        << "\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: plugin\n"
-           "current-context: local\nusers:\n- name: plugin\n  user:\n    token: e2e-token\n";
+    std::ofstream(kubeconfig_) << api_->kubeconfig("e2e-token");
     kubelet_ = std::make_unique<KubeletSimulator>(dir_.path() + "/kubelet");
     kubelet_->start();
   }

@@ -47,11 +47,7 @@ class PodNameLimitsTest : public ::testing::Test {
     auto server = FakeApiServer::start();
     ASSERT_TRUE(server.ok()) << server.error().message;
     server_ = std::move(server.value());
-    std::ofstream(dir_ + "/kubeconfig")
-        << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: "
-        << server_->url()
-        << "\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: watcher\n"
-           "current-context: fake\nusers:\n- name: watcher\n  user:\n    token: test-token\n";
+    std::ofstream(dir_ + "/kubeconfig") << server_->kubeconfig("test-token");
   }
 
   void TearDown() override {

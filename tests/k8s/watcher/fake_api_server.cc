@@ -3,6 +3,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 
 namespace nvshare::testing {
 namespace {
@@ -137,6 +143,170 @@ std::string node_of(const json& pod) {
   return (*spec)["nodeName"].get<std::string>();
 }
 
+// ---- TLS: a CA and a certificate for 127.0.0.1, made at start ---------------------------------
+
+struct X509Deleter {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyDeleter {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Deleter>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, KeyDeleter>;
+
+bool add_extension(X509* cert, X509* issuer, int nid, const char* value) {
+  X509V3_CTX context;
+  X509V3_set_ctx_nodb(&context);
+  X509V3_set_ctx(&context, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* extension = X509V3_EXT_conf_nid(nullptr, &context, nid, value);
+  if (extension == nullptr) return false;
+  const bool ok = X509_add_ext(cert, extension, -1) == 1;
+  X509_EXTENSION_free(extension);
+  return ok;
+}
+
+// A certificate for `key`, signed by the issuer (itself when `issuer` is null).
+X509Ptr make_certificate(const char* common_name, EVP_PKEY* key, X509* issuer, EVP_PKEY* issuer_key,
+                         long serial, bool ca) {
+  X509Ptr cert(X509_new());
+  X509_set_version(cert.get(), 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), serial);
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), 7 * 24 * 3600);
+  X509_set_pubkey(cert.get(), key);
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(common_name), -1, -1, 0);
+  X509_set_issuer_name(cert.get(), issuer != nullptr ? X509_get_subject_name(issuer) : name);
+  X509* signer = issuer != nullptr ? issuer : cert.get();
+  bool ok = true;
+  if (ca) {
+    ok &= add_extension(cert.get(), signer, NID_basic_constraints, "critical,CA:TRUE");
+    ok &= add_extension(cert.get(), signer, NID_key_usage, "critical,keyCertSign,cRLSign");
+    ok &= add_extension(cert.get(), signer, NID_subject_key_identifier, "hash");
+  } else {
+    ok &= add_extension(cert.get(), signer, NID_basic_constraints, "critical,CA:FALSE");
+    ok &= add_extension(cert.get(), signer, NID_key_usage, "critical,digitalSignature");
+    ok &= add_extension(cert.get(), signer, NID_ext_key_usage, "serverAuth");
+    ok &= add_extension(cert.get(), signer, NID_subject_alt_name, "IP:127.0.0.1");
+    ok &= add_extension(cert.get(), signer, NID_authority_key_identifier, "keyid:always");
+  }
+  if (!ok || X509_sign(cert.get(), issuer_key != nullptr ? issuer_key : key, EVP_sha256()) == 0) {
+    return nullptr;
+  }
+  return cert;
+}
+
+std::string pem_of(X509* cert) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(bio, cert);
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio, &data);
+  std::string pem(data, static_cast<std::size_t>(size));
+  BIO_free(bio);
+  return pem;
+}
+
+// A server context with a fresh CA and a certificate for 127.0.0.1; the CA's PEM in `ca_pem`.
+SSL_CTX* make_tls_context(std::string* ca_pem) {
+  KeyPtr ca_key(EVP_EC_gen("P-256"));
+  KeyPtr server_key(EVP_EC_gen("P-256"));
+  if (!ca_key || !server_key) return nullptr;
+  X509Ptr ca = make_certificate("nvshare test CA", ca_key.get(), nullptr, nullptr, 1, true);
+  if (!ca) return nullptr;
+  X509Ptr server =
+      make_certificate("127.0.0.1", server_key.get(), ca.get(), ca_key.get(), 2, false);
+  if (!server) return nullptr;
+  SSL_CTX* context = SSL_CTX_new(TLS_server_method());
+  if (context == nullptr || SSL_CTX_use_certificate(context, server.get()) != 1 ||
+      SSL_CTX_use_PrivateKey(context, server_key.get()) != 1) {
+    SSL_CTX_free(context);
+    return nullptr;
+  }
+  SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
+  *ca_pem = pem_of(ca.get());
+  return context;
+}
+
+int listen_loopback(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(fd, 64) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  *port = ntohs(address.sin_port);
+  return fd;
+}
+
+int connect_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string base64(const std::string& data) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  std::size_t i = 0;
+  for (; i + 2 < data.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(data[i]) << 16) |
+                       (static_cast<unsigned char>(data[i + 1]) << 8) |
+                       static_cast<unsigned char>(data[i + 2]);
+    for (int shift : {18, 12, 6, 0}) out += kAlphabet[(v >> shift) & 63];
+  }
+  if (i < data.size()) {
+    unsigned v = static_cast<unsigned char>(data[i]) << 16;
+    if (i + 1 < data.size()) v |= static_cast<unsigned char>(data[i + 1]) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < data.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// ---- what the API server's validation says of an Event ----------------------------------------
+
+bool dns1123_subdomain(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '.'; });
+}
+
+std::string string_at(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::optional<std::string> unknown_field(const json& object,
+                                         std::initializer_list<const char*> known,
+                                         const std::string& where) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return it.key() == k; })) {
+      return "strict decoding error: unknown field \"" + where + it.key() + "\"";
+    }
+  }
+  return std::nullopt;
+}
+
 std::string selected_node(const RecordedRequest& request) {
   auto it = request.query.find("fieldSelector");
   if (it == request.query.end()) return {};
@@ -145,6 +315,74 @@ std::string selected_node(const RecordedRequest& request) {
 }
 
 }  // namespace
+
+std::optional<std::pair<int, std::string>> check_event(const json& event,
+                                                       const std::string& path_namespace) {
+  if (!event.is_object()) return std::make_pair(400, std::string("the body is not an object"));
+  if (auto unknown =
+          unknown_field(event,
+                        {"apiVersion", "kind", "metadata", "involvedObject", "reason", "message",
+                         "source", "firstTimestamp", "lastTimestamp", "count", "type", "eventTime",
+                         "series", "action", "related", "reportingComponent", "reportingInstance"},
+                        "")) {
+    return std::make_pair(400, *unknown);
+  }
+  if (string_at(event, "kind") != "Event" || string_at(event, "apiVersion") != "v1") {
+    return std::make_pair(400, std::string("the object is not a v1 Event"));
+  }
+  const json metadata = event.value("metadata", json::object());
+  if (auto unknown = unknown_field(
+          metadata, {"name", "generateName", "namespace", "labels", "annotations"}, "metadata.")) {
+    return std::make_pair(400, *unknown);
+  }
+  const std::string event_namespace = string_at(metadata, "namespace");
+  if (!event_namespace.empty() && event_namespace != path_namespace) {
+    return std::make_pair(400, std::string("the namespace of the provided object does not match "
+                                           "the namespace sent on the request"));
+  }
+  std::string name = string_at(metadata, "name");
+  if (name.empty()) {
+    const std::string base = string_at(metadata, "generateName");
+    if (base.empty()) return std::make_pair(400, std::string("name or generateName is required"));
+    name = base.substr(0, 58) + "abcde";
+  }
+  std::vector<std::string> errors;
+  if (!dns1123_subdomain(name)) errors.push_back("metadata.name: Invalid value: \"" + name + "\"");
+  const json involved = event.value("involvedObject", json::object());
+  const std::string involved_namespace = string_at(involved, "namespace");
+  const bool new_style = !string_at(event, "eventTime").empty();
+  const bool namespace_ok =
+      involved_namespace.empty()
+          ? (new_style ? (path_namespace == "default" || path_namespace == "kube-system")
+                       : (path_namespace.empty() || path_namespace == "default"))
+          : (new_style || involved_namespace == path_namespace);
+  if (!namespace_ok) {
+    errors.push_back("involvedObject.namespace: Invalid value: \"" + involved_namespace +
+                     "\": does not match event.namespace");
+  }
+  if (new_style) {
+    const auto limited = [&](const char* field, std::size_t limit, bool required) {
+      const std::string value = string_at(event, field);
+      if (required && value.empty()) errors.push_back(std::string(field) + ": Required value");
+      if (value.size() > limit) {
+        errors.push_back(std::string(field) + ": can have at most " + std::to_string(limit) +
+                         " characters");
+      }
+    };
+    limited("reportingComponent", 253, true);
+    limited("reportingInstance", 128, true);
+    limited("action", 128, true);
+    limited("reason", 128, true);
+    limited("message", 1024, false);
+  }
+  if (!dns1123_subdomain(path_namespace)) {
+    errors.push_back("namespace: Invalid value: \"" + path_namespace + "\"");
+  }
+  if (errors.empty()) return std::nullopt;
+  std::string message = "Event \"" + name + "\" is invalid: ";
+  for (std::size_t i = 0; i < errors.size(); ++i) message += (i ? ", " : "") + errors[i];
+  return std::make_pair(422, message);
+}
 
 json make_pod(const std::string& uid, const std::string& name, const std::string& node,
               const std::map<std::string, std::string>& annotations, bool requests_resource,
@@ -161,26 +399,89 @@ json make_pod(const std::string& uid, const std::string& name, const std::string
           {"status", {{"phase", "Running"}}}};
 }
 
-Result<std::unique_ptr<FakeApiServer>> FakeApiServer::start() {
+Result<std::unique_ptr<FakeApiServer>> FakeApiServer::start(Options options) {
   std::unique_ptr<FakeApiServer> server(new FakeApiServer());
-  server->listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (server->listen_fd_ < 0) return make_error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  if (::bind(server->listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::listen(server->listen_fd_, 64) != 0) {
+  server->options_ = std::move(options);
+  server->listen_fd_ = listen_loopback(&server->port_);
+  server->tls_listen_fd_ = listen_loopback(&server->tls_port_);
+  if (server->listen_fd_ < 0 || server->tls_listen_fd_ < 0) {
     return make_error(std::string("bind/listen: ") + std::strerror(errno));
   }
-  socklen_t length = sizeof address;
-  ::getsockname(server->listen_fd_, reinterpret_cast<sockaddr*>(&address), &length);
-  server->port_ = ntohs(address.sin_port);
+  server->tls_context_ = make_tls_context(&server->ca_pem_);
+  if (server->tls_context_ == nullptr) return make_error("cannot make the test CA and certificate");
   if (::pipe2(server->wake_pipe_, O_CLOEXEC) != 0) {
     return make_error(std::string("pipe: ") + std::strerror(errno));
   }
   server->accept_thread_ = std::thread([s = server.get()] { s->accept_loop(); });
+  server->tls_accept_thread_ = std::thread([s = server.get()] { s->tls_accept_loop(); });
   return server;
+}
+
+std::string FakeApiServer::kubeconfig(const std::string& token) const {
+  return "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: " + url() +
+         "\n    certificate-authority-data: " + base64(ca_pem_) +
+         "\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: watcher\n"
+         "current-context: fake\nusers:\n- name: watcher\n  user:\n    token: " +
+         token + "\n";
+}
+
+void FakeApiServer::add_namespace(const std::string& name) {
+  std::lock_guard lock(mu_);
+  namespaces_.insert(name);
+}
+
+void FakeApiServer::tls_accept_loop() {
+  while (true) {
+    pollfd fds[2] = {{tls_listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const int fd = ::accept4(tls_listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    connections_.emplace_back([this, fd] { relay(fd); });
+  }
+}
+
+// One TLS connection: the handshake, then bytes both ways between it and the plain server. A
+// reset of the plain side (a dropped watch) resets the client's connection too.
+void FakeApiServer::relay(int client_fd) {
+  SSL* ssl = SSL_new(static_cast<SSL_CTX*>(tls_context_));
+  SSL_set_fd(ssl, client_fd);
+  const int plain = SSL_accept(ssl) == 1 ? connect_loopback(port_) : -1;
+  bool reset = false;
+  char buffer[16384];
+  while (plain >= 0) {
+    pollfd fds[3] = {{client_fd, POLLIN, 0}, {plain, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    if (SSL_pending(ssl) == 0 && ::poll(fds, 3, -1) < 0 && errno != EINTR) break;
+    if (fds[2].revents != 0) break;
+    if (SSL_pending(ssl) > 0 || fds[0].revents != 0) {
+      const int n = SSL_read(ssl, buffer, sizeof buffer);
+      if (n <= 0 || !send_all(plain, std::string(buffer, static_cast<std::size_t>(n)))) break;
+    }
+    if (fds[1].revents != 0) {
+      const ssize_t n = ::recv(plain, buffer, sizeof buffer, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        reset = n < 0;
+        break;
+      }
+      if (SSL_write(ssl, buffer, static_cast<int>(n)) <= 0) break;
+    }
+  }
+  if (reset) {
+    linger option{1, 0};
+    ::setsockopt(client_fd, SOL_SOCKET, SO_LINGER, &option, sizeof option);
+  } else if (plain >= 0) {
+    SSL_shutdown(ssl);
+  }
+  SSL_free(ssl);
+  if (plain >= 0) ::close(plain);
+  ::close(client_fd);
 }
 
 FakeApiServer::~FakeApiServer() {
@@ -191,15 +492,17 @@ FakeApiServer::~FakeApiServer() {
   changed_.notify_all();
   if (wake_pipe_[1] >= 0) (void)!::write(wake_pipe_[1], "x", 1);
   if (accept_thread_.joinable()) accept_thread_.join();
+  if (tls_accept_thread_.joinable()) tls_accept_thread_.join();
   std::vector<std::thread> connections;
   {
     std::lock_guard lock(mu_);
     connections.swap(connections_);
   }
   for (auto& thread : connections) thread.join();
-  for (int fd : {listen_fd_, wake_pipe_[0], wake_pipe_[1]}) {
+  for (int fd : {listen_fd_, tls_listen_fd_, wake_pipe_[0], wake_pipe_[1]}) {
     if (fd >= 0) ::close(fd);
   }
+  SSL_CTX_free(static_cast<SSL_CTX*>(tls_context_));
 }
 
 void FakeApiServer::accept_loop() {
@@ -229,6 +532,14 @@ void FakeApiServer::serve(int fd) {
     std::lock_guard lock(mu_);
     requests_.push_back(request);
   }
+  const auto authorization = request.headers.find("authorization");
+  if (!options_.token.empty() && (authorization == request.headers.end() ||
+                                  authorization->second != "Bearer " + options_.token)) {
+    send_all(fd, response(401, "Unauthorized",
+                          status_object(401, "Unauthorized", "Unauthorized").dump()));
+    ::close(fd);
+    return;
+  }
   if (request.method == "GET" && request.path == "/api/v1/pods") {
     if (request.query.contains("watch") && request.query["watch"] != "0" &&
         request.query["watch"] != "false") {
@@ -248,22 +559,53 @@ void FakeApiServer::serve(int fd) {
     send_all(fd, response(200, "OK", list.dump()));
   } else if (request.method == "POST" && request.path.rfind("/api/v1/namespaces/", 0) == 0 &&
              request.path.size() > 7 && request.path.substr(request.path.size() - 7) == "/events") {
-    json event = json::parse(request.body, nullptr, false);
-    if (event.is_discarded()) {
-      send_all(fd, response(400, "Bad Request",
-                            status_object(400, "BadRequest", "invalid JSON").dump()));
-    } else {
-      {
-        std::lock_guard lock(mu_);
-        events_.push_back(event);
-      }
-      send_all(fd, response(201, "Created", event.dump()));
-    }
+    post_event(fd, request);
   } else {
     send_all(fd, response(404, "Not Found",
                           status_object(404, "NotFound", "no route " + request.path).dump()));
   }
   ::close(fd);
+}
+
+void FakeApiServer::post_event(int fd, const RecordedRequest& request) {
+  const std::string prefix = "/api/v1/namespaces/";
+  const std::string path_namespace =
+      request.path.substr(prefix.size(), request.path.size() - prefix.size() - 7);
+  json event = json::parse(request.body, nullptr, false);
+  std::unique_lock lock(mu_);
+  if (!namespaces_.contains(path_namespace)) {
+    lock.unlock();
+    send_all(fd, response(404, "Not Found",
+                          status_object(404, "NotFound",
+                                        "namespaces \"" + path_namespace + "\" not found")
+                              .dump()));
+    return;
+  }
+  const auto refused = event.is_discarded()
+                           ? std::make_optional(std::make_pair(400, std::string("invalid JSON")))
+                           : check_event(event, path_namespace);
+  if (refused) {
+    refused_events_.push_back(event.is_discarded() ? json(request.body) : event);
+    lock.unlock();
+    const bool invalid = refused->first == 422;
+    send_all(fd, response(refused->first, invalid ? "Unprocessable Entity" : "Bad Request",
+                          status_object(refused->first, invalid ? "Invalid" : "BadRequest",
+                                        refused->second)
+                              .dump()));
+    return;
+  }
+  json& metadata = event["metadata"];
+  if (!metadata.contains("name")) {
+    char suffix[8];
+    std::snprintf(suffix, sizeof suffix, "%05llx",
+                  static_cast<unsigned long long>(++generated_names_ & 0xfffff));
+    metadata["name"] = metadata["generateName"].get<std::string>().substr(0, 58) + suffix;
+  }
+  metadata["namespace"] = path_namespace;
+  metadata["resourceVersion"] = std::to_string(++version_);
+  events_.push_back(event);
+  lock.unlock();
+  send_all(fd, response(201, "Created", event.dump()));
 }
 
 void FakeApiServer::serve_watch(int fd, const RecordedRequest& request) {
@@ -360,6 +702,7 @@ std::string FakeApiServer::record_change(const std::string& type, json object, b
     version = std::to_string(version_);
     object["metadata"]["resourceVersion"] = version;
     if (!bookmark) {
+      namespaces_.insert(object["metadata"].value("namespace", std::string()));
       const std::string uid = object["metadata"]["uid"].get<std::string>();
       if (type == "DELETED") {
         pods_.erase(uid);
@@ -455,6 +798,11 @@ std::vector<RecordedRequest> FakeApiServer::watch_requests() const {
 std::vector<json> FakeApiServer::posted_events() const {
   std::lock_guard lock(mu_);
   return events_;
+}
+
+std::vector<json> FakeApiServer::refused_events() const {
+  std::lock_guard lock(mu_);
+  return refused_events_;
 }
 
 int FakeApiServer::open_watches() const {

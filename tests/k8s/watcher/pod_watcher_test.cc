@@ -19,6 +19,7 @@ namespace nvshare::podwatcher {
 namespace {
 
 using nlohmann::json;
+using testing::check_event;
 using testing::FakeApiServer;
 using testing::make_pod;
 using testing::SchedulerProcess;
@@ -56,12 +57,7 @@ class PodWatcherTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.error().message;
     server_ = std::move(server.value());
     kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
-                                  "  cluster:\n    server: "
-                               << server_->url()
-                               << "\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n"
-                                  "    user: watcher\ncurrent-context: fake\nusers:\n"
-                                  "- name: watcher\n  user:\n    token: test-token\n";
+    std::ofstream(kubeconfig_) << server_->kubeconfig("test-token");
   }
 
   void TearDown() override {
@@ -310,6 +306,8 @@ TEST_F(PodWatcherTest, InvalidAnnotationPostsOneWarningAndKeepsTheLimit) {
   EXPECT_EQ(server_->posted_events().size(), 3u);
   // The server records an event before the watcher has read the answer.
   EXPECT_TRUE(eventually([&] { return watcher_->stats().warnings_posted == 3u; }));
+  // The API server's own validation accepted every one.
+  EXPECT_TRUE(server_->refused_events().empty()) << server_->refused_events()[0].dump();
 }
 
 TEST_F(PodWatcherTest, RemovingAnAnnotationRemovesThatLimit) {
@@ -405,6 +403,77 @@ TEST_F(PodWatcherTest, StartRejectsBadConfiguration) {
   in_cluster.in_cluster_port = "1";
   in_cluster.service_account_dir = dir_ + "/no-sa";
   EXPECT_FALSE(PodWatcher(in_cluster).start().ok());
+}
+
+// The API server speaks TLS and wants the token: a kubeconfig with another token gets 401s and
+// nothing reaches the scheduler; one that does not trust the server's CA never gets a request
+// through (the TLS handshake fails before any HTTP).
+TEST_F(PodWatcherTest, TheApiServerWantsTheTokenAndTheCa) {
+  start_scheduler();
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4Gi"}}));
+  std::ofstream(kubeconfig_) << server_->kubeconfig("another-token");
+  start_watcher();
+  ASSERT_TRUE(eventually([&] { return watcher_->stats().api_errors >= 2; }));
+  EXPECT_FALSE(watcher_->stats().synced);
+  EXPECT_TRUE(scheduler_lacks(kUidA));
+  const auto requests = server_->requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests[0].headers.at("authorization"), "Bearer another-token");
+  watcher_.reset();
+
+  auto other = FakeApiServer::start();
+  ASSERT_TRUE(other.ok()) << other.error().message;
+  std::string text = other.value()->kubeconfig("test-token");  // another server's CA ...
+  const std::string server_line = "server: " + other.value()->url();
+  text.replace(text.find(server_line), server_line.size(), "server: " + server_->url());
+  std::ofstream(kubeconfig_) << text;  // ... for this server
+  const std::size_t before = server_->requests().size();
+  start_watcher();
+  ASSERT_TRUE(eventually([&] { return watcher_->stats().api_errors >= 2; }));
+  EXPECT_EQ(server_->requests().size(), before);
+  EXPECT_TRUE(scheduler_lacks(kUidA));
+}
+
+// What the fake's Event validation refuses, as the API server's does.
+TEST(FakeApiServerEvents, RefusesWhatTheApiServerRefuses) {
+  const json valid = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"generateName", "trainer."}, {"namespace", "ml"}}},
+      {"involvedObject", {{"kind", "Pod"}, {"name", "trainer"}, {"namespace", "ml"}}},
+      {"reason", "InvalidNvshareAnnotation"},
+      {"type", "Warning"}};
+  EXPECT_EQ(check_event(valid, "ml"), std::nullopt);
+  const auto refused = [&](json event, const std::string& path_namespace, int code,
+                           const std::string& why) {
+    const auto verdict = check_event(event, path_namespace);
+    if (!verdict) return ::testing::AssertionFailure() << "accepted " << event.dump();
+    if (verdict->first != code || verdict->second.find(why) == std::string::npos) {
+      return ::testing::AssertionFailure() << verdict->first << " " << verdict->second;
+    }
+    return ::testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(refused(valid, "other", 400, "does not match the namespace sent on the request"));
+  json event = valid;
+  event["metadata"].erase("generateName");
+  EXPECT_TRUE(refused(event, "ml", 400, "name or generateName is required"));
+  event = valid;
+  event["involvedObject"]["namespace"] = "elsewhere";
+  EXPECT_TRUE(refused(event, "ml", 422, "does not match event.namespace"));
+  event = valid;
+  event["reportingController"] = "nvshare";  // the JSON name is reportingComponent
+  EXPECT_TRUE(refused(event, "ml", 400, "unknown field \"reportingController\""));
+  event = valid;
+  event["metadata"]["generateName"] = "Trainer_";
+  EXPECT_TRUE(refused(event, "ml", 422, "metadata.name"));
+  event = valid;
+  event["eventTime"] = "2026-11-24T00:00:00.000000Z";  // a new-style event needs more
+  EXPECT_TRUE(refused(event, "ml", 422, "reportingComponent: Required value"));
+  event["reportingComponent"] = "nvshare-device-plugin";
+  event["reportingInstance"] = "node-a";
+  event["action"] = "Validate";
+  event["message"] = std::string(1025, 'x');
+  EXPECT_TRUE(refused(event, "ml", 422, "message: can have at most 1024 characters"));
 }
 
 }  // namespace
