@@ -105,9 +105,9 @@ enum class DocField { kKnob, kFlag, kEnvironment, kDefault, kRange, kMeaning };
 
 template <typename Knob>
 struct DocColumn {
-  DocColumn(DocField field) : field(field) {}  // NOLINT: implicit so a column list reads as fields
-  DocColumn(std::string_view header, std::function<std::string(const Knob&)> cell)
-      : header(header), cell(std::move(cell)) {}
+  DocColumn(DocField which) : field(which) {}  // NOLINT: implicit so a column list reads as fields
+  DocColumn(std::string_view title, std::function<std::string(const Knob&)> render)
+      : header(title), cell(std::move(render)) {}
 
   std::optional<DocField> field;
   std::string_view header;                       // when !field
