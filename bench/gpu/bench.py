@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
+DDP = HERE / "ddp.py"
 GIB = 1 << 30
 
 
@@ -476,6 +478,66 @@ class Bench:
         self.metric("two_gpu_cap_error_max_points", v, "<= 2", v is not None and v <= 2, "points", rows=rows)
 
 
+    def ddp_ranks(self, steps, extra=None, world=2):
+        """One DDP run (ddp.py), one rank per GPU; returns the ranks' JSON."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        jobs = []
+        for rank in range(world):
+            env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NCCL_NVLS_ENABLE": "0"}
+            env.update(extra or {})
+            jobs.append(([sys.executable, str(DDP), "--steps", str(steps)], env))
+        return self.run_jobs("ddp", jobs, timeout=600)
+
+    def ddp(self):
+        """PyTorch DDP over NCCL on two GPUs, one rank per GPU: the loss curve and the time beside
+        native at the same seed; then each rank with a memory limit and a 50% cap."""
+        name = "ddp"
+        d = self.scenario_dir(name)
+        steps = 300
+        nat, sh, curves = [], [], {}
+        for i in range(self.repeats):
+            r = self.ddp_ranks(steps)
+            nat.append(self.makespan(r))
+            curves.setdefault("native", r[0].get("losses"))
+            with Scheduler(self, d, []) as s:
+                r = self.ddp_ranks(steps, s.env())
+                sh.append(self.makespan(r))
+                curves.setdefault("nvshare", r[0].get("losses"))
+        n, v = median([x for x in nat if x]), median([x for x in sh if x])
+        ratio = v / n if n and v else None
+        self.metric("ddp_time_ratio", ratio, "<= 1.02", ratio is not None and ratio <= 1.02,
+                    "x native", native=1.0, native_s=nat, nvshare_s=sh)
+        a, b = curves.get("native"), curves.get("nvshare")
+        diff = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)) if a and b else None
+        self.metric("ddp_loss_max_relative_difference", diff, "== 0 (same seed)",
+                    diff is not None and diff == 0.0, "", steps=steps,
+                    native_first_last=[a[0], a[-1]] if a else None,
+                    nvshare_first_last=[b[0], b[-1]] if b else None)
+        # Each rank capped at 50% with a memory limit: the share of native throughput per GPU.
+        base = self.ddp_ranks(steps)
+        with Scheduler(self, d, []) as s:
+            capped = self.ddp_ranks(steps, s.env({"NVSHARE_CORE_LIMIT": "50",
+                                                  "NVSHARE_MEMORY_LIMIT": "16Gi"}))
+        rows = []
+        for b_, c_ in zip(base, capped):
+            share = (100.0 * c_["steady_rate"] / b_["steady_rate"]
+                     if c_.get("result") == "ok" and b_.get("steady_rate") and c_.get("steady_rate") else None)
+            rows.append({"rank": b_.get("rank"), "cap": 50, "share": share,
+                         "mem_total_seen": c_.get("mem_total"),
+                         "error": None if share is None else share - 50})
+        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+        v = max(errors) if len(errors) == len(rows) and rows else None
+        self.metric("ddp_cap50_error_max_points", v, "<= 2", v is not None and v <= 2, "points",
+                    rows=rows)
+        seen = [r["mem_total_seen"] for r in rows]
+        self.metric("ddp_memory_limit_seen_gib", max(seen) / 2**30 if seen and all(seen) else None,
+                    "== 16 (the limit)", bool(seen) and all(x == 16 * 2**30 for x in seen), "GiB",
+                    per_rank=seen)
+
+
 def handoff_latencies(events):
     """From one trace: drain times (revoke -> release, ms, as the library measured) and, for each
     release while another process was waiting for the same GPU, the time until that GPU's next
@@ -524,7 +586,7 @@ PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto"],
     "turns": ["notfit", "caps"],
-    "multi": ["multi"],
+    "multi": ["multi", "ddp"],
 }
 
 
