@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from start_barrier import wait_for_go
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -60,12 +62,7 @@ def main() -> int:
 
     step()
     torch.cuda.synchronize(device)
-    if args.ready:
-        with open(args.ready, "w") as f:
-            f.write(str(os.getpid()))
-    if args.go:
-        while not os.path.exists(args.go):
-            time.sleep(0.001)
+    wait_for_go(args.ready, args.go)
     dist.barrier()
     losses = []
     t1 = time.monotonic()

@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+from start_barrier import wait_for_go
+
 
 def parse_args():
     ap = argparse.ArgumentParser()
@@ -80,12 +82,7 @@ def main() -> int:
     step()  # warm up (cuBLAS handles, kernels loaded)
     sync()
     out["setup_s"] = time.monotonic() - t_start
-    if args.ready:
-        with open(args.ready, "w") as f:
-            f.write(str(os.getpid()))
-    if args.go:
-        while not os.path.exists(args.go):
-            time.sleep(0.001)
+    wait_for_go(args.ready, args.go)
 
     host_s = args.host_ms / 1000.0
     # Wait for completed work every `batch` iterations in a timed window, so the count is of

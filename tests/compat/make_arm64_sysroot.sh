@@ -12,14 +12,9 @@ root=${1:?usage: make_arm64_sysroot.sh ROOT [SUITE]}
 suite=${2:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}
 mirror=${NVSHARE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=libgrpc++-dev,protobuf-compiler-grpc,libprotobuf-dev,libcurl4-openssl-dev,libssl-dev,nlohmann-json3-dev
-if ! command -v debootstrap >/dev/null; then
-  echo "make_arm64_sysroot: debootstrap is missing (scripts/install-deps.sh test installs it)" >&2
-  exit 1
-fi
+. "$(dirname "$0")/root_cache.sh"
+lock_root_cache make_arm64_sysroot "$root"
 done_mark="$root/.nvshare-sysroot-complete"
-mkdir -p "$(dirname "$root")"
-exec 9>"$root.lock"
-flock 9
 if [ ! -f "$done_mark" ] || [ "$(cat "$done_mark")" != "$suite $packages" ]; then
   echo "make_arm64_sysroot: debootstrap --foreign --arch=arm64 $suite from $mirror (log: $root.log)"
   rm -rf "$root.partial"

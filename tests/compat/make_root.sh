@@ -12,14 +12,9 @@ if [ "$(id -u)" != 0 ]; then
   echo "make_root: needs root (debootstrap and chroot); CI runs as root" >&2
   exit 1
 fi
-if ! command -v debootstrap >/dev/null; then
-  echo "make_root: debootstrap is missing (scripts/install-deps.sh test installs it)" >&2
-  exit 1
-fi
+. "$(dirname "$0")/root_cache.sh"
+lock_root_cache make_root "$root"
 done_mark="$root/.nvshare-root-complete"
-mkdir -p "$(dirname "$root")"
-exec 9>"$root.lock"
-flock 9
 if [ ! -f "$done_mark" ]; then
   echo "make_root: debootstrap --variant=minbase $suite from $mirror (log: $root.log)"
   rm -rf "$root.partial"

@@ -412,8 +412,10 @@ Result<std::unique_ptr<FakeApiServer>> FakeApiServer::start(Options options) {
   if (::pipe2(server->wake_pipe_, O_CLOEXEC) != 0) {
     return make_error(std::string("pipe: ") + std::strerror(errno));
   }
-  server->accept_thread_ = std::thread([s = server.get()] { s->accept_loop(); });
-  server->tls_accept_thread_ = std::thread([s = server.get()] { s->tls_accept_loop(); });
+  server->accept_thread_ =
+      std::thread([s = server.get()] { s->accept_loop(s->listen_fd_, &FakeApiServer::serve); });
+  server->tls_accept_thread_ =
+      std::thread([s = server.get()] { s->accept_loop(s->tls_listen_fd_, &FakeApiServer::relay); });
   return server;
 }
 
@@ -428,23 +430,6 @@ std::string FakeApiServer::kubeconfig(const std::string& token) const {
 void FakeApiServer::add_namespace(const std::string& name) {
   std::lock_guard lock(mu_);
   namespaces_.insert(name);
-}
-
-void FakeApiServer::tls_accept_loop() {
-  while (true) {
-    pollfd fds[2] = {{tls_listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(tls_listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::lock_guard lock(mu_);
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
-    connections_.emplace_back([this, fd] { relay(fd); });
-  }
 }
 
 // One TLS connection: the handshake, then bytes both ways between it and the plain server. A
@@ -505,20 +490,21 @@ FakeApiServer::~FakeApiServer() {
   SSL_CTX_free(static_cast<SSL_CTX*>(tls_context_));
 }
 
-void FakeApiServer::accept_loop() {
+// Accepts on `listen_fd` until the server stops, each connection handled on its own thread.
+void FakeApiServer::accept_loop(int listen_fd, void (FakeApiServer::*handle)(int)) {
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
     if (fds[1].revents != 0) return;
     if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     std::lock_guard lock(mu_);
     if (stopping_) {
       ::close(fd);
       return;
     }
-    connections_.emplace_back([this, fd] { serve(fd); });
+    connections_.emplace_back([this, fd, handle] { (this->*handle)(fd); });
   }
 }
 

@@ -98,8 +98,7 @@ class FakeApiServer {
   };
 
   FakeApiServer() = default;
-  void accept_loop();
-  void tls_accept_loop();
+  void accept_loop(int listen_fd, void (FakeApiServer::*handle)(int));
   void relay(int client_fd);
   void post_event(int fd, const RecordedRequest& request);
   void serve(int fd);
