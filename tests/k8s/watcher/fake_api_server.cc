@@ -9,6 +9,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -435,6 +437,13 @@ void FakeApiServer::add_namespace(const std::string& name) {
 // One TLS connection: the handshake, then bytes both ways between it and the plain server. A
 // reset of the plain side (a dropped watch) resets the client's connection too.
 void FakeApiServer::relay(int client_fd) {
+  // SSL_write to a client that went away raises SIGPIPE on this thread (OpenSSL writes with
+  // write(2)): blocked here, it stays pending on the thread and ends with it, never killing the
+  // test.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   SSL* ssl = SSL_new(static_cast<SSL_CTX*>(tls_context_));
   SSL_set_fd(ssl, client_fd);
   const int plain = SSL_accept(ssl) == 1 ? connect_loopback(port_) : -1;
