@@ -146,12 +146,12 @@ class E2eTest : public ::testing::Test {
     ASSERT_OK(scheduler_->start());
   }
 
-  // The simulated GPU of the node (one 16Gi device, this test's own state file), for the trainers
+  // The simulated GPUs of the node (devices_ of 16Gi, this test's own state file), for the trainers
   // and for the scheduler's NVML.
   Env gpu_env() const {
     return {{"LD_LIBRARY_PATH", programs().fakecuda_dir},
             {"NVSHARE_FAKECUDA_STATE", state_},
-            {"NVSHARE_FAKECUDA_DEVICES", "1"},
+            {"NVSHARE_FAKECUDA_DEVICES", std::to_string(devices_)},
             {"NVSHARE_FAKECUDA_MEMORY", "16Gi"}};
   }
 
@@ -205,6 +205,7 @@ class E2eTest : public ::testing::Test {
 
   TempDir dir_;
   std::string state_;
+  int devices_ = 1;
   double t0_ = 0;
   std::string timeline_;
   std::string last_summary_;
@@ -570,6 +571,125 @@ TEST_F(E2eTest, CoreCapThirtyPercent) {
   }
   EXPECT_EQ(json_number(&last_client, "core_limit_percent"), 30) << last_client.dump();
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap gave " << share << "% of the GPU's time";
+}
+
+// Two simulated GPUs: each GPU's clients are scheduled on their own.
+class TwoGpuTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    devices_ = 2;
+  }
+};
+
+// Two trainers that do not fit on each of two GPUs (6Gi each under an 8Gi capacity per GPU): each
+// GPU's pair takes turns with swap, and the two GPUs' turns go on at the same time (one GPU's
+// hand-offs and swaps never hold the other's up).
+TEST_F(TwoGpuTest, EachGpuTakesTurnsOnItsOwn) {
+  extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "8Gi", "--quantum", "1"}));
+  std::vector<Trainer*> trainers;
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    for (const char* name : {"A", "B"}) {
+      trainers.push_back(
+          &start_trainer({std::string(name) + std::to_string(gpu),
+                          {"--device", std::to_string(gpu), "--bytes", "6Gi", "--kernels", "100",
+                           "--kernel-us", "20000", "--progress"}}));
+    }
+  }
+  ASSERT_FALSE(HasFailure());
+  const double start = monotonic_s();
+  const auto any_running = [&] {
+    return std::any_of(trainers.begin(), trainers.end(), [](Trainer* t) { return t->running(); });
+  };
+  int max_holding[2] = {0, 0};
+  while (any_running()) {
+    auto status = poll_status();
+    if (status.ok()) {
+      int holding[2] = {0, 0};
+      for (std::size_t i = 0; i < trainers.size(); ++i) {
+        const Json* c = find_client(status.value(), trainers[i]->pid());
+        const std::string state = json_string(c, "state");
+        if ((state == "running" || state == "revoking") &&
+            json_number(c, "allocated_bytes", 0) > 0) {
+          ++holding[i / 2];
+        }
+      }
+      for (int gpu = 0; gpu < 2; ++gpu) max_holding[gpu] = std::max(max_holding[gpu], holding[gpu]);
+    }
+    sleep_s(0.02);
+  }
+  for (Trainer* t : trainers) finish(*t);
+  const double elapsed = monotonic_s() - start;
+  ASSERT_FALSE(HasFailure());
+
+  std::vector<Interval> per_gpu[2];
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    std::vector<Interval> a = intervals(trainers[2 * gpu]->progress(), 0);
+    std::vector<Interval> b = intervals(trainers[2 * gpu + 1]->progress(), 1);
+    const double overlap = overlap_s(a, b);
+    per_gpu[gpu] = a;
+    per_gpu[gpu].insert(per_gpu[gpu].end(), b.begin(), b.end());
+    std::sort(per_gpu[gpu].begin(), per_gpu[gpu].end(),
+              [](const Interval& x, const Interval& y) { return x.begin < y.begin; });
+    int switches = 0;
+    for (std::size_t i = 1; i < per_gpu[gpu].size(); ++i) {
+      switches += per_gpu[gpu][i].owner != per_gpu[gpu][i - 1].owner;
+    }
+    const std::string label = "GPU " + std::to_string(gpu) + ": ";
+    measure(label + "turn switches", switches, "");
+    measure(label + "kernel time overlapping within the GPU", overlap, "s");
+    EXPECT_EQ(max_holding[gpu], 1) << label << "two trainers that do not fit held it at once";
+    EXPECT_GE(switches, 2) << label << "the trainers did not take turns";
+    EXPECT_LT(overlap, 0.05) << label << "kernels of trainers that do not fit ran at once";
+  }
+  // Each GPU has 2 x 2 s of work; run independently, the two GPUs' work overlaps for most of it.
+  const double across = overlap_s(per_gpu[0], per_gpu[1]);
+  measure("kernel time overlapping across the GPUs (of 4 s per GPU)", across, "s");
+  measure("elapsed for 2 x 2 x 2 s of work", elapsed, "s");
+  EXPECT_GE(across, 2.0) << "the GPUs' turns did not go on at the same time";
+
+  auto stat = fake_stat();
+  ASSERT_OK(stat);
+  const Json* devices = stat.value().find("devices");
+  ASSERT_TRUE(devices != nullptr && devices->as_array() != nullptr &&
+              devices->as_array()->size() == 2);
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    const Json& device = (*devices->as_array())[static_cast<std::size_t>(gpu)];
+    measure("GPU " + std::to_string(gpu) + ": bytes swapped to host",
+            json_number(&device, "migrated_to_host") / kGi, "GiB");
+    EXPECT_GE(json_number(&device, "migrated_to_host"), 6 * kGi)
+        << "GPU " << gpu << ": no trainer's memory was swapped out at a hand-off";
+  }
+}
+
+// A 30% cap on one GPU and a 60% cap on the other, at once: each holds within 2 points.
+TEST_F(TwoGpuTest, CapsOnTwoGpusHoldAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const long kernels = 600;
+  const double kernel_s = 0.010;
+  const int caps[2] = {30, 60};
+  std::vector<Trainer*> trainers;
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    trainers.push_back(&start_trainer({"capped" + std::to_string(gpu),
+                                       {"--device", std::to_string(gpu), "--kernels",
+                                        std::to_string(kernels), "--kernel-us", "10000"},
+                                       {{"NVSHARE_CORE_LIMIT", std::to_string(caps[gpu])}}}));
+  }
+  ASSERT_FALSE(HasFailure());
+  while (trainers[0]->running() || trainers[1]->running()) {
+    (void)poll_status();
+    sleep_s(0.25);
+  }
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    Json report = finish(*trainers[static_cast<std::size_t>(gpu)]);
+    if (HasFailure()) return;
+    const double share =
+        100.0 * static_cast<double>(kernels) * kernel_s / json_number(&report, "wall_s");
+    measure("GPU " + std::to_string(gpu) + ": share under a " + std::to_string(caps[gpu]) + "% cap",
+            share, "%");
+    EXPECT_NEAR(share, caps[gpu], 2.0) << "GPU " << gpu;
+  }
 }
 
 // The scheduler is killed with SIGKILL while two trainers that do not fit take turns (one runs,
