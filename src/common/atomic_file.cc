@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 namespace nvshare {
 
@@ -32,6 +33,14 @@ Status replace_file(const std::string& path, std::string_view text, mode_t mode)
     ::unlink(temporary.c_str());
     return make_error("cannot replace " + path + ": " + why);
   }
+  return Status::Ok();
+}
+
+Status create_parent_directories(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return make_error("cannot create " + parent.string() + ": " + ec.message());
   return Status::Ok();
 }
 

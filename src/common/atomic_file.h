@@ -17,4 +17,7 @@ namespace nvshare {
 
 Status replace_file(const std::string& path, std::string_view text, mode_t mode = 0644);
 
+// Creates the directories above `path` that do not exist yet; the error names the directory.
+Status create_parent_directories(const std::string& path);
+
 }  // namespace nvshare

@@ -4,7 +4,7 @@
 
 #if defined(__x86_64__)
 #define FLOOR_BASE "GLIBC_2.2.5"
-#define FLOOR_2_12 "GLIBC_2.12"  // pthread_setname_np, robust mutexes
+#define FLOOR_2_12 "GLIBC_2.12"   // pthread_setname_np, robust mutexes
 #define FLOOR_COND "GLIBC_2.3.2"  // the condition variables of NPTL
 #define FLOOR_C99_SCANF "GLIBC_2.7"
 #elif defined(__aarch64__)

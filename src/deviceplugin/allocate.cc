@@ -151,13 +151,8 @@ std::string allocated_gpus(const v1beta1::ContainerAllocateResponse& response) {
 }
 
 Status write_ld_so_preload(const PluginConfig& config) {
-  const std::filesystem::path target(config.ld_so_preload_host_path);
-  std::error_code ec;
-  std::filesystem::create_directories(target.parent_path(), ec);
-  if (ec) {
-    return make_error("cannot create " + target.parent_path().string() + ": " + ec.message());
-  }
-  return replace_file(target.string(), config.library_container_path + "\n", 0644);
+  if (Status s = create_parent_directories(config.ld_so_preload_host_path); !s) return s;
+  return replace_file(config.ld_so_preload_host_path, config.library_container_path + "\n", 0644);
 }
 
 }  // namespace nvshare::deviceplugin

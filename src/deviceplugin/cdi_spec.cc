@@ -92,10 +92,7 @@ std::string container_cdi_spec_path(const std::string& dir, std::string_view con
 }
 
 Status write_cdi_spec(const std::string& path, const std::string& text) {
-  const std::filesystem::path target(path);
-  std::error_code ec;
-  std::filesystem::create_directories(target.parent_path(), ec);
-  if (ec) return make_error("cannot create " + target.parent_path().string() + ": " + ec.message());
+  if (Status s = create_parent_directories(path); !s) return s;
   // The temporary name ends in .tmp: CDI readers load only *.json and *.yaml files.
   return replace_file(path, text, 0644);
 }

@@ -1,8 +1,6 @@
 #include "deviceplugin/container_settings.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -110,6 +108,7 @@ void ContainerSettings::remove(const std::string& id) {
   std::error_code ec;
   std::filesystem::remove_all(options_.dir + "/" + id, ec);
   entries_.erase(id);
+  if (options_.removed) options_.removed(id);
 }
 
 Result<std::string> ContainerSettings::create(const std::vector<std::string>& device_ids,

@@ -51,6 +51,9 @@ struct ContainerSettingsOptions {
   Duration register_wait{};
   Duration unclaimed_after = std::chrono::minutes(10);
   Duration gone_after = std::chrono::seconds(30);
+  // Called with a container's directory name after its directory went (what lives beside it goes
+  // too: its CDI spec).
+  std::function<void(const std::string& id)> removed;
 };
 
 class ContainerSettings {

@@ -320,16 +320,16 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
   // memory (it takes a GPU's memory from the device, never from its clients), and the virtual
   // capacity when memory-capacity is set.
   Status push_inventory() {
-    Json gpus = Json::array();
+    Json listed = Json::array();
     for (const ManagedGpu& gpu : gpus_snapshot()) {
       Json g = Json::object();
       g.set("uuid", gpu.uuid);
       g.set("memory_bytes", gpu.memory_bytes);
-      gpus.push_back(std::move(g));
+      listed.push_back(std::move(g));
     }
     Json request = Json::object();
     request.set("cmd", "set-gpus");
-    request.set("gpus", std::move(gpus));
+    request.set("gpus", std::move(listed));
     if (Status s = control_request(request, "GPU inventory"); !s) return s;
     if (config.memory_capacity.empty()) return Status::Ok();
     Json capacity = Json::object();
@@ -386,8 +386,6 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     std::lock_guard lock(settings_mu);
     // A failed list says nothing about which containers are gone: only claims are made from it.
     if (listed) settings->resolve(live, lookup, SteadyClock::instance().now());
-    if (config.edits_through_cdi())
-      remove_stale_container_specs(config.cdi_spec_dir, settings->ids());
     return Clock::now() + (settings->pending() > 0 ? std::chrono::milliseconds(100)
                                                    : std::chrono::milliseconds(2000));
   }
@@ -595,10 +593,24 @@ Status PluginServer::start() {
                  qualified_cdi_device(kCdiKind, kCdiClientDevice).c_str());
   }
   if (!config.settings_dir.empty()) {
-    auto settings = std::make_unique<ContainerSettings>(ContainerSettingsOptions{
-        config.settings_dir, config.socket_dir + "/scheduler.sock", config.client_register_wait});
+    ContainerSettingsOptions options;
+    options.dir = config.settings_dir;
+    options.socket = config.socket_dir + "/scheduler.sock";
+    options.register_wait = config.client_register_wait;
+    if (config.edits_through_cdi()) {
+      // A container's CDI spec goes with its settings directory.
+      options.removed = [dir = config.cdi_spec_dir](const std::string& id) {
+        std::error_code ignored;
+        std::filesystem::remove(container_cdi_spec_path(dir, id), ignored);
+      };
+    }
+    auto settings = std::make_unique<ContainerSettings>(std::move(options));
     if (Status s = settings->prepare(SteadyClock::instance().now()); !s) {
       return make_error("settings-dir: " + s.error().message);
+    }
+    // Specs a previous run left for containers whose directories are gone.
+    if (config.edits_through_cdi()) {
+      remove_stale_container_specs(config.cdi_spec_dir, settings->ids());
     }
     std::lock_guard lock(impl.settings_mu);
     impl.settings = std::move(settings);

@@ -393,7 +393,7 @@ TEST_F(PluginServerTest, AMissingNvidiaCdiSpecFailsTheContainerByName) {
 }
 
 // A container's CDI spec lives as long as its settings directory: one left by a previous run whose
-// directory is gone is removed at the first pass over the pods.
+// directory is gone is removed at start.
 TEST_F(PluginServerTest, ContainerCdiSpecsWithoutSettingsAreRemoved) {
   const std::string stale = container_cdi_spec_path(config_.cdi_spec_dir, "00000000deadbeef");
   ASSERT_TRUE(write_cdi_spec(

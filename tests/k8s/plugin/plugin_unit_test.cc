@@ -739,6 +739,8 @@ TEST_F(ContainerSettingsTest, AContainerIsClaimedByTheDevicesItHolds) {
 }
 
 TEST_F(ContainerSettingsTest, ANewerAllocationOfTheSameDevicesWinsAndOldOnesGo) {
+  std::vector<std::string> removed;  // what the owner hears, to remove what lives beside each
+  options_.removed = [&](const std::string& id) { removed.push_back(id); };
   ContainerSettings settings(options_);
   ASSERT_TRUE(settings.prepare(now_).ok());
   auto first = settings.create({"GPU-a__0"}, now_);
@@ -759,6 +761,11 @@ TEST_F(ContainerSettingsTest, ANewerAllocationOfTheSameDevicesWinsAndOldOnesGo) 
   settings.resolve({}, lookup({}), end + std::chrono::seconds(31));
   EXPECT_FALSE(std::filesystem::exists(retry.value()));
   EXPECT_EQ(settings.size(), 0u);
+  const auto id = [](const std::string& dir) {
+    return std::filesystem::path(dir).filename().string();
+  };
+  EXPECT_EQ(removed,
+            (std::vector<std::string>{id(first.value()), id(never.value()), id(retry.value())}));
 }
 
 TEST_F(ContainerSettingsTest, ARestartedPluginKeepsServingWhatItLeft) {
