@@ -226,8 +226,8 @@ Result<SimContainer> start_container(const v1beta1::ContainerAllocateResponse& r
     container.mounts[mount.container_path()] = SimMount{mount.host_path(), mount.read_only()};
   }
   // The runtime's CDI cache: every spec file of every directory, each validated.
-  std::vector<Json> specs;
-  std::map<std::string, CdiDevice> devices;  // qualified name
+  std::vector<std::pair<std::string, Json>> specs;  // file, parsed spec
+  std::map<std::string, CdiDevice> devices;         // qualified name
   for (const std::string& dir : runtime.cdi_spec_dirs) {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -238,15 +238,13 @@ Result<SimContainer> start_container(const v1beta1::ContainerAllocateResponse& r
       text << in.rdbuf();
       auto spec = validate_cdi_spec(text.str());
       if (!spec) return make_error("CDI spec " + path + ": " + spec.error().message);
-      specs.push_back(std::move(spec).value());
-      specs.back().set("_file", path);
+      specs.emplace_back(path, std::move(spec).value());
     }
   }
-  for (const Json& spec : specs) {
+  for (const auto& [file, spec] : specs) {
     const std::string& kind = *spec.find("kind")->as_string();
     for (const Json& device : *spec.find("devices")->as_array()) {
       const std::string name = kind + "=" + *device.find("name")->as_string();
-      const std::string& file = *spec.find("_file")->as_string();
       if (devices.count(name) != 0) {
         return make_error("CDI device " + name + " is defined by " + devices[name].spec_file +
                           " and " + file);
