@@ -1,41 +1,19 @@
-// LinkEngine: the scheduler-facing half of libnvshare.so: one background thread speaking the wire
-// protocol (docs/protocol.md) on one session per GPU, and the grant state application threads read.
+// LinkEngine: the scheduler-facing half of libnvshare.so: the shell around one GrantSession
+// (grant_session.h, the protocol's client half as a pure state machine) per GPU. Each GPU has its
+// own thread: it polls the GPU's socket and a wake-up descriptor, turns what it sees into
+// events for the GPU's session, and carries out the actions it gets back (frames, the gate, drain
+// and swap through the DeviceAgent, limits, the registration wait). One GPU's swap therefore never
+// delays another GPU's grant.
 //
 // link_device() (device_link.h) uses one process-wide engine built from client_config(); tests
-// build their own engines from LinkOptions, each with its own thread.
-//
-// Per GPU, the grant state (GrantState) moves like this; the gate is open in kOpen, kHeld and
-// kStopped, closed otherwise:
-//
-//   kStarting --welcome--> kIdle --a thread waits: request--> kRequested --grant--> kHeld
-//       |                   ^ ^                                ^                     | |
-//       |                   | |                                +-- kRevoking <-revoke-+ |
-//       |                   | |                                    (drain, swap out if  |
-//       |                   | |                                     asked, released)    |
-//       |                   | +------------ idle: released (drain 0) -------------------+
-//       |                   +-------------- grant while swapped out and idle: released at once
-//       +--connect fails--> kOpen --reconnected, welcome--> kIdle
-//   any state but kStopped --connection lost--> kOpen;   any state --stop()--> kStopped
-//
-//  - kStarting: the first connection is being made; threads wait for its outcome (registering
-//    first is what makes the first submission scheduled).
-//  - kOpen: the scheduler is unreachable (absent, refused, dropped, no welcome in time, silent
-//    past the liveness bound): every submission passes (fail-open), swapped-out memory is brought
-//    back, and the engine reconnects with exponential backoff. Once a new session is welcomed the
-//    GPU is closed until granted again, like a new client.
-//  - kRevoking: the gate is closed; the engine waits (bounded) for threads inside a submission to
-//    leave it, drains, swaps out when asked, reports usage, then sends released. The scheduler
-//    re-queues a client that answered a revoke, so the state becomes kRequested without a request.
-//  - A revoke for another epoch than the held grant's is ignored, and so is a grant while holding.
-//  - Registration is settled (await_registration() returns) at the first limits frame of a
-//    session, at a failed connect, a lost connection or stop(), and in any case register_wait
-//    after the channel was created (or after fork() in the child).
+// build their own engines from LinkOptions.
 //
 // Contract
-//  - Agent calls happen only on the engine's thread, never under a lock application threads take.
-//  - Nothing waits on the scheduler without a bound set by the connection: a lost connection, a
-//    missing welcome (handshake timeout) or a silent peer (ping unanswered) opens the gate.
-//  - fork(): the child drops every session and the thread (pthread_atfork); a new thread starts
+//  - Agent calls happen only on the GPU's link thread, never under a lock application threads
+//    take.
+//  - Nothing waits on the scheduler without a bound set by the connection (grant_session.h): a
+//    lost connection, a missing welcome or a silent peer opens the gate.
+//  - fork(): the child drops every session and thread (pthread_atfork); a GPU's thread starts again
 //    on first use and registers the child as a new client. Nothing locked in the parent stays
 //    locked in the child.
 //  - No exception leaves the engine; it never calls exit() or abort().
@@ -55,6 +33,7 @@
 #include "client/config.h"
 #include "client/device_link.h"
 #include "client/link/grant_gate.h"
+#include "client/link/grant_session.h"
 #include "client/link/handoff_trace.h"
 #include "common/clock.h"
 #include "common/protocol.h"
@@ -96,17 +75,6 @@ struct LinkOptions {
   static LinkOptions from_config(const ClientConfig& config);
 };
 
-enum class GrantState : std::uint8_t {
-  kStarting,
-  kOpen,
-  kIdle,
-  kRequested,
-  kHeld,
-  kRevoking,
-  kStopped,
-};
-const char* to_string(GrantState state);
-
 // Counters for tests and debug logging.
 struct LinkStats {
   std::uint64_t wakeups = 0;  // times an application thread woke the engine's thread
@@ -114,13 +82,14 @@ struct LinkStats {
   std::uint64_t frames_received = 0;
   std::uint64_t sessions = 0;  // sessions welcomed
   std::uint64_t outages = 0;   // times the scheduler became unreachable (logged once each)
-  bool thread_running = false;
+  bool thread_running = false;  // some GPU's thread runs
 };
 
 class LinkEngine;
 
-// The DeviceLink of one GPU. Its address is stable for the engine's life (the hooks keep it).
-class DeviceChannel final : public DeviceLink {
+// The DeviceLink of one GPU and the shell of its GrantSession. Its address is stable for the
+// engine's life (the hooks keep it).
+class DeviceChannel final : public DeviceLink, private SessionProbe {
  public:
   DeviceChannel(LinkEngine& engine, DeviceIdentity identity, DeviceAgent& agent);
   DeviceChannel(const DeviceChannel&) = delete;
@@ -141,81 +110,43 @@ class DeviceChannel final : public DeviceLink {
  private:
   friend class LinkEngine;
 
-  enum class Conn : std::uint8_t { kDown, kHandshake, kUp };
-
-  // Everything only the engine's thread touches (no lock). Replaced wholesale in a forked child.
-  struct Session {
+  // The connection's bytes; only the GPU's thread touches them. Abandoned in a forked child.
+  struct Wire {
     UniqueFd fd;
-    Conn conn = Conn::kDown;
     protocol::FrameDecoder decoder;
     std::vector<std::uint8_t> out;
     std::size_t out_sent = 0;
-    std::uint16_t version = protocol::kMaxVersion;
-    std::uint64_t client_id = 0;
-    MonoTime next_attempt{};
-    Duration backoff{};
-    MonoTime up_since{};
-    MonoTime handshake_deadline{};
-    MonoTime last_rx{};
-    bool ping_outstanding = false;
-    std::uint64_t ping_nonce = 0;
-    std::uint64_t epoch = 0;
-    MonoTime granted_at{};
-    bool revoke_pending = false;
-    protocol::Revoke revoke;
-    MonoTime revoke_at{};
-    MonoTime inside_deadline{};
-    bool swapped_out = false;
-    std::uint64_t swap_out_bytes_per_s = 0;
-    MonoTime next_idle_check{};
-    std::uint64_t yield_epoch = 0;  // a soft revoke (yield) asks to release this grant once idle
-    bool usage_sent = false;
-    protocol::Usage last_usage;
-    MonoTime last_usage_at{};
-    bool limits_applied = false;
-    bool in_outage = false;
-    std::string broken;  // why the connection failed inside send/flush; acted on at a safe point
+    std::string broken;  // why the connection failed while sending; fed to the session after
   };
 
+  // SessionProbe.
+  int waiters() override { return waiters_.load(std::memory_order_acquire); }
+  std::uint64_t inside() override { return gate_.inside(); }
+  Duration idle_for() override;
+  DeviceUsage usage() override;
+
   void slow_enter();
-  // Engine thread.
-  void service(MonoTime now, MonoTime& next);
-  void service_timers(MonoTime now, MonoTime& next);
-  void on_readable(MonoTime now);
-  void on_writable(MonoTime now);
-  void check_broken(MonoTime now);
-  int poll_fd() const { return session_.fd.get(); }
-  bool wants_write() const { return session_.out_sent < session_.out.size(); }
-  void try_connect(MonoTime now);
-  void lose_connection(MonoTime now, const std::string& why);
-  void handle(const protocol::Message& message, MonoTime now);
-  void on_welcome(const protocol::Welcome& welcome, MonoTime now);
-  void on_grant(const protocol::Grant& grant, MonoTime now);
-  void on_revoke(const protocol::Revoke& revoke, MonoTime now);
-  // Whether the scheduler asked to yield the grant now held (someone waits and fits beside it).
-  bool yield_asked() const;
-  // How long the holder must be idle before it releases by itself: the idle release, or the much
-  // shorter yield threshold while someone waits for this grant.
-  Duration idle_threshold() const;
-  void finish_revoke(MonoTime now);
-  // A limits frame: authoritative limits replace the known ones; provisional ones apply only
-  // where stricter.
-  void on_limits(const protocol::SetLimits& frame);
-  // Reads the settings file when it is due: while the limit is pending, or the scheduler is
-  // unreachable and the file may carry a newer one.
-  void read_settings(MonoTime now, MonoTime& next);
-  // Settles the registration unless the limits are still unknown (the wait then runs to its
-  // deadline, or until the file or the scheduler gives them).
-  void settle_if_limits_known();
-  void try_idle_release(MonoTime now);
-  void send_usage(MonoTime now, bool force);
-  void send(const protocol::Message& message);
+  void ensure_started();
+  void wake();
+  static void* thread_main(void* self);
+  void run();
+  // Feeds one event and carries out the actions, feeding the answers of those that have one.
+  void feed(const session::Event& event);
+  std::optional<session::Event> perform(const session::Action& action);
+  std::optional<session::Event> perform_agent(const session::Action& action);
+  void publish(const session::Publish& publish);
+  void read_frames();
   void flush();
-  void set_state(GrantState state, bool open_gate);  // takes mu_
-  void settle_registration();                        // takes mu_
-  void stop();                                       // gate open for good
-  void after_fork_child();
+  void feed_if_broken();
+  void settle_registration();
+  // Gate open for good, whatever the thread is doing (stop(), a thread that cannot start).
+  void stop_now();
+  // Waits up to `until` for the thread to exit; true when it did (and was joined).
+  bool join_until(std::chrono::steady_clock::time_point until);
   bool agent_allowed() const;
+  void fork_prepare();
+  void fork_parent();
+  void fork_child();
 
   LinkEngine& engine_;
   const DeviceIdentity identity_;
@@ -224,21 +155,26 @@ class DeviceChannel final : public DeviceLink {
   std::atomic<bool> usage_dirty_{true};
   alignas(64) mutable std::mutex mu_;
   std::condition_variable cv_;
-  // Written under mu_ (so waiters see changes with the gate), by the engine's thread only (or by
-  // whoever stops the engine); read anywhere.
+  // Written under mu_ (so waiters see changes with the gate) by the GPU's thread, or by whoever
+  // stops the engine; read anywhere.
   std::atomic<GrantState> state_{GrantState::kStarting};
-  int waiters_ = 0;               // under mu_
+  std::atomic<int> waiters_{0};   // changed under mu_
   std::uint64_t held_epoch_ = 0;  // under mu_; for epoch()
   // Registration (device_link.h): set under mu_ (waiters wait on cv_), read anywhere.
   std::atomic<bool> settled_{false};
-  // Engine thread only; kept across sessions (and into a forked child). The last limits known to
-  // hold for this process: declared or the settings file's at first, then the scheduler's
-  // authoritative ones. nullopt while the settings file says pending and nobody has said.
-  std::optional<protocol::Limits> known_limits_;
-  std::optional<std::uint64_t> file_memory_;  // the settings file's memory limit, last read
-  MonoTime next_settings_read_{};
   std::chrono::steady_clock::time_point register_deadline_;  // under mu_
-  Session session_;
+
+  // The GPU's thread: started on first use.
+  std::mutex thread_mu_;
+  bool started_ = false;  // under thread_mu_
+  bool exited_ = true;    // under thread_mu_
+  std::condition_variable exited_cv_;
+  pthread_t thread_{};
+  std::atomic<int> wake_fd_{-1};  // eventfd; written by application threads without the lock
+
+  // The GPU's thread only. A forked child replaces both (the parent's may be mid-change).
+  GrantSession* session_;
+  Wire* wire_;
 };
 
 class LinkEngine {
@@ -246,15 +182,17 @@ class LinkEngine {
   explicit LinkEngine(LinkOptions options);
   LinkEngine(const LinkEngine&) = delete;
   LinkEngine& operator=(const LinkEngine&) = delete;
-  // Stops the thread (waiting for it) and closes every session; DeviceLinks from it die with it.
+  // Stops the threads (waiting for them) and closes every session; DeviceLinks from it die with it.
   ~LinkEngine();
 
-  // The DeviceLink of a GPU: created (and its session started) on first call for its UUID, the
-  // same object afterwards. With options.enabled false, a link that does nothing and no thread.
+  // The DeviceLink of a GPU: created (and its session and thread started) on first call for its
+  // UUID, the same object afterwards. With options.enabled false, a link that does nothing and no
+  // thread.
   DeviceLink& device(const DeviceIdentity& identity, DeviceAgent& agent);
 
-  // Stops the thread: every gate opens for good and no agent call starts afterwards. Waits at most
-  // `wait` for the thread to finish what it is doing (process exit uses a short bound).
+  // Stops the threads: every gate opens for good and no agent call starts afterwards. Waits at
+  // most `wait` in all for the threads to finish what they are doing (process exit uses a short
+  // bound).
   void stop(Duration wait);
 
   LinkStats stats() const;
@@ -264,10 +202,9 @@ class LinkEngine {
   friend class DeviceChannel;
   friend struct ForkRegistry;
 
+  SessionConfig session_config(const DeviceIdentity& identity) const;
+  // Starts every GPU's thread that is not running (after fork(), the child's).
   void ensure_started();
-  void wake();
-  void run();
-  static void* thread_main(void* self);
   std::vector<DeviceChannel*> snapshot();
   void outage_begins(const std::string& why);
   void outage_ends();
@@ -277,15 +214,11 @@ class LinkEngine {
 
   const LinkOptions options_;
   const HandoffTrace trace_;
-  mutable std::mutex mu_;  // devices_, thread state; taken before any device's mu_
+  mutable std::mutex mu_;  // devices_; taken before any device's locks
   std::vector<std::unique_ptr<DeviceChannel>> devices_;
-  bool started_ = false;
-  bool exited_ = true;
-  std::condition_variable exited_cv_;
-  pthread_t thread_{};
-  std::atomic<int> wake_fd_{-1};  // eventfd; read by application threads without the lock
   std::atomic<bool> stopping_{false};
-  int outage_devices_ = 0;             // engine thread only
+  std::mutex outage_mu_;
+  int outage_devices_ = 0;             // under outage_mu_: GPUs whose scheduler is unreachable
   LinkEngine* next_engine_ = nullptr;  // ForkRegistry's list
 
   std::atomic<std::uint64_t> wakeups_{0};

@@ -56,8 +56,9 @@ Status validate(const PolicyConfig& config) {
 }
 
 Duration hog_bound(const PolicyConfig& config) {
-  return config.fixed_quantum.value_or(config.quantum_max) + config.revoke_grace +
-         config.swap_allowance_max;
+  // A turn counts from the end of the holder's estimated swap-in (at most the allowance).
+  return std::max(config.fixed_quantum.value_or(config.quantum_max), config.swap_allowance_max) +
+         config.revoke_grace + config.swap_allowance_max;
 }
 
 }  // namespace nvshare::policy

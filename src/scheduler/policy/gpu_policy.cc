@@ -213,6 +213,7 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
 void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state != ClientState::kRunning || !c.quota || !c.quota->spent()) continue;
+    if (now < quota_revoke_from(c)) continue;
     // Memory must move only if the client that runs next cannot sit beside it.
     const ClientRecord* next = head();
     bool swap_out = false;
@@ -325,7 +326,10 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   };
   for (const ClientRecord& c : clients_) {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
-    if (c.state == ClientState::kRunning && c.quota) consider(c.quota->spent_at());
+    if (c.state == ClientState::kRunning && c.quota) {
+      const std::optional<MonoTime> spent = c.quota->spent_at();
+      consider(spent ? std::optional<MonoTime>(std::max(*spent, quota_revoke_from(c))) : spent);
+    }
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
       consider(c.quota->refilled_at());
     }
@@ -357,6 +361,7 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   set_state(c, ClientState::kRunning, now);
   c.epoch = ++last_epoch_;
   c.granted_at = now;
+  c.runs_from = now + swap_in_estimate(c);
   c.wait_reason.reset();
   c.throttled = false;
   c.swap_out = false;
@@ -369,7 +374,9 @@ void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, Mono
   c.revoked_at = now;
   c.revoke_reason = reason;
   c.swap_out = swap_out;
-  c.unresponsive_at = now + config_.revoke_grace + swap_allowance(c, swap_out);
+  // A holder revoked while it still swaps in must finish that before it can drain.
+  c.unresponsive_at =
+      std::max(now, c.runs_from) + config_.revoke_grace + swap_allowance(c, swap_out);
   out.push_back(SendRevoke{c.id, c.epoch, reason, swap_out});
 }
 
@@ -383,6 +390,22 @@ Duration GpuPolicy::swap_time(const ClientRecord& c) const {
   // A swap moves at most what the device holds, whatever the client says it allocated.
   const std::uint64_t bound = config_.device_bytes > 0 ? config_.device_bytes : capacity();
   return client_swap_time(config_, c.allocated_bytes, c.swap_bytes_per_s, bound);
+}
+
+MonoTime GpuPolicy::quota_revoke_from(const ClientRecord& c) const {
+  // Granted while swapped out: its bucket may run dry during the swap-in. Stopping it then, or
+  // right after, would cost a swap each way for no work at all, every time; it runs one bucket
+  // of work after its swap-in instead, and repays the overshoot like a drain's.
+  if (c.runs_from <= c.granted_at) return c.granted_at;
+  return c.runs_from + std::chrono::duration_cast<Duration>(config_.quota_window *
+                                                             effective_cap(c));
+}
+
+Duration GpuPolicy::swap_in_estimate(const ClientRecord& c) const {
+  // Only a client whose memory is on the host (it said so after its last swap-out) swaps in; the
+  // estimate is bounded like the swap allowance, and a client with a strike gets none.
+  if (c.resident_bytes >= c.allocated_bytes || c.strikes > 0) return Duration::zero();
+  return std::min(swap_time(c), config_.swap_allowance_max);
 }
 
 Duration GpuPolicy::swap_allowance(const ClientRecord& c, bool swap_out) const {

@@ -169,6 +169,8 @@ class GpuPolicy {
   Duration swap_time(const ClientRecord& c) const;
   // How long past the grace a revoked holder may take: its swap time when it must swap out, at
   // most swap_allowance_max, none after a strike.
+  Duration swap_in_estimate(const ClientRecord& c) const;
+  MonoTime quota_revoke_from(const ClientRecord& c) const;
   Duration swap_allowance(const ClientRecord& c, bool swap_out) const;
   std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
   std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;

@@ -1,0 +1,654 @@
+#include "client/link/grant_session.h"
+
+#include <algorithm>
+#include <type_traits>
+
+namespace nvshare::client {
+namespace {
+
+std::uint64_t bytes_per_second(std::uint64_t bytes, Duration took) {
+  if (bytes == 0 || took.count() <= 0) return 0;
+  const long double rate =
+      static_cast<long double>(bytes) * 1e9L / static_cast<long double>(took.count());
+  return rate >= 1.8e19L ? UINT64_MAX : static_cast<std::uint64_t>(rate);
+}
+
+protocol::Limits stricter(const protocol::Limits& a, const protocol::Limits& b) {
+  protocol::Limits out;
+  out.memory_bytes = a.memory_bytes == 0   ? b.memory_bytes
+                     : b.memory_bytes == 0 ? a.memory_bytes
+                                           : std::min(a.memory_bytes, b.memory_bytes);
+  out.core_percent = std::min(a.core_percent, b.core_percent);
+  return out;
+}
+
+void earliest(std::optional<MonoTime>& next, MonoTime at) {
+  if (!next || at < *next) next = at;
+}
+
+}  // namespace
+
+const char* to_string(GrantState state) {
+  switch (state) {
+    case GrantState::kStarting:
+      return "starting";
+    case GrantState::kOpen:
+      return "open";
+    case GrantState::kIdle:
+      return "idle";
+    case GrantState::kRequested:
+      return "requested";
+    case GrantState::kHeld:
+      return "held";
+    case GrantState::kRevoking:
+      return "revoking";
+    case GrantState::kStopped:
+      return "stopped";
+  }
+  return "?";
+}
+
+bool session::awaits_answer(const Action& action) {
+  return std::holds_alternative<Connect>(action) ||
+         std::holds_alternative<CloseGateToRelease>(action) ||
+         std::holds_alternative<Drain>(action) || std::holds_alternative<SwapOut>(action) ||
+         std::holds_alternative<SwapIn>(action) || std::holds_alternative<ReadSettings>(action);
+}
+
+GrantSession::GrantSession(SessionConfig config, SessionProbe& probe)
+    : config_(std::move(config)), probe_(probe) {
+  config_.reconnect_max = std::max(config_.reconnect_max, config_.reconnect_initial);
+  backoff_ = config_.reconnect_initial;
+}
+
+GrantSession::GrantSession(SessionConfig config, SessionProbe& probe, const Inherited& inherited)
+    : GrantSession(std::move(config), probe) {
+  stopped_ = inherited.stopped;
+  if (stopped_) state_ = GrantState::kStopped;
+  limits_started_ = inherited.limits_started;
+  known_limits_ = inherited.known_limits;
+  applied_ = inherited.applied;
+  file_memory_ = inherited.file_memory;
+}
+
+GrantSession::Inherited GrantSession::inherited() const {
+  return Inherited{stopped_, limits_started_, known_limits_, applied_, file_memory_};
+}
+
+std::uint64_t GrantSession::held_epoch() const {
+  return state_ == GrantState::kHeld || state_ == GrantState::kRevoking ? epoch_ : 0;
+}
+
+// ---- events -------------------------------------------------------------------------------------
+
+std::vector<session::Action> GrantSession::handle(const session::Event& event, MonoTime now) {
+  now = std::max(now, last_now_);
+  last_now_ = now;
+  out_.clear();
+  if (stopped_) return {};
+  if (std::holds_alternative<session::Stop>(event)) {
+    stop();
+    return std::move(out_);
+  }
+  if (awaiting_ != Awaiting::kNothing && !answers_outstanding(event)) {
+    // Read after the work in progress, as a shell doing that work on its thread would read it. A
+    // tick is not kept: everything due is looked at once the answer comes.
+    if (!std::holds_alternative<session::Tick>(event)) inbox_.emplace_back(event, now);
+    return {};
+  }
+  dispatch(event, now);
+  while (awaiting_ == Awaiting::kNothing && !inbox_.empty() && !stopped_) {
+    const session::Event deferred = std::move(inbox_.front().first);
+    inbox_.pop_front();
+    dispatch(deferred, now);
+  }
+  if (awaiting_ == Awaiting::kNothing && !stopped_) service(now);
+  return std::move(out_);
+}
+
+bool GrantSession::answers_outstanding(const session::Event& event) const {
+  switch (awaiting_) {
+    case Awaiting::kNothing:
+      return false;
+    case Awaiting::kConnect:
+      return std::holds_alternative<session::Connected>(event) ||
+             std::holds_alternative<session::ConnectFailed>(event);
+    case Awaiting::kGateClosed:
+      return std::holds_alternative<session::GateClosed>(event);
+    case Awaiting::kDrained:
+      return std::holds_alternative<session::Drained>(event);
+    case Awaiting::kSwappedOut:
+      return std::holds_alternative<session::SwappedOut>(event);
+    case Awaiting::kSwappedIn:
+      return std::holds_alternative<session::SwappedIn>(event);
+    case Awaiting::kSettings:
+      return std::holds_alternative<session::SettingsRead>(event);
+  }
+  return false;
+}
+
+void GrantSession::dispatch(const session::Event& event, MonoTime now) {
+  if (answers_outstanding(event)) awaiting_ = Awaiting::kNothing;
+  std::visit(
+      [&](const auto& e) {
+        using T = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<T, session::UsageChanged>) {
+          usage_dirty_ = true;
+        } else if constexpr (std::is_same_v<T, session::Connected>) {
+          on_connected(now);
+        } else if constexpr (std::is_same_v<T, session::ConnectFailed>) {
+          on_connect_failed(now, e.why);
+        } else if constexpr (std::is_same_v<T, session::FrameReceived>) {
+          on_frame(e.message, now);
+        } else if constexpr (std::is_same_v<T, session::ConnectionLost>) {
+          if (conn_ == Conn::kHandshake || conn_ == Conn::kUp) lose_connection(now, e.why);
+        } else if constexpr (std::is_same_v<T, session::GateClosed>) {
+          on_gate_closed(e.inside, now);
+        } else if constexpr (std::is_same_v<T, session::Drained>) {
+          on_drained(now);
+        } else if constexpr (std::is_same_v<T, session::SwappedOut>) {
+          const Duration took = now - drained_at_;
+          swapped_out_ = true;
+          if (const std::uint64_t rate = bytes_per_second(e.bytes, took); rate > 0) {
+            swap_out_bytes_per_s_ = rate;
+          }
+          if (config_.debug_notes) {
+            debug("swapped out " + std::to_string(e.bytes) + " bytes in " +
+                  std::to_string(to_ms(took)) + " ms");
+          }
+          finish_revoke(now);
+        } else if constexpr (std::is_same_v<T, session::SwappedIn>) {
+          on_swapped_in(e.bytes, now);
+        } else if constexpr (std::is_same_v<T, session::SettingsRead>) {
+          on_settings(e.memory_bytes);
+        }
+        // Tick: service() below looks at everything due.
+      },
+      event);
+}
+
+// ---- what is due ----------------------------------------------------------------------------------
+
+void GrantSession::service(MonoTime now) {
+  first_limits();
+  if (settings_due(now)) {
+    // Pending: soon, the plugin writes it within moments of the container starting. Unreachable:
+    // now and then, for an annotation changed meanwhile.
+    const bool pending = !known_limits_ && config_.limits_pending;
+    next_settings_read_ =
+        now + (pending ? Duration(std::chrono::milliseconds(100)) : Duration(std::chrono::seconds(1)));
+    await(Awaiting::kSettings, session::ReadSettings{});
+    return;
+  }
+  service_connection(now);
+  if (awaiting_ != Awaiting::kNothing || conn_ != Conn::kUp) return;
+  service_grant(now);
+}
+
+void GrantSession::first_limits() {
+  if (limits_started_) return;
+  // Declared limits (or the settings file's) hold from the first allocation, with or without a
+  // scheduler; a scheduler sends limits only when it wants others.
+  limits_started_ = true;
+  if (config_.limits_pending && !known_limits_) {
+    out_.emplace_back(session::LimitsUnknown{});
+    return;
+  }
+  if (!known_limits_) known_limits_ = config_.declared;
+  apply(*known_limits_);
+}
+
+bool GrantSession::settings_due(MonoTime now) const {
+  if (!config_.has_settings_file) return false;
+  const bool pending = !known_limits_ && config_.limits_pending;
+  return (pending || conn_ != Conn::kUp) && now >= next_settings_read_;
+}
+
+void GrantSession::service_connection(MonoTime now) {
+  switch (conn_) {
+    case Conn::kDown:
+      if (now >= next_attempt_) {
+        conn_ = Conn::kConnecting;
+        await(Awaiting::kConnect, session::Connect{});
+      }
+      return;
+    case Conn::kConnecting:
+      return;
+    case Conn::kHandshake:
+      if (now >= handshake_deadline_) {
+        lose_connection(now, "no welcome within " +
+                                 std::to_string(to_ms(config_.handshake_timeout)) + " ms");
+      }
+      return;
+    case Conn::kUp:
+      break;
+  }
+  // Liveness: a silent scheduler is pinged, and one that stays silent is treated as gone, so a
+  // waiting thread is never held by a peer that stopped answering.
+  const Duration silence = now - last_rx_;
+  if (silence >= config_.ping_after + config_.dead_after) {
+    lose_connection(now, "the scheduler stopped answering");
+    return;
+  }
+  if (silence >= config_.ping_after && !ping_outstanding_) {
+    ping_outstanding_ = true;
+    send(protocol::Ping{++ping_nonce_});
+  }
+}
+
+void GrantSession::service_grant(MonoTime now) {
+  // Demand: a thread waits while registered and not queued.
+  if (state_ == GrantState::kIdle && probe_.waiters() > 0) {
+    publish(GrantState::kRequested, session::GateChange::kKeep);
+    // The scheduler judges fit on the last usage it saw: report allocations made since then
+    // before asking, or it may grant beside a runner this client does not fit beside.
+    if (usage_dirty_) send_usage(now, false);
+    send(protocol::Request{});
+    out_.emplace_back(session::Record{"request", epoch_});
+  }
+
+  if (revoke_pending_) {
+    const std::uint64_t inside = probe_.inside();
+    if (inside > 0 && now < inside_deadline_) return;
+    revoke_pending_ = false;
+    if (inside > 0 && config_.debug_notes) {
+      debug(std::to_string(inside) + " threads still inside a submission after " +
+            std::to_string(to_ms(now - revoke_at_)) + " ms; draining anyway");
+    }
+    await(Awaiting::kDrained, session::Drain{});
+    return;
+  }
+
+  const Duration idle = idle_threshold();
+  if (state_ == GrantState::kHeld && idle.count() > 0 && now >= next_idle_check_) {
+    const Duration floor = yield_asked() ? kYieldCheckEvery : std::chrono::milliseconds(1);
+    next_idle_check_ = now + std::max<Duration>(idle / 2, floor);
+    if (probe_.idle_for() >= idle && probe_.waiters() == 0) {
+      await(Awaiting::kGateClosed, session::CloseGateToRelease{});
+      return;
+    }
+  }
+
+  if (usage_dirty_ && (!usage_sent_ || now >= last_usage_at_ + config_.usage_interval)) {
+    send_usage(now, false);
+  }
+}
+
+std::optional<MonoTime> GrantSession::next_deadline() const {
+  if (stopped_ || awaiting_ != Awaiting::kNothing) return std::nullopt;
+  std::optional<MonoTime> next;
+  if (config_.has_settings_file && ((!known_limits_ && config_.limits_pending) || conn_ != Conn::kUp)) {
+    earliest(next, next_settings_read_);
+  }
+  switch (conn_) {
+    case Conn::kDown:
+      earliest(next, next_attempt_);
+      return next;
+    case Conn::kConnecting:
+      return next;
+    case Conn::kHandshake:
+      earliest(next, handshake_deadline_);
+      return next;
+    case Conn::kUp:
+      break;
+  }
+  earliest(next, last_rx_ + (ping_outstanding_ ? config_.ping_after + config_.dead_after
+                                                : config_.ping_after));
+  if (revoke_pending_) earliest(next, inside_deadline_);
+  if (state_ == GrantState::kHeld && idle_threshold().count() > 0) {
+    earliest(next, next_idle_check_);
+  }
+  if (usage_dirty_ && usage_sent_) earliest(next, last_usage_at_ + config_.usage_interval);
+  return next;
+}
+
+// ---- the connection -------------------------------------------------------------------------------
+
+void GrantSession::on_connected(MonoTime now) {
+  conn_ = Conn::kHandshake;
+  version_ = protocol::kMaxVersion;
+  handshake_deadline_ = now + config_.handshake_timeout;
+  last_rx_ = now;
+  ping_outstanding_ = false;
+
+  protocol::Hello hello;
+  hello.pid = config_.pid;
+  hello.gpu_uuid = config_.gpu_uuid.substr(0, protocol::kMaxUuidLength);
+  hello.gpu_memory_bytes = config_.gpu_memory_bytes;
+  hello.capabilities = protocol::capability::kUsageReports | protocol::capability::kYield;
+  if (config_.can_swap) hello.capabilities |= protocol::capability::kSwap;
+  if (config_.idle_release.count() > 0) hello.capabilities |= protocol::capability::kIdleRelease;
+  hello.declared = config_.declared;
+  hello.pod_uid = config_.pod_uid.substr(0, protocol::kMaxUuidLength);
+  hello.process_name = config_.process_name.substr(0, protocol::kMaxNameLength);
+  send(std::move(hello));
+}
+
+void GrantSession::on_connect_failed(MonoTime now, const std::string& why) {
+  conn_ = Conn::kDown;
+  // Nothing accepts at the socket: the first CUDA call does not wait for a registration, unless
+  // it still has no limits to keep.
+  settle_if_limits_known();
+  next_attempt_ = now + backoff_;
+  backoff_ = std::min(backoff_ * 2, config_.reconnect_max);
+  // The first failure of an outage opens the gate and is logged; later attempts are silent.
+  if (!in_outage_) {
+    in_outage_ = true;
+    publish(GrantState::kOpen, session::GateChange::kOpen);
+    out_.emplace_back(session::OutageBegins{why});
+  } else if (config_.debug_notes) {
+    note(LogLevel::kTrace, config_.gpu_uuid + ": scheduler still unreachable: " + why);
+  }
+}
+
+void GrantSession::lose_connection(MonoTime now, const std::string& why) {
+  const bool was_up = conn_ == Conn::kUp;
+  out_.emplace_back(session::Disconnect{});
+  conn_ = Conn::kDown;
+  revoke_pending_ = false;
+  ping_outstanding_ = false;
+  // A session that stayed up a while earns a fresh backoff; one that keeps dropping right after
+  // its welcome keeps backing off, so a scheduler rejecting us is not hammered.
+  if (was_up && now - up_since_ >= config_.reconnect_max) backoff_ = config_.reconnect_initial;
+  next_attempt_ = now + backoff_;
+  backoff_ = std::min(backoff_ * 2, config_.reconnect_max);
+  if (config_.debug_notes) debug("session lost (" + why + ")");
+  // Running unscheduled from now on: bring swapped-out memory back first, so the process runs at
+  // full speed instead of faulting its pages in one by one.
+  if (swapped_out_) {
+    swapping_in_for_.reset();
+    swap_in_started_ = now;
+    outage_why_ = why;
+    await(Awaiting::kSwappedIn, session::SwapIn{});
+    return;
+  }
+  enter_outage(why);
+}
+
+void GrantSession::enter_outage(const std::string& why) {
+  publish(GrantState::kOpen, session::GateChange::kOpen);
+  settle_if_limits_known();
+  if (!in_outage_) {
+    in_outage_ = true;
+    out_.emplace_back(session::OutageBegins{why});
+  }
+}
+
+void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
+  if (conn_ != Conn::kHandshake && conn_ != Conn::kUp) return;  // from a connection already dropped
+  last_rx_ = now;
+  ping_outstanding_ = false;
+  if (conn_ == Conn::kHandshake) {
+    if (const auto* welcome = std::get_if<protocol::Welcome>(&message)) {
+      on_welcome(*welcome, now);
+    } else {
+      lose_connection(now, "expected welcome, got " +
+                               std::string(protocol::to_string(protocol::type_of(message))));
+    }
+    return;
+  }
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, protocol::Grant>) {
+          on_grant(m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Revoke>) {
+          on_revoke(m, now);
+        } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
+          on_limits(m);
+        } else if constexpr (std::is_same_v<T, protocol::Wait>) {
+          if (config_.debug_notes) {
+            debug("waiting (" + std::string(protocol::to_string(m.reason)) + ")");
+          }
+        } else if constexpr (std::is_same_v<T, protocol::Ping>) {
+          send(protocol::Pong{m.nonce});
+        } else if constexpr (std::is_same_v<T, protocol::Pong>) {
+          // Any frame proves liveness; nothing else to do.
+        } else {
+          lose_connection(now, "the scheduler sent " +
+                                   std::string(protocol::to_string(protocol::type_of(message))));
+        }
+      },
+      message);
+}
+
+void GrantSession::on_welcome(const protocol::Welcome& welcome, MonoTime now) {
+  if (welcome.version < protocol::kMinVersion || welcome.version > protocol::kMaxVersion) {
+    lose_connection(now, "the scheduler chose protocol version " + std::to_string(welcome.version));
+    return;
+  }
+  version_ = welcome.version;
+  client_id_ = welcome.client_id;
+  conn_ = Conn::kUp;
+  up_since_ = now;
+  next_idle_check_ = now;
+  out_.emplace_back(session::Registered{client_id_});
+  // Registered: closed until granted, like any new client. Threads already inside (running
+  // fail-open) finish their submission; the next one waits for a grant.
+  publish(GrantState::kIdle, session::GateChange::kClose);
+  if (in_outage_) {
+    in_outage_ = false;
+    out_.emplace_back(session::OutageEnds{});
+  }
+  usage_sent_ = false;
+  send_usage(now, true);
+}
+
+// ---- the grant ------------------------------------------------------------------------------------
+
+void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
+  if (state_ == GrantState::kHeld || state_ == GrantState::kRevoking) {
+    if (config_.debug_notes) {
+      debug("grant " + std::to_string(grant.epoch) + " while holding " + std::to_string(epoch_) +
+            " ignored");
+    }
+    return;
+  }
+  if (!swapped_out_) {
+    hold(grant.epoch, now, -1);
+    return;
+  }
+  const Duration idle = config_.idle_release;
+  if (probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle) {
+    // Queued again by the revoke but idle since: hand the grant straight back rather than swap
+    // in only to swap out again. The next submission asks anew.
+    send(protocol::Released{grant.epoch, 0, 0});
+    publish(GrantState::kIdle, session::GateChange::kKeep);
+    out_.emplace_back(session::Record{"handback", grant.epoch});
+    return;
+  }
+  swapping_in_for_ = grant.epoch;
+  swap_in_started_ = now;
+  await(Awaiting::kSwappedIn, session::SwapIn{});
+}
+
+void GrantSession::on_swapped_in(std::uint64_t bytes, MonoTime now) {
+  swapped_out_ = false;
+  const double ms = to_ms(now - swap_in_started_);
+  if (config_.debug_notes) {
+    debug("swapped in " + std::to_string(bytes) + " bytes in " + std::to_string(ms) + " ms");
+  }
+  if (!swapping_in_for_) {
+    enter_outage(outage_why_);
+    return;
+  }
+  const std::uint64_t epoch = *swapping_in_for_;
+  swapping_in_for_.reset();
+  send_usage(now, true);
+  hold(epoch, now, ms);
+}
+
+void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms) {
+  epoch_ = epoch;
+  granted_at_ = now;
+  next_idle_check_ = now + config_.idle_release / 2;
+  publish(GrantState::kHeld, session::GateChange::kOpen);
+  out_.emplace_back(session::Record{"grant", epoch, swap_in_ms});
+}
+
+bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
+
+Duration GrantSession::idle_threshold() const {
+  const Duration idle = config_.idle_release;
+  if (yield_asked()) return idle.count() > 0 ? std::min(idle, kYieldIdle) : kYieldIdle;
+  return idle;
+}
+
+void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
+  if (revoke.reason == protocol::RevokeReason::kYield) {
+    // Not a revoke: keep running, but release as soon as idle (checked from now on).
+    if (state_ == GrantState::kHeld && revoke.epoch == epoch_) {
+      yield_epoch_ = revoke.epoch;
+      next_idle_check_ = now;
+      out_.emplace_back(session::Record{"yield", revoke.epoch});
+    }
+    return;
+  }
+  if (state_ != GrantState::kHeld || revoke.epoch != epoch_) {
+    if (config_.debug_notes) {
+      debug("stale revoke of grant " + std::to_string(revoke.epoch) + " ignored (state " +
+            to_string(state_) + ", grant " + std::to_string(epoch_) + ")");
+    }
+    return;
+  }
+  publish(GrantState::kRevoking, session::GateChange::kClose);
+  revoke_pending_ = true;
+  revoke_ = revoke;
+  revoke_at_ = now;
+  inside_deadline_ = now + config_.inside_bound;
+  out_.emplace_back(session::Record{"revoke", revoke.epoch});
+  // The drain starts from service() as soon as no thread is inside a submission.
+}
+
+void GrantSession::on_drained(MonoTime now) {
+  drained_at_ = now;
+  if (revoke_.swap_out) {
+    await(Awaiting::kSwappedOut, session::SwapOut{});
+    return;
+  }
+  finish_revoke(now);
+}
+
+void GrantSession::finish_revoke(MonoTime now) {
+  if (revoke_.swap_out) send_usage(now, true);
+  // Recorded just before the frame is queued, so a follower's grant always reads later.
+  out_.emplace_back(session::Record{"release", revoke_.epoch, to_ms(now - revoke_at_)});
+  send(protocol::Released{revoke_.epoch, to_us(now - granted_at_), to_us(drained_at_ - revoke_at_)});
+  // The scheduler queues a client that answered a revoke by itself: no request needed.
+  publish(GrantState::kRequested, session::GateChange::kKeep);
+}
+
+void GrantSession::on_gate_closed(std::uint64_t inside, MonoTime now) {
+  // With the gate closed nobody can start a submission; release only if nobody did in between.
+  if (state_ != GrantState::kHeld || inside > 0 || probe_.idle_for() < idle_threshold()) {
+    publish(state_, session::GateChange::kOpen);
+    return;
+  }
+  out_.emplace_back(session::Record{"idle-release", epoch_});
+  send(protocol::Released{epoch_, to_us(now - granted_at_), 0});
+  // A thread that arrived while the gate was closed waits; the next service() sees it and
+  // requests.
+  publish(GrantState::kIdle, session::GateChange::kKeep);
+  if (config_.debug_notes) {
+    note(LogLevel::kTrace, config_.gpu_uuid + ": idle, released grant " + std::to_string(epoch_));
+  }
+}
+
+// ---- limits ---------------------------------------------------------------------------------------
+
+void GrantSession::on_limits(const protocol::SetLimits& frame) {
+  if (config_.debug_notes) {
+    debug("limits memory " + std::to_string(frame.limits.memory_bytes) + " bytes, core " +
+          std::to_string(frame.limits.core_percent) + "%" +
+          (frame.provisional() ? " (provisional)" : ""));
+  }
+  if (!frame.provisional()) {
+    known_limits_ = frame.limits;
+    apply(frame.limits);
+  } else if (known_limits_) {
+    // A scheduler unsure of this client's limits: keep the stricter, field by field.
+    apply(stricter(*known_limits_, frame.limits));
+  }
+  // The first limits frame follows the welcome: the scheduler's limits are in force now.
+  settle_if_limits_known();
+}
+
+void GrantSession::on_settings(const std::optional<std::uint64_t>& memory) {
+  if (!memory) return;
+  const bool first_read = !file_memory_.has_value();
+  if (file_memory_ == memory && known_limits_) return;
+  file_memory_ = memory;
+  // Unreachable but with limits known: the file's value at the first look is what this process
+  // started from, not news; only a change after that (an annotation changed meanwhile) is.
+  if (first_read && known_limits_) return;
+  protocol::Limits limits = known_limits_.value_or(protocol::Limits{});
+  limits.memory_bytes = *memory;
+  note(LogLevel::kInfo, config_.gpu_uuid + ": memory limit " + std::to_string(*memory) +
+                            " bytes from the settings file");
+  known_limits_ = limits;
+  apply(limits);
+  if (!settled_) {
+    settled_ = true;
+    out_.emplace_back(session::SettleRegistration{});
+  }
+}
+
+void GrantSession::settle_if_limits_known() {
+  if (settled_ || (!known_limits_ && config_.limits_pending)) return;
+  settled_ = true;
+  out_.emplace_back(session::SettleRegistration{});
+}
+
+void GrantSession::apply(const protocol::Limits& limits) {
+  applied_ = limits;
+  out_.emplace_back(session::ApplyLimits{limits});
+}
+
+// ---- output ---------------------------------------------------------------------------------------
+
+void GrantSession::send_usage(MonoTime now, bool force) {
+  usage_dirty_ = false;
+  const DeviceUsage usage = probe_.usage();
+  const protocol::Usage message{
+      usage.allocated_bytes, usage.resident_bytes,
+      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_};
+  if (!force && usage_sent_ && message == last_usage_) return;
+  usage_sent_ = true;
+  last_usage_ = message;
+  last_usage_at_ = now;
+  send(message);
+}
+
+void GrantSession::send(protocol::Message message) {
+  if (conn_ != Conn::kHandshake && conn_ != Conn::kUp) return;
+  out_.emplace_back(session::Send{std::move(message), version_});
+}
+
+void GrantSession::publish(GrantState state, session::GateChange gate) {
+  state_ = state;
+  out_.emplace_back(session::Publish{state, gate, held_epoch()});
+}
+
+void GrantSession::await(Awaiting what, session::Action action) {
+  awaiting_ = what;
+  out_.push_back(std::move(action));
+}
+
+void GrantSession::stop() {
+  stopped_ = true;
+  awaiting_ = Awaiting::kNothing;
+  inbox_.clear();
+  publish(GrantState::kStopped, session::GateChange::kOpen);
+  settled_ = true;
+  out_.emplace_back(session::SettleRegistration{});
+}
+
+void GrantSession::note(LogLevel level, std::string text) {
+  out_.emplace_back(session::Note{level, std::move(text)});
+}
+
+void GrantSession::debug(std::string text) {
+  note(LogLevel::kDebug, config_.gpu_uuid + ": " + text);
+}
+
+}  // namespace nvshare::client

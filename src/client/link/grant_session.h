@@ -1,0 +1,341 @@
+// GrantSession: the client's half of the protocol for one GPU, as a deterministic state machine.
+//
+// The scheduler's half is GpuPolicy; this is its mirror in the client. The link shell
+// (link_engine.h) turns socket input, wake-ups and the results of CUDA work into events, feeds
+// them with the current time, and carries out the actions it gets back, in order. tests/sim drives
+// the same engine against the real scheduler in virtual time.
+//
+// Contract
+//  - Pure: no sockets, no threads, no locks, no clock reads. `now` is an argument; a `now` earlier
+//    than one already seen is treated as that earlier time.
+//  - handle(event, now) applies one event and returns the actions to carry out, in order.
+//  - Six actions ask for work whose result comes back as an event: Connect (Connected or
+//    ConnectFailed), CloseGateToRelease (GateClosed), Drain (Drained), SwapOut (SwappedOut), SwapIn
+//    (SwappedIn) and ReadSettings (SettingsRead). At most one is outstanding, always the last
+//    action of its batch; until its answer comes, other events wait in the engine's inbox and are
+//    handled after it, in order (a frame that arrives during a swap is read after the swap, as a
+//    shell with one thread per GPU reads it). Stop is never deferred.
+//  - next_deadline() is the earliest time something is due (a reconnect, a handshake or liveness
+//    bound, the end of the wait for threads inside a submission, an idle check, a coalesced usage
+//    report, a settings read); the caller feeds Tick{} at or after it, and whenever an application
+//    thread may have started waiting (the probe's waiters() changed). nullopt: nothing is due.
+//  - Quick facts about the process are read through SessionProbe when they are needed (threads
+//    waiting and inside a submission, idle time, memory use); the engine calls it only from
+//    handle(), never after Stop.
+//  - Nothing throws out of handle() but std::bad_alloc.
+//
+// States (GrantState); the gate is open in kOpen, kHeld and kStopped, closed otherwise:
+//
+//   kStarting --welcome--> kIdle --a thread waits: request--> kRequested --grant--> kHeld
+//       |                   ^ ^                                ^                     | |
+//       |                   | |                                +-- kRevoking <-revoke-+ |
+//       |                   | |                                    (drain, swap out if  |
+//       |                   | |                                     asked, released)    |
+//       |                   | +------------ idle: released (drain 0) -------------------+
+//       |                   +-------------- grant while swapped out and idle: released at once
+//       +--connect fails--> kOpen --reconnected, welcome--> kIdle
+//   any state but kStopped --connection lost--> kOpen;   any state --Stop--> kStopped
+//
+//  - kStarting: the first connection is being made; threads wait for its outcome (registering
+//    first is what makes the first submission scheduled).
+//  - kOpen: the scheduler is unreachable (absent, refused, dropped, no welcome in time, silent
+//    past the liveness bound): every submission passes (fail-open), swapped-out memory is brought
+//    back, and the engine reconnects with exponential backoff. Once a new session is welcomed the
+//    GPU is closed until granted again, like a new client.
+//  - kRevoking: the gate is closed; the engine waits (bounded by inside_bound) for threads inside a
+//    submission to leave it, drains, swaps out when asked, reports usage, then sends released. The
+//    scheduler re-queues a client that answered a revoke, so the state becomes kRequested without
+//    a request.
+//  - A revoke for another epoch than the held grant's is ignored, and so is a grant while holding.
+//    A yield (soft revoke) for the held grant shortens the idle time after which it is released.
+//  - Limits: the declared ones (or the settings file's) apply before anything else; while the
+//    settings file says the pod's limit is pending, LimitsUnknown comes first and the file is
+//    read until it gives one. An authoritative limits frame replaces the limits known to hold; a
+//    provisional one applies only where it is stricter. While the scheduler is unreachable the
+//    file is read now and then for a changed limit. Limits never fail open.
+//  - Registration is settled (SettleRegistration) at the first limits frame of a session, at a
+//    failed connect, a lost connection or Stop, unless the limits are still unknown.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "client/device_link.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/protocol.h"
+
+namespace nvshare::client {
+
+enum class GrantState : std::uint8_t {
+  kStarting,
+  kOpen,
+  kIdle,
+  kRequested,
+  kHeld,
+  kRevoking,
+  kStopped,
+};
+const char* to_string(GrantState state);
+
+// Idle time after which a holder asked to yield releases: long enough not to hand over in the gap
+// between two launches of a busy loop, short against the host work of an interactive job.
+inline constexpr Duration kYieldIdle = std::chrono::microseconds(200);
+// How often a holder asked to yield looks whether it is idle (otherwise every half idle release, at
+// most once a millisecond).
+inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
+
+struct SessionConfig {
+  // Identity announced in hello.
+  std::string gpu_uuid;
+  std::uint64_t gpu_memory_bytes = 0;
+  std::uint32_t pid = 0;
+  std::string pod_uid;
+  std::string process_name;
+  bool can_swap = true;
+  protocol::Limits declared;
+  // The settings file says the pod's memory limit is pending: allocations wait for it.
+  bool limits_pending = false;
+  // There is a settings file to re-read (while pending, or while the scheduler is unreachable).
+  bool has_settings_file = false;
+
+  Duration idle_release = std::chrono::milliseconds(100);  // zero: never release when idle
+  Duration reconnect_initial = std::chrono::milliseconds(50);
+  Duration reconnect_max = std::chrono::milliseconds(2000);
+  Duration usage_interval = std::chrono::milliseconds(50);
+  Duration handshake_timeout = std::chrono::seconds(2);
+  Duration ping_after = std::chrono::seconds(5);
+  Duration dead_after = std::chrono::seconds(5);
+  Duration inside_bound = std::chrono::seconds(1);
+  // Debug notes are built only when someone reads them.
+  bool debug_notes = false;
+};
+
+// Quick facts the engine reads while it handles an event (atomics and the agent's counters in the
+// shell; the simulated process in tests/sim).
+class SessionProbe {
+ public:
+  virtual ~SessionProbe() = default;
+  virtual int waiters() = 0;             // application threads waiting at the closed gate
+  virtual std::uint64_t inside() = 0;    // threads inside a submission
+  virtual Duration idle_for() = 0;       // DeviceAgent::idle_for()
+  virtual DeviceUsage usage() = 0;       // DeviceAgent::usage()
+};
+
+namespace session {
+
+// ---- events -------------------------------------------------------------------------------------
+
+struct Tick {};           // something may be due, or a thread may have started waiting
+struct UsageChanged {};   // an allocation or free changed the usage
+struct Connected {};      // answer to Connect: the socket is connected
+struct ConnectFailed {    // answer to Connect
+  std::string why;
+};
+struct FrameReceived {
+  protocol::Message message;
+};
+struct ConnectionLost {   // read or write failed, the peer closed, or it stopped reading
+  std::string why;
+};
+struct GateClosed {       // answer to CloseGateToRelease: threads inside when it closed
+  std::uint64_t inside = 0;
+};
+struct Drained {};        // answer to Drain
+struct SwappedOut {       // answer to SwapOut
+  std::uint64_t bytes = 0;
+};
+struct SwappedIn {        // answer to SwapIn
+  std::uint64_t bytes = 0;
+};
+struct SettingsRead {     // answer to ReadSettings: the file's memory limit, when it gives one
+  std::optional<std::uint64_t> memory_bytes;
+};
+struct Stop {};           // the process stops scheduling this GPU: gate open for good
+
+using Event = std::variant<Tick, UsageChanged, Connected, ConnectFailed, FrameReceived,
+                           ConnectionLost, GateClosed, Drained, SwappedOut, SwappedIn, SettingsRead,
+                           Stop>;
+
+// ---- actions ------------------------------------------------------------------------------------
+
+struct Connect {};           // open a connection to the scheduler; answer Connected/ConnectFailed
+struct Disconnect {};        // close the connection (the engine has already moved on)
+struct Send {                // queue a frame, encoded with the session's protocol version
+  protocol::Message message;
+  std::uint16_t version = protocol::kMaxVersion;
+};
+enum class GateChange : std::uint8_t { kKeep, kOpen, kClose };
+struct Publish {             // the new state for application threads (state(), epoch(), the gate)
+  GrantState state = GrantState::kStarting;
+  GateChange gate = GateChange::kKeep;
+  std::uint64_t epoch = 0;   // the grant held (kHeld, kRevoking), else 0
+};
+struct CloseGateToRelease {};  // close the gate; answer GateClosed with the threads inside
+struct Drain {};               // DeviceAgent::drain(); answer Drained
+struct SwapOut {};             // DeviceAgent::swap_out(); answer SwappedOut
+struct SwapIn {};              // DeviceAgent::swap_in(); answer SwappedIn
+struct ApplyLimits {
+  protocol::Limits limits;
+};
+struct LimitsUnknown {};
+struct SettleRegistration {};
+struct ReadSettings {};        // read the settings file; answer SettingsRead
+struct Record {                // a hand-off trace event (handoff_trace.h); ms < 0: no duration
+  const char* event = "";
+  std::uint64_t epoch = 0;
+  double ms = -1;
+};
+struct Registered {            // a session was welcomed
+  std::uint64_t client_id = 0;
+};
+struct OutageBegins {          // the scheduler became unreachable (first failure of an outage)
+  std::string why;
+};
+struct OutageEnds {};
+struct Note {                  // a log line
+  LogLevel level = LogLevel::kDebug;
+  std::string text;
+};
+
+using Action = std::variant<Connect, Disconnect, Send, Publish, CloseGateToRelease, Drain,
+                            SwapOut, SwapIn, ApplyLimits, LimitsUnknown, SettleRegistration,
+                            ReadSettings, Record, Registered, OutageBegins, OutageEnds, Note>;
+
+// Whether the shell must feed an answer back for this action.
+bool awaits_answer(const Action& action);
+
+}  // namespace session
+
+class GrantSession {
+ public:
+  GrantSession(SessionConfig config, SessionProbe& probe);
+
+  std::vector<session::Action> handle(const session::Event& event, MonoTime now);
+  std::optional<MonoTime> next_deadline() const;
+
+  GrantState state() const { return state_; }
+  // The grant held (kHeld, kRevoking), else 0.
+  std::uint64_t held_epoch() const;
+  bool connected() const { return conn_ == Conn::kUp; }
+  bool swapped_out() const { return swapped_out_; }
+  // The limits last applied to the agent (nullopt before any, or while unknown).
+  const std::optional<protocol::Limits>& applied_limits() const { return applied_; }
+  // Whether an action's answer is outstanding.
+  bool busy() const { return awaiting_ != Awaiting::kNothing; }
+
+  // What a forked child keeps: it starts over as a new client of the scheduler (no session, no
+  // grant, nothing outstanding) but knows what its limits are. Plain values, so the child can read
+  // them even if the parent's thread was inside handle() at the instant of fork.
+  struct Inherited {
+    bool stopped = false;
+    bool limits_started = false;
+    std::optional<protocol::Limits> known_limits;
+    std::optional<protocol::Limits> applied;
+    std::optional<std::uint64_t> file_memory;
+  };
+  Inherited inherited() const;
+  GrantSession(SessionConfig config, SessionProbe& probe, const Inherited& inherited);
+
+ private:
+  enum class Conn : std::uint8_t { kDown, kConnecting, kHandshake, kUp };
+  enum class Awaiting : std::uint8_t {
+    kNothing,
+    kConnect,
+    kGateClosed,
+    kDrained,
+    kSwappedOut,
+    kSwappedIn,
+    kSettings,
+  };
+
+  // Handles one event that is not deferred.
+  void dispatch(const session::Event& event, MonoTime now);
+  bool answers_outstanding(const session::Event& event) const;
+  void service(MonoTime now);
+  void service_connection(MonoTime now);
+  void service_grant(MonoTime now);
+  void first_limits();
+  void on_connected(MonoTime now);
+  void on_connect_failed(MonoTime now, const std::string& why);
+  void lose_connection(MonoTime now, const std::string& why);
+  void on_frame(const protocol::Message& message, MonoTime now);
+  void on_welcome(const protocol::Welcome& welcome, MonoTime now);
+  void on_grant(const protocol::Grant& grant, MonoTime now);
+  void hold(std::uint64_t epoch, MonoTime now, double swap_in_ms);
+  void on_swapped_in(std::uint64_t bytes, MonoTime now);
+  void on_revoke(const protocol::Revoke& revoke, MonoTime now);
+  void on_limits(const protocol::SetLimits& frame);
+  void on_drained(MonoTime now);
+  void finish_revoke(MonoTime now);
+  void on_gate_closed(std::uint64_t inside, MonoTime now);
+  void on_settings(const std::optional<std::uint64_t>& memory);
+  void stop();
+  void enter_outage(const std::string& why);
+  bool settings_due(MonoTime now) const;
+  bool yield_asked() const;
+  Duration idle_threshold() const;
+  void settle_if_limits_known();
+  void apply(const protocol::Limits& limits);
+  void send_usage(MonoTime now, bool force);
+  void send(protocol::Message message);
+  void publish(GrantState state, session::GateChange gate);
+  void await(Awaiting what, session::Action action);
+  void note(LogLevel level, std::string text);
+  void debug(std::string text);
+
+  SessionConfig config_;
+  SessionProbe& probe_;
+  std::vector<session::Action> out_;
+  std::deque<std::pair<session::Event, MonoTime>> inbox_;  // deferred while awaiting an answer
+  MonoTime last_now_{};
+  Awaiting awaiting_ = Awaiting::kNothing;
+  bool stopped_ = false;
+
+  GrantState state_ = GrantState::kStarting;
+  // Connection.
+  Conn conn_ = Conn::kDown;
+  std::uint16_t version_ = protocol::kMaxVersion;
+  std::uint64_t client_id_ = 0;
+  MonoTime next_attempt_{};
+  Duration backoff_{};
+  MonoTime up_since_{};
+  MonoTime handshake_deadline_{};
+  MonoTime last_rx_{};
+  bool ping_outstanding_ = false;
+  std::uint64_t ping_nonce_ = 0;
+  bool in_outage_ = false;
+  // Grant.
+  std::uint64_t epoch_ = 0;  // the last grant taken
+  MonoTime granted_at_{};
+  std::optional<std::uint64_t> swapping_in_for_;  // the grant a swap-in is for; none: an outage's
+  MonoTime swap_in_started_{};
+  std::string outage_why_;  // a lost connection waits for the swap-in before the outage begins
+  bool revoke_pending_ = false;  // waiting for threads inside a submission
+  protocol::Revoke revoke_;
+  MonoTime revoke_at_{};
+  MonoTime inside_deadline_{};
+  MonoTime drained_at_{};
+  bool swapped_out_ = false;
+  std::uint64_t swap_out_bytes_per_s_ = 0;
+  MonoTime next_idle_check_{};
+  std::uint64_t yield_epoch_ = 0;  // a yield asks to release this grant once idle
+  // Usage.
+  bool usage_dirty_ = true;
+  bool usage_sent_ = false;
+  protocol::Usage last_usage_;
+  MonoTime last_usage_at_{};
+  // Limits; kept across sessions (and into a forked child).
+  bool limits_started_ = false;
+  std::optional<protocol::Limits> known_limits_;
+  std::optional<protocol::Limits> applied_;
+  std::optional<std::uint64_t> file_memory_;
+  MonoTime next_settings_read_{};
+  bool settled_ = false;
+};
+
+}  // namespace nvshare::client

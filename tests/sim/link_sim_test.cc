@@ -1,0 +1,89 @@
+// The paired simulation (label `sim`): real client GrantSession engines against the real Scheduler
+// in virtual time, over named situations and thousands of seeded random scenarios
+// (link_simulation.h lists the properties).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "link_simulation.h"
+
+namespace nvshare::linksim {
+namespace {
+
+constexpr std::uint64_t kRandomScenarios = 2000;
+
+void expect_ok(const Scenario& scenario, const Result& result) {
+  if (result.ok) return;
+  const Result replay = run(scenario, true);
+  std::string trace;
+  for (const std::string& line : replay.trace) trace += "  " + line + "\n";
+  ADD_FAILURE() << describe(scenario) << "\n" << result.failure << "\nlast steps:\n" << trace;
+}
+
+TEST(LinkSim, NamedScenarios) {
+  for (const Scenario& scenario : named_scenarios()) {
+    const Result result = run(scenario);
+    expect_ok(scenario, result);
+    std::printf("%-48s steps %7llu grants %5llu revokes %5llu swaps %4llu reconnects %3llu "
+                "worst wait %.0f ms (bound %.0f)%s\n",
+                scenario.name.c_str(), static_cast<unsigned long long>(result.steps),
+                static_cast<unsigned long long>(result.grants),
+                static_cast<unsigned long long>(result.revokes),
+                static_cast<unsigned long long>(result.swaps),
+                static_cast<unsigned long long>(result.reconnects), to_ms(result.worst_wait),
+                to_ms(result.stuck_bound),
+                result.first_share_percent >= 0
+                    ? (" share " + std::to_string(result.first_share_percent) + "%").c_str()
+                    : "");
+  }
+}
+
+TEST(LinkSim, RandomScenarios) {
+  const auto start = std::chrono::steady_clock::now();
+  Result total;
+  int failures = 0;
+  for (std::uint64_t seed = 1; seed <= kRandomScenarios && failures < 3; ++seed) {
+    const Scenario scenario = random_scenario(seed);
+    const Result result = run(scenario);
+    if (!result.ok) {
+      ++failures;
+      expect_ok(scenario, result);
+    }
+    total.steps += result.steps;
+    total.grants += result.grants;
+    total.revokes += result.revokes;
+    total.swaps += result.swaps;
+    total.idle_releases += result.idle_releases;
+    total.yields += result.yields;
+    total.reconnects += result.reconnects;
+    total.limit_changes += result.limit_changes;
+    total.deferred += result.deferred;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%llu scenarios in %.1f s: %llu engine steps, %llu grants, %llu revokes, %llu swaps, "
+              "%llu idle releases, %llu yields, %llu reconnects, %llu limit changes, %llu events "
+              "deferred during agent work\n",
+              static_cast<unsigned long long>(kRandomScenarios), seconds,
+              static_cast<unsigned long long>(total.steps),
+              static_cast<unsigned long long>(total.grants),
+              static_cast<unsigned long long>(total.revokes),
+              static_cast<unsigned long long>(total.swaps),
+              static_cast<unsigned long long>(total.idle_releases),
+              static_cast<unsigned long long>(total.yields),
+              static_cast<unsigned long long>(total.reconnects),
+              static_cast<unsigned long long>(total.limit_changes),
+              static_cast<unsigned long long>(total.deferred));
+  // Every kind of event happened, so the properties were exercised.
+  EXPECT_GT(total.revokes, 1000u);
+  EXPECT_GT(total.swaps, 100u);
+  EXPECT_GT(total.idle_releases, 100u);
+  EXPECT_GT(total.yields, 10u);
+  EXPECT_GT(total.reconnects, 100u);
+  EXPECT_GT(total.limit_changes, 100u);
+  EXPECT_GT(total.deferred, 100u);
+}
+
+}  // namespace
+}  // namespace nvshare::linksim
