@@ -88,6 +88,7 @@ class SimClient final : public client::SessionProbe {
   int burst_left = 0;
   bool swapped = false;
   bool limits_unknown = false;  // the agent refuses allocations until limits come
+  bool unreachable = false;     // its engine was told the scheduler is gone; no welcome since
   // The link.
   std::uint64_t connection = 0;  // 0: none
   bool registered = false;
@@ -376,6 +377,10 @@ void World::exit_client(SimClient& c) {
 
 void World::feed(SimClient& c, const session::Event& event) {
   if (!c.alive) return;
+  if (std::holds_alternative<session::ConnectionLost>(event) ||
+      std::holds_alternative<session::ConnectFailed>(event)) {
+    c.unreachable = true;
+  }
   const bool was_busy = c.engine->busy();
   std::vector<session::Action> actions = c.engine->handle(event, now_);
   ++result_.steps;
@@ -479,6 +484,7 @@ void World::perform(SimClient& c, const session::Action& action) {
   } else if (std::holds_alternative<session::Registered>(action)) {
     if (c.registered_at != MonoTime{}) ++result_.reconnects;
     c.registered = true;
+    c.unreachable = false;
     c.registered_at = now_;
   } else if (const auto* note = std::get_if<session::Note>(&action)) {
     trace(who + note->text);
@@ -494,6 +500,7 @@ void World::publish(SimClient& c, const session::Publish& p) {
   trace(who + client::to_string(p.state) + (c.gate_open ? " (open)" : " (closed)"));
   if (p.state == GrantState::kHeld && p.gate == session::GateChange::kOpen && c.connection != 0) {
     ++result_.grants;
+    if (c.swapped) fail(who + "runs grant " + std::to_string(p.epoch) + " with its memory on the host");
     const auto key = std::make_tuple(connections_.at(c.connection).incarnation, c.spec.gpu, p.epoch);
     const auto [it, added] = epoch_holder_.emplace(key, c.index);
     if (!added && it->second != c.index) {
@@ -671,6 +678,10 @@ void World::check_step() {
   const Duration bound = stuck_bound();
   for (const auto& client : clients_) {
     const SimClient& c = *client;
+    // Fail-open: once the engine has taken in that the scheduler is gone, nothing waits for it.
+    if (c.alive && c.unreachable && !c.engine->busy() && !c.gate_open) {
+      fail("client " + std::to_string(c.index) + ": gate closed while the scheduler is unreachable");
+    }
     if (c.alive && !c.hung && c.waiting && now_ - c.wait_since > bound) {
       fail("client " + std::to_string(c.index) + " has waited " +
            std::to_string(to_ms(now_ - c.wait_since)) + " ms at the gate (bound " +
