@@ -323,8 +323,11 @@ class World {
     if (now_ - c->revoked_at < s_.config.revoke_grace) {
       return fail("unresponsive reported for " + name(*c) + " before its grace period ended");
     }
-    // Whatever it reported, a holder stops blocking within the grace and the largest allowance.
-    if (now_ - c->revoked_at > s_.config.revoke_grace + s_.config.swap_allowance_max) {
+    // Whatever it reported, a holder stops blocking within the grace and the largest allowance,
+    // counted from the revoke or, revoked while it may still swap in, from the end of the largest
+    // swap-in estimate.
+    const MonoTime from = std::max(c->revoked_at, c->hold_since + s_.config.swap_allowance_max);
+    if (now_ - from > s_.config.revoke_grace + s_.config.swap_allowance_max) {
       return fail("unresponsive reported for " + name(*c) + " after grace + swap_allowance_max");
     }
     c->unresponsive = true;

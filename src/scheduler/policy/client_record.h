@@ -34,7 +34,7 @@ struct ClientRecord {
   GrantEpoch epoch = 0;
   MonoTime granted_at{};
   // When it can run: the grant, or, granted while swapped out, the grant plus its estimated
-  // swap-in (at most the swap allowance). A revoke's grace counts from here at the earliest.
+  // swap-in (at most swap_allowance_max). A revoke's grace counts from here at the earliest.
   MonoTime runs_from{};
   // Set while revoking: why, whether memory must move, and when the holder stops blocking others.
   MonoTime revoked_at{};

@@ -55,8 +55,9 @@ struct PolicyConfig {
 };
 
 // The longest a holder that ignores revokes can keep a waiting client out, whatever it reports:
-// one quantum (the fixed one, else quantum_max), the grace and the largest swap allowance
-// (docs/scheduling.md, "Bounds that no client can stretch").
+// one quantum (the fixed one, else quantum_max) or, revoked during its estimated swap-in, the
+// largest swap allowance, whichever is longer; then the grace and the largest swap allowance
+// (docs/scheduling.md, "Bounds that no client can stretch"). 30 s with the defaults.
 Duration hog_bound(const PolicyConfig& config);
 
 // Checks ranges (reserve in [0, 0.9], quanta positive and min <= max, window >= 10 ms, ...).

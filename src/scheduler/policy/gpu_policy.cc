@@ -213,7 +213,6 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
 void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state != ClientState::kRunning || !c.quota || !c.quota->spent()) continue;
-    if (now < quota_revoke_from(c)) continue;
     // Memory must move only if the client that runs next cannot sit beside it.
     const ClientRecord* next = head();
     bool swap_out = false;
@@ -326,10 +325,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   };
   for (const ClientRecord& c : clients_) {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
-    if (c.state == ClientState::kRunning && c.quota) {
-      const std::optional<MonoTime> spent = c.quota->spent_at();
-      consider(spent ? std::optional<MonoTime>(std::max(*spent, quota_revoke_from(c))) : spent);
-    }
+    if (c.state == ClientState::kRunning && c.quota) consider(c.quota->spent_at());
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
       consider(c.quota->refilled_at());
     }
@@ -390,15 +386,6 @@ Duration GpuPolicy::swap_time(const ClientRecord& c) const {
   // A swap moves at most what the device holds, whatever the client says it allocated.
   const std::uint64_t bound = config_.device_bytes > 0 ? config_.device_bytes : capacity();
   return client_swap_time(config_, c.allocated_bytes, c.swap_bytes_per_s, bound);
-}
-
-MonoTime GpuPolicy::quota_revoke_from(const ClientRecord& c) const {
-  // Granted while swapped out: its bucket may run dry during the swap-in. Stopping it then, or
-  // right after, would cost a swap each way for no work at all, every time; it runs one bucket
-  // of work after its swap-in instead, and repays the overshoot like a drain's.
-  if (c.runs_from <= c.granted_at) return c.granted_at;
-  return c.runs_from + std::chrono::duration_cast<Duration>(config_.quota_window *
-                                                             effective_cap(c));
 }
 
 Duration GpuPolicy::swap_in_estimate(const ClientRecord& c) const {

@@ -44,6 +44,9 @@
 //    the estimated swap-out time, at most swap_allowance_max) is reported (HolderUnresponsive) and
 //    no longer blocks others; it stays billed while it holds the grant, and a later release makes
 //    it a normal client again, with a strike: no swap allowance and the shortest auto quantum.
+//    A holder revoked while it may still be swapping in (granted while its memory was on the
+//    host, within its estimated swap-in, at most swap_allowance_max) has its grace counted from
+//    the end of that estimate: it cannot drain before its memory is back.
 //  - Nothing a client reports stretches a bound that protects others: a swap time uses its bytes
 //    clamped to the device's memory at its bandwidth floored (quantum.h), so a holder that ignores
 //    revokes keeps a waiting client out for at most hog_bound(config) (config.h).
@@ -167,10 +170,11 @@ class GpuPolicy {
   Duration quantum_between(const ClientRecord& runner, const ClientRecord& head) const;
   // A client's swap time, from its bounded figures (quantum.h).
   Duration swap_time(const ClientRecord& c) const;
+  // How long a grant's swap-in may take: the swap time of a client whose memory is on the host,
+  // at most swap_allowance_max, none after a strike.
+  Duration swap_in_estimate(const ClientRecord& c) const;
   // How long past the grace a revoked holder may take: its swap time when it must swap out, at
   // most swap_allowance_max, none after a strike.
-  Duration swap_in_estimate(const ClientRecord& c) const;
-  MonoTime quota_revoke_from(const ClientRecord& c) const;
   Duration swap_allowance(const ClientRecord& c, bool swap_out) const;
   std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
   std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;

@@ -210,7 +210,6 @@ TEST_F(LinkTest, RevokeDrainsSwapsOutReportsAndReleasesWithEpochAndDrainTime) {
   agent_.drain_delay_ns = std::chrono::nanoseconds(30ms).count();
   agent_.swap_delay_ns = std::chrono::nanoseconds(10ms).count();
   agent_.set_usage({3ull << 30, 3ull << 30, 0});
-  std::this_thread::sleep_for(20ms);  // held for a measurable time
   peer_->send(protocol::Revoke{5, protocol::RevokeReason::kMemory, true});
   auto usage = peer_->next();
   ASSERT_TRUE(usage && std::holds_alternative<protocol::Usage>(*usage));
@@ -270,25 +269,32 @@ TEST_F(LinkTest, StaleRevokeIsIgnored) {
   EXPECT_TRUE(passes_quickly(*link_));
 }
 
+// The shell's wiring of the wait for threads inside a submission (its timing is pinned in
+// grant_session_test.cc): the last thread out wakes the link thread, which drains only then.
 TEST_F(LinkTest, RevokeWaitsForThreadsInsideASubmissionBeforeDraining) {
   start_session();
   acquire(1);
+  std::atomic<bool> entered{false};
   std::atomic<std::int64_t> left_ns{0};
-  std::thread inside([&] {
+  std::promise<void> leave;
+  std::thread inside([&, left = leave.get_future()] {
     link_->before_submit();
-    std::this_thread::sleep_for(150ms);  // a long launch call
+    entered = true;
+    left.wait();  // a long launch call
     left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                   std::chrono::steady_clock::now().time_since_epoch())
                   .count();
     link_->after_submit();
   });
-  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(wait_until([&] { return entered.load(); }));
   peer_->send(protocol::Revoke{1, protocol::RevokeReason::kTurn, false});
+  ASSERT_TRUE(wait_until([&] { return channel().state() == GrantState::kRevoking; }));
+  EXPECT_EQ(agent_.drains.load(), 0);
+  leave.set_value();
   auto released = peer_->expect<protocol::Released>();
   inside.join();
   ASSERT_TRUE(released) << peer_->last_unexpected();
   EXPECT_GE(agent_.drain_started_ns.load(), left_ns.load());
-  EXPECT_GE(released->drain_us, 100'000u);
 }
 
 TEST_F(LinkTest, GateIsClosedWhileDraining) {
@@ -362,26 +368,18 @@ TEST_F(LinkTest, LimitsReachTheAgent) {
   EXPECT_EQ(agent_.limits().back(), (protocol::Limits{4ull << 30, 30}));
 }
 
-TEST_F(LinkTest, UsageIsReportedWhenItChangesAndCoalesced) {
+// Coalescing is pinned in virtual time (grant_session_test.cc); here, a change reaches the
+// scheduler and an unchanged figure does not go again.
+TEST_F(LinkTest, UsageIsReportedWhenItChanges) {
   start_session();
   ASSERT_EQ(peer_->usage_seen().size(), 1u);  // right after the welcome
-  const auto start = std::chrono::steady_clock::now();
-  std::uint64_t last = 0;
-  while (std::chrono::steady_clock::now() - start < 300ms) {
-    ++last;
-    agent_.set_usage({last << 20, last << 20, 0});
-    link_->usage_changed();
-    std::this_thread::sleep_for(100us);
-  }
-  EXPECT_TRUE(peer_->quiet_for(300ms)) << peer_->last_unexpected();
-  const std::vector<protocol::Usage>& seen = peer_->usage_seen();
-  // At most one report per 50 ms (plus the one after the welcome and rounding at the ends).
-  EXPECT_GE(seen.size(), 3u);
-  EXPECT_LE(seen.size(), 1u + 300 / 50 + 3);
-  EXPECT_EQ(seen.back().allocated_bytes, last << 20);
-  EXPECT_EQ(seen.back().resident_bytes, last << 20);
-  // Unchanged usage is not sent again.
-  const std::size_t count = seen.size();
+  agent_.set_usage({5ull << 20, 4ull << 20, 0});
+  link_->usage_changed();
+  EXPECT_TRUE(peer_->quiet_for(150ms)) << peer_->last_unexpected();  // collects usage reports
+  ASSERT_EQ(peer_->usage_seen().size(), 2u);
+  EXPECT_EQ(peer_->usage_seen().back().allocated_bytes, 5ull << 20);
+  EXPECT_EQ(peer_->usage_seen().back().resident_bytes, 4ull << 20);
+  const std::size_t count = peer_->usage_seen().size();
   link_->usage_changed();
   EXPECT_TRUE(peer_->quiet_for(150ms));
   EXPECT_EQ(peer_->usage_seen().size(), count);
@@ -430,8 +428,8 @@ TEST_F(LinkTest, NoSchedulerMeansOpenAndIsLoggedOnce) {
   engine_ = std::make_unique<LinkEngine>(options());
   link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(passes_quickly(*link_, 2s));
-  std::this_thread::sleep_for(400ms);  // several reconnect attempts
-  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(passes_quickly(*link_));
+  // The backoff between attempts and the single log line over many of them are pinned in
+  // grant_session_test.cc.
   EXPECT_EQ(channel().state(), GrantState::kOpen);
   const std::string text = capture.text();
   EXPECT_EQ(testing::count_occurrences(text, "scheduler unreachable at " + dir_.file("s.sock")), 1)
@@ -450,14 +448,16 @@ TEST_F(LinkTest, SchedulerRestartReconnectsAndRegistersAgain) {
 
   // A process that keeps submitting while the scheduler is away runs unscheduled.
   std::atomic<bool> stop{false};
+  std::atomic<int> submitted{0};
   std::thread worker([&] {
     while (!stop) {
       link_->before_submit();
       link_->after_submit();
+      ++submitted;
       std::this_thread::sleep_for(1ms);
     }
   });
-  std::this_thread::sleep_for(150ms);
+  ASSERT_TRUE(wait_until([&] { return submitted.load() >= 20; }));
   ScriptedScheduler restarted(dir_.file("s.sock"));
   auto peer = restarted.accept(1000ms);  // backoff is at most 100 ms here
   ASSERT_NE(peer, nullptr);

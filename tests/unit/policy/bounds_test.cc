@@ -75,6 +75,44 @@ TEST(Bounds, HonestSwapTimeIsAllowedInFull) {
   EXPECT_EQ(h.client(1).unresponsive_at, h.now + 2s + 2s);
 }
 
+TEST(Bounds, AHolderRevokedWhileItSwapsInHasItsGraceCountedFromTheSwapInsEnd) {
+  PolicyConfig config = device_gpu();
+  config.fixed_quantum = 1s;
+  config.revoke_grace = 2s;
+  Harness h(config);
+  // Its memory is on the host (resident 0): the grant starts a swap-in of 2 s at 3 GB/s.
+  h.feed(Registered{1, Limits{}});
+  h.feed(UsageReported{1, 6'000'000'000, 0, 3'000'000'000});
+  h.request(1);
+  ASSERT_EQ(h.state(1), ClientState::kRunning);
+  const MonoTime granted = h.now;
+  h.add_and_request(2, 20 * kGiB);
+  const auto revoke = revoke_of(h.fire(), 1);  // its turn ends 1 s after the grant
+  ASSERT_TRUE(revoke && revoke->swap_out);
+  EXPECT_EQ(h.now, granted + 1s);
+  // Not 1 s + grace + swap-out: the swap-in must end first.
+  // (A resident holder's grace counts from the revoke: HonestSwapTimeIsAllowedInFull.)
+  EXPECT_EQ(h.client(1).unresponsive_at, granted + 2s + 2s + 2s);
+}
+
+TEST(Bounds, AHogThatSaysItIsSwappedOutDelaysOthersAtMostTheHogBound) {
+  for (const Mode mode : {Mode::kAuto, Mode::kExclusive}) {
+    Harness h(device_gpu(mode));
+    h.feed(Registered{1, Limits{}});
+    h.feed(UsageReported{1, kAbsurdBytes, 0, 1});  // everything on the host, at 1 byte/s
+    h.request(1);
+    ASSERT_EQ(h.state(1), ClientState::kRunning);
+    const MonoTime asked = h.now;
+    h.add_and_request(2, 20 * kGiB);
+    for (int i = 0; i < 100 && h.state(2) != ClientState::kRunning; ++i) {
+      if (!h.policy.next_deadline()) break;
+      h.fire();
+    }
+    ASSERT_EQ(h.state(2), ClientState::kRunning);
+    EXPECT_LE(h.now - asked, hog_bound(PolicyConfig{})) << to_string(mode);
+  }
+}
+
 TEST(Bounds, AHolderThatIgnoredARevokeGetsNoAllowanceAndTheShortestQuantumAfterwards) {
   PolicyConfig config = device_gpu();
   config.revoke_grace = 2s;

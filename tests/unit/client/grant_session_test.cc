@@ -1,0 +1,436 @@
+// GrantSession in virtual time: the client's half of the protocol with no socket, thread or clock.
+// Each test feeds events at chosen instants and reads the actions back, so times are exact.
+#include "client/link/grant_session.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+
+namespace nvshare::client {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace session;
+
+class Probe final : public SessionProbe {
+ public:
+  int waiters() override { return waiting; }
+  std::uint64_t inside() override { return inside_now; }
+  Duration idle_for() override { return idle; }
+  DeviceUsage usage() override { return use; }
+
+  int waiting = 0;
+  std::uint64_t inside_now = 0;
+  Duration idle{0};
+  DeviceUsage use{1ull << 30, 1ull << 30, 0};
+};
+
+template <typename T>
+const T* find(const std::vector<Action>& actions) {
+  for (const Action& a : actions) {
+    if (const T* t = std::get_if<T>(&a)) return t;
+  }
+  return nullptr;
+}
+
+template <typename M>
+const M* sent(const std::vector<Action>& actions) {
+  for (const Action& a : actions) {
+    if (const Send* s = std::get_if<Send>(&a)) {
+      if (const M* m = std::get_if<M>(&s->message)) return m;
+    }
+  }
+  return nullptr;
+}
+
+template <typename M>
+int count_sent(const std::vector<Action>& actions) {
+  int n = 0;
+  for (const Action& a : actions) {
+    if (const Send* s = std::get_if<Send>(&a)) n += std::holds_alternative<M>(s->message) ? 1 : 0;
+  }
+  return n;
+}
+
+class GrantSessionTest : public ::testing::Test {
+ protected:
+  SessionConfig config() {
+    SessionConfig c;
+    c.gpu_uuid = "GPU-test";
+    c.gpu_memory_bytes = 16ull << 30;
+    c.pid = 42;
+    c.reconnect_initial = 20ms;
+    c.reconnect_max = 100ms;
+    return c;
+  }
+
+  // The actions of one event; kept for the test's life, so pointers into them stay valid.
+  const std::vector<Action>& at(Duration t, const Event& event) {
+    now_ = MonoTime{t};
+    return results_.emplace_back(engine_->handle(event, now_));
+  }
+  // Starts the engine, connects and welcomes it; returns the actions of the welcome.
+  const std::vector<Action>& welcome(SessionConfig c) {
+    engine_ = std::make_unique<GrantSession>(std::move(c), probe_);
+    const auto first = at(0ms, Tick{});
+    EXPECT_NE(find<Connect>(first), nullptr);
+    EXPECT_NE(sent<protocol::Hello>(at(0ms, Connected{})), nullptr);
+    return at(1ms, FrameReceived{protocol::Welcome{protocol::kMaxVersion, 7, 0}});
+  }
+  void welcome() { welcome(config()); }
+  // A thread waits, the engine requests, the grant comes.
+  void hold(std::uint64_t epoch, Duration t) {
+    probe_.waiting = 1;
+    EXPECT_NE(sent<protocol::Request>(at(t, Tick{})), nullptr);
+    const auto granted = at(t, FrameReceived{protocol::Grant{epoch}});
+    const Publish* p = find<Publish>(granted);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->gate, GateChange::kOpen);
+    probe_.waiting = 0;
+    ASSERT_EQ(engine_->state(), GrantState::kHeld);
+  }
+
+  Probe probe_;
+  std::unique_ptr<GrantSession> engine_;
+  MonoTime now_{};
+  std::deque<std::vector<Action>> results_;
+};
+
+TEST_F(GrantSessionTest, HelloCarriesIdentityAndWelcomeClosesTheGate) {
+  SessionConfig c = config();
+  c.declared = {2ull << 30, 50};
+  c.pod_uid = "pod";
+  c.process_name = "trainer";
+  engine_ = std::make_unique<GrantSession>(c, probe_);
+  const auto start = at(0ms, Tick{});
+  // Declared limits hold before anything else.
+  ASSERT_NE(find<ApplyLimits>(start), nullptr);
+  EXPECT_EQ(find<ApplyLimits>(start)->limits, (protocol::Limits{2ull << 30, 50}));
+  const auto hello = sent<protocol::Hello>(at(0ms, Connected{}));
+  ASSERT_NE(hello, nullptr);
+  EXPECT_EQ(hello->pid, 42u);
+  EXPECT_EQ(hello->gpu_uuid, "GPU-test");
+  EXPECT_EQ(hello->pod_uid, "pod");
+  EXPECT_EQ(hello->declared, (protocol::Limits{2ull << 30, 50}));
+  EXPECT_NE(hello->capabilities & protocol::capability::kSwap, 0u);
+  const auto welcomed = at(1ms, FrameReceived{protocol::Welcome{protocol::kMaxVersion, 7, 0}});
+  ASSERT_NE(find<Publish>(welcomed), nullptr);
+  EXPECT_EQ(find<Publish>(welcomed)->state, GrantState::kIdle);
+  EXPECT_EQ(find<Publish>(welcomed)->gate, GateChange::kClose);
+  EXPECT_NE(sent<protocol::Usage>(welcomed), nullptr);  // usage follows the welcome
+  EXPECT_NE(find<Registered>(welcomed), nullptr);
+}
+
+TEST_F(GrantSessionTest, RevokeDrainsSwapsOutReportsAndReleasesWithExactTimes) {
+  welcome();
+  hold(5, 10ms);
+  // Revoked 20 ms after the grant; the drain takes 30 ms and the swap 10 ms.
+  const auto revoked = at(30ms, FrameReceived{protocol::Revoke{5, protocol::RevokeReason::kMemory, true}});
+  EXPECT_EQ(find<Publish>(revoked)->gate, GateChange::kClose);
+  EXPECT_NE(find<Drain>(revoked), nullptr);
+  EXPECT_TRUE(engine_->busy());
+  EXPECT_NE(find<SwapOut>(at(60ms, Drained{})), nullptr);
+  probe_.use = {1ull << 30, 0, 0};
+  const auto done = at(70ms, SwappedOut{1ull << 30});
+  const protocol::Usage* usage = sent<protocol::Usage>(done);
+  ASSERT_NE(usage, nullptr);
+  EXPECT_EQ(usage->resident_bytes, 0u);
+  // 1 GiB in 10 ms, measured by the engine.
+  EXPECT_EQ(usage->swap_bytes_per_s, (1ull << 30) * 100);
+  const protocol::Released* released = sent<protocol::Released>(done);
+  ASSERT_NE(released, nullptr);
+  EXPECT_EQ(released->epoch, 5u);
+  EXPECT_EQ(released->held_us, 60'000u);   // grant at 10 ms, release at 70 ms
+  EXPECT_EQ(released->drain_us, 30'000u);  // revoke at 30 ms, drained at 60 ms
+  EXPECT_EQ(engine_->state(), GrantState::kRequested);
+  // Queued again by the scheduler: a waiting thread does not ask again.
+  probe_.waiting = 1;
+  EXPECT_EQ(sent<protocol::Request>(at(80ms, Tick{})), nullptr);
+  // The next grant swaps in before the gate opens.
+  const auto granted = at(90ms, FrameReceived{protocol::Grant{6}});
+  EXPECT_NE(find<SwapIn>(granted), nullptr);
+  EXPECT_EQ(find<Publish>(granted), nullptr);
+  const auto in = at(100ms, SwappedIn{1ull << 30});
+  ASSERT_NE(find<Publish>(in), nullptr);
+  EXPECT_EQ(find<Publish>(in)->gate, GateChange::kOpen);
+  EXPECT_EQ(engine_->held_epoch(), 6u);
+}
+
+TEST_F(GrantSessionTest, RevokeWaitsForThreadsInsideASubmissionUpToTheBound) {
+  SessionConfig c = config();
+  c.inside_bound = 1s;
+  welcome(c);
+  hold(1, 10ms);
+  probe_.inside_now = 1;  // a long launch call
+  EXPECT_EQ(find<Drain>(at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, false}})),
+            nullptr);
+  EXPECT_EQ(engine_->next_deadline(), MonoTime{1020ms});
+  EXPECT_EQ(find<Drain>(at(170ms, Tick{})), nullptr);
+  probe_.inside_now = 0;  // the last one out wakes the engine
+  EXPECT_NE(find<Drain>(at(170ms, Tick{})), nullptr);
+  const protocol::Released* released = sent<protocol::Released>(at(180ms, Drained{}));
+  ASSERT_NE(released, nullptr);
+  EXPECT_EQ(released->drain_us, 160'000u);
+
+  // A thread that never leaves: drained anyway at the bound. (Queued again by the revoke, so the
+  // grant comes without a request.)
+  at(200ms, FrameReceived{protocol::Grant{2}});
+  ASSERT_EQ(engine_->state(), GrantState::kHeld);
+  probe_.inside_now = 1;
+  at(210ms, FrameReceived{protocol::Revoke{2, protocol::RevokeReason::kTurn, false}});
+  EXPECT_EQ(find<Drain>(at(1209ms, Tick{})), nullptr);
+  EXPECT_NE(find<Drain>(at(1210ms, Tick{})), nullptr);
+}
+
+TEST_F(GrantSessionTest, StaleRevokeAndGrantWhileHoldingAreIgnored) {
+  welcome();
+  hold(5, 10ms);
+  const auto stale = at(20ms, FrameReceived{protocol::Revoke{4, protocol::RevokeReason::kTurn, true}});
+  EXPECT_EQ(find<Publish>(stale), nullptr);
+  EXPECT_EQ(find<Drain>(stale), nullptr);
+  EXPECT_EQ(find<Publish>(at(30ms, FrameReceived{protocol::Grant{9}})), nullptr);
+  EXPECT_EQ(engine_->held_epoch(), 5u);
+}
+
+TEST_F(GrantSessionTest, FramesDuringASwapInAreHandledAfterItInOrder) {
+  welcome();
+  hold(1, 10ms);
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
+  at(20ms, Drained{});
+  at(30ms, SwappedOut{1ull << 30});
+  probe_.waiting = 1;
+  EXPECT_NE(find<SwapIn>(at(40ms, FrameReceived{protocol::Grant{2}})), nullptr);
+  // A quota revoke for the new grant and new limits arrive while the memory comes back.
+  EXPECT_TRUE(at(45ms, FrameReceived{protocol::Revoke{2, protocol::RevokeReason::kQuota, false}}).empty());
+  EXPECT_TRUE(at(46ms, FrameReceived{protocol::SetLimits{{3ull << 30, 30}}}).empty());
+  EXPECT_TRUE(at(47ms, Tick{}).empty());
+  EXPECT_EQ(engine_->next_deadline(), std::nullopt);  // the answer is what is due
+  // The swap-in ends: held, then the revoke (closing the gate again), then the limits.
+  const auto after = at(300ms, SwappedIn{1ull << 30});
+  std::vector<GrantState> states;
+  for (const Action& a : after) {
+    if (const Publish* p = std::get_if<Publish>(&a)) states.push_back(p->state);
+  }
+  EXPECT_EQ(states, (std::vector<GrantState>{GrantState::kHeld, GrantState::kRevoking}));
+  ASSERT_NE(find<ApplyLimits>(after), nullptr);
+  EXPECT_EQ(find<ApplyLimits>(after)->limits, (protocol::Limits{3ull << 30, 30}));
+  EXPECT_NE(find<Drain>(after), nullptr);
+}
+
+TEST_F(GrantSessionTest, IdleHolderReleasesAtTheIdleThreshold) {
+  SessionConfig c = config();
+  c.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  probe_.idle = 99ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(200ms, Tick{})), nullptr);
+  probe_.idle = 100ms;
+  EXPECT_NE(find<CloseGateToRelease>(at(260ms, Tick{})), nullptr);
+  // A thread got inside before the gate closed: reopened, no release.
+  const auto reopened = at(260ms, GateClosed{1});
+  EXPECT_EQ(find<Publish>(reopened)->gate, GateChange::kOpen);
+  EXPECT_EQ(sent<protocol::Released>(reopened), nullptr);
+  EXPECT_NE(find<CloseGateToRelease>(at(320ms, Tick{})), nullptr);
+  const auto released = at(320ms, GateClosed{0});
+  ASSERT_NE(sent<protocol::Released>(released), nullptr);
+  EXPECT_EQ(sent<protocol::Released>(released)->epoch, 3u);
+  EXPECT_EQ(sent<protocol::Released>(released)->drain_us, 0u);
+  EXPECT_EQ(engine_->state(), GrantState::kIdle);
+}
+
+TEST_F(GrantSessionTest, YieldReleasesAfterAShortIdle) {
+  SessionConfig c = config();
+  c.idle_release = Duration{0};  // never releases by itself
+  welcome(c);
+  hold(3, 10ms);
+  probe_.idle = 1s;
+  EXPECT_EQ(find<CloseGateToRelease>(at(20ms, Tick{})), nullptr);
+  probe_.idle = kYieldIdle - 1us;
+  at(30ms, FrameReceived{protocol::Revoke{3, protocol::RevokeReason::kYield, false}});
+  EXPECT_EQ(engine_->state(), GrantState::kHeld);
+  probe_.idle = kYieldIdle;
+  EXPECT_NE(find<CloseGateToRelease>(at(31ms, Tick{})), nullptr);
+  EXPECT_NE(sent<protocol::Released>(at(31ms, GateClosed{0})), nullptr);
+}
+
+TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
+  welcome();
+  hold(1, 10ms);
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
+  at(20ms, Drained{});
+  at(30ms, SwappedOut{1ull << 30});
+  probe_.idle = 1s;
+  const auto granted = at(2s, FrameReceived{protocol::Grant{2}});
+  EXPECT_EQ(find<SwapIn>(granted), nullptr);
+  ASSERT_NE(sent<protocol::Released>(granted), nullptr);
+  EXPECT_EQ(sent<protocol::Released>(granted)->epoch, 2u);
+  EXPECT_EQ(engine_->state(), GrantState::kIdle);
+}
+
+TEST_F(GrantSessionTest, UsageReportsAreCoalescedToOnePerInterval) {
+  SessionConfig c = config();
+  c.usage_interval = 50ms;
+  welcome(c);  // reported at 1 ms
+  int reports = 0;
+  for (int ms = 2; ms <= 300; ++ms) {
+    probe_.use = {static_cast<std::uint64_t>(ms) << 20, 0, 0};
+    reports += count_sent<protocol::Usage>(at(std::chrono::milliseconds(ms), UsageChanged{}));
+    reports += count_sent<protocol::Usage>(at(std::chrono::milliseconds(ms), Tick{}));
+  }
+  // At 51, 101, 151, 201 and 251 ms (the welcome's at 1 ms): five in 300 ms; the latest figure
+  // is due at 301 ms.
+  EXPECT_EQ(reports, 5);
+  EXPECT_EQ(engine_->next_deadline(), MonoTime{301ms});
+  const auto last = at(301ms, Tick{});
+  ASSERT_NE(sent<protocol::Usage>(last), nullptr);
+  EXPECT_EQ(sent<protocol::Usage>(last)->allocated_bytes, 300ull << 20);
+  // Unchanged usage is not sent again.
+  at(400ms, UsageChanged{});
+  EXPECT_EQ(sent<protocol::Usage>(at(400ms, Tick{})), nullptr);
+}
+
+TEST_F(GrantSessionTest, NoSchedulerOpensOnceAndBacksOff) {
+  engine_ = std::make_unique<GrantSession>(config(), probe_);
+  std::vector<MonoTime> attempts;
+  int outages = 0;
+  for (Duration t = 0ms; t <= 500ms; t += 1ms) {
+    for (const Action& a : at(t, Tick{})) {
+      if (std::holds_alternative<Connect>(a)) {
+        attempts.push_back(now_);
+        for (const Action& b : at(t, ConnectFailed{"connection refused"})) {
+          outages += std::holds_alternative<OutageBegins>(b) ? 1 : 0;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(outages, 1);
+  EXPECT_EQ(engine_->state(), GrantState::kOpen);
+  // 20, 40, 80, then 100 ms apart (reconnect_max).
+  ASSERT_GE(attempts.size(), 6u);
+  EXPECT_EQ(attempts[1] - attempts[0], 20ms);
+  EXPECT_EQ(attempts[2] - attempts[1], 40ms);
+  EXPECT_EQ(attempts[3] - attempts[2], 80ms);
+  EXPECT_EQ(attempts[4] - attempts[3], 100ms);
+  EXPECT_EQ(attempts[5] - attempts[4], 100ms);
+}
+
+TEST_F(GrantSessionTest, SilentSchedulerIsPingedThenDroppedAndTheGateOpens) {
+  SessionConfig c = config();
+  c.ping_after = 100ms;
+  c.dead_after = 150ms;
+  welcome(c);  // last frame at 1 ms
+  probe_.waiting = 1;
+  at(1ms, Tick{});
+  EXPECT_EQ(sent<protocol::Ping>(at(100ms, Tick{})), nullptr);
+  EXPECT_NE(sent<protocol::Ping>(at(101ms, Tick{})), nullptr);
+  EXPECT_EQ(find<Disconnect>(at(250ms, Tick{})), nullptr);
+  const auto gone = at(251ms, Tick{});
+  EXPECT_NE(find<Disconnect>(gone), nullptr);
+  ASSERT_NE(find<Publish>(gone), nullptr);
+  EXPECT_EQ(find<Publish>(gone)->gate, GateChange::kOpen);
+  EXPECT_NE(find<OutageBegins>(gone), nullptr);
+}
+
+TEST_F(GrantSessionTest, MissingWelcomeIsBoundedByTheHandshakeTimeout) {
+  SessionConfig c = config();
+  c.handshake_timeout = 300ms;
+  engine_ = std::make_unique<GrantSession>(c, probe_);
+  at(0ms, Tick{});
+  at(0ms, Connected{});
+  EXPECT_EQ(engine_->next_deadline(), MonoTime{300ms});
+  EXPECT_EQ(find<Disconnect>(at(299ms, Tick{})), nullptr);
+  const auto gone = at(300ms, Tick{});
+  EXPECT_NE(find<Disconnect>(gone), nullptr);
+  EXPECT_NE(find<SettleRegistration>(gone), nullptr);
+  EXPECT_EQ(engine_->state(), GrantState::kOpen);
+}
+
+TEST_F(GrantSessionTest, LostConnectionBringsSwappedOutMemoryBackBeforeOpening) {
+  welcome();
+  hold(1, 10ms);
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
+  at(20ms, Drained{});
+  at(30ms, SwappedOut{1ull << 30});
+  const auto lost = at(40ms, ConnectionLost{"reset"});
+  EXPECT_NE(find<SwapIn>(lost), nullptr);
+  EXPECT_EQ(find<Publish>(lost), nullptr);  // still closed while the memory comes back
+  const auto back = at(60ms, SwappedIn{1ull << 30});
+  EXPECT_EQ(find<Publish>(back)->gate, GateChange::kOpen);
+  EXPECT_NE(find<OutageBegins>(back), nullptr);
+}
+
+TEST_F(GrantSessionTest, ProvisionalLimitsNeverLoosenTheLastKnownOnes) {
+  SessionConfig c = config();
+  c.declared = {4ull << 30, 100};
+  welcome(c);
+  const auto strict = at(2ms, FrameReceived{protocol::SetLimits{{8ull << 30, 50}, protocol::SetLimits::kProvisional}});
+  EXPECT_EQ(find<ApplyLimits>(strict)->limits, (protocol::Limits{4ull << 30, 50}));
+  const auto known = at(3ms, FrameReceived{protocol::SetLimits{{8ull << 30, 100}}});
+  EXPECT_EQ(find<ApplyLimits>(known)->limits, (protocol::Limits{8ull << 30, 100}));
+  const auto none = at(4ms, FrameReceived{protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional}});
+  EXPECT_EQ(find<ApplyLimits>(none)->limits, (protocol::Limits{8ull << 30, 100}));
+}
+
+TEST_F(GrantSessionTest, PendingSettingsHoldAllocationsUntilAFileOrAuthoritativeLimit) {
+  SessionConfig c = config();
+  c.limits_pending = true;
+  c.has_settings_file = true;
+  engine_ = std::make_unique<GrantSession>(c, probe_);
+  const auto first = at(0ms, Tick{});
+  EXPECT_NE(find<LimitsUnknown>(first), nullptr);
+  EXPECT_EQ(find<ApplyLimits>(first), nullptr);
+  EXPECT_NE(find<ReadSettings>(first), nullptr);
+  at(0ms, SettingsRead{});  // still pending
+  // No scheduler: the registration stays unsettled while the limits are unknown.
+  at(0ms, Tick{});
+  EXPECT_EQ(find<SettleRegistration>(at(0ms, ConnectFailed{"absent"})), nullptr);
+  // The file is read again every 100 ms while pending; then it has the limit.
+  EXPECT_NE(find<ReadSettings>(at(100ms, Tick{})), nullptr);
+  const auto read = at(100ms, SettingsRead{512ull << 20});
+  ASSERT_NE(find<ApplyLimits>(read), nullptr);
+  EXPECT_EQ(find<ApplyLimits>(read)->limits.memory_bytes, 512ull << 20);
+  EXPECT_NE(find<SettleRegistration>(read), nullptr);
+  // A provisional frame does not resolve a pending limit (tested on a fresh engine).
+  engine_ = std::make_unique<GrantSession>(c, probe_);
+  at(0ms, Tick{});
+  at(0ms, SettingsRead{});
+  at(0ms, Connected{});
+  at(1ms, FrameReceived{protocol::Welcome{protocol::kMaxVersion, 1, 0}});
+  const auto provisional = at(2ms, FrameReceived{protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional}});
+  EXPECT_EQ(find<ApplyLimits>(provisional), nullptr);
+  EXPECT_EQ(find<SettleRegistration>(provisional), nullptr);
+  EXPECT_EQ(engine_->applied_limits(), std::nullopt);
+}
+
+TEST_F(GrantSessionTest, StopOpensTheGateForGoodAndEndsEverything) {
+  welcome();
+  hold(1, 10ms);
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
+  const auto stopped = at(30ms, Stop{});
+  EXPECT_EQ(find<Publish>(stopped)->state, GrantState::kStopped);
+  EXPECT_EQ(find<Publish>(stopped)->gate, GateChange::kOpen);
+  EXPECT_TRUE(at(40ms, Drained{}).empty());
+  EXPECT_TRUE(at(50ms, FrameReceived{protocol::Grant{2}}).empty());
+  EXPECT_EQ(engine_->next_deadline(), std::nullopt);
+}
+
+TEST_F(GrantSessionTest, AForkedChildKeepsItsLimitsAndStartsOver) {
+  SessionConfig c = config();
+  c.declared = {4ull << 30, 100};
+  welcome(c);
+  at(2ms, FrameReceived{protocol::SetLimits{{2ull << 30, 100}}});
+  hold(1, 10ms);
+  SessionConfig child_config = config();
+  child_config.pid = 43;
+  GrantSession child(child_config, probe_, engine_->inherited());
+  EXPECT_EQ(child.state(), GrantState::kStarting);
+  EXPECT_EQ(child.applied_limits(), (protocol::Limits{2ull << 30, 100}));
+  const auto first = child.handle(Tick{}, MonoTime{20ms});
+  EXPECT_EQ(find<ApplyLimits>(first), nullptr);  // in force already
+  EXPECT_NE(find<Connect>(first), nullptr);
+  EXPECT_EQ(sent<protocol::Hello>(child.handle(Connected{}, MonoTime{20ms}))->pid, 43u);
+}
+
+}  // namespace
+}  // namespace nvshare::client
