@@ -52,7 +52,7 @@
 #include "common/json.h"
 #include "common/protocol.h"
 #include "common/unix_socket.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 #ifndef NVSHARE_SCHEDULER_BIN
 #define NVSHARE_SCHEDULER_BIN "nvshare-scheduler"
@@ -197,8 +197,8 @@ double daemon_cpu_seconds(pid_t pid) {
   return (std::stod(all[11]) + std::stod(all[12])) / ticks;  // utime + stime
 }
 
-Json control(const Daemon& d, const Json& request) {
-  auto response = nvshare::tools::control_call(d.control, request, 10000);
+Json control(const Daemon& d, const nvshare::control::Request& request) {
+  auto response = nvshare::control::control_call(d.control, request, 10000);
   if (!response) die(response.error().message);
   return response.value();
 }
@@ -477,7 +477,7 @@ int main(int argc, char** argv) {
         " registered");
   }
 
-  (void)control(daemon, Json(Json::Object{{"cmd", "stats"}, {"reset", true}}));
+  (void)control(daemon, nvshare::control::StatsRequest{true});
   const double cpu_before = daemon_cpu_seconds(daemon.pid);
   const auto started = Clock::now();
   load.run(started + std::chrono::duration_cast<Clock::duration>(
@@ -485,8 +485,8 @@ int main(int argc, char** argv) {
            true);
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
   const double cpu = daemon_cpu_seconds(daemon.pid) - cpu_before;
-  const Json stats = control(daemon, Json(Json::Object{{"cmd", "stats"}}));
-  const Json status = control(daemon, Json(Json::Object{{"cmd", "status"}}));
+  const Json stats = control(daemon, nvshare::control::StatsRequest{});
+  const Json status = control(daemon, nvshare::control::StatusRequest{});
 
   const Json* latency = stats.find("decision_latency_us");
   const double frames_in = number(&stats, "frames_in_total");

@@ -28,8 +28,8 @@
 //  - The link calls the agent only from its own thread, never while an application thread is inside
 //    before_submit() waiting on the agent, so the agent may use the driver freely (it sets the
 //    device's context current on the link thread itself).
-//  - One link thread serves every GPU of the process, so a long swap on one GPU delays the others'
-//    sessions. The agent calls the real driver functions, never the hooked ones.
+//  - Each GPU has its own link thread, so a long swap on one GPU never delays another GPU's grant.
+//    The agent calls the real driver functions, never the hooked ones.
 //  - Declared limits (NVSHARE_MEMORY_LIMIT, or the settings file's) reach the agent through
 //    apply_limits() right after link_device(); the scheduler's limits frame replaces them. A frame
 //    marked provisional (a scheduler unsure of this client's limits) applies only where it is

@@ -22,7 +22,7 @@
 #include "deviceplugin/allocate.h"
 #include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
 #include "k8s/podresources/v1/api.grpc.pb.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 namespace nvshare::deviceplugin {
 namespace {
@@ -302,8 +302,8 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     return out;
   }
 
-  Status control_request(const Json& request, const char* what) {
-    auto response = tools::control_call(config.control_socket, request,
+  Status control_request(const control::Request& request, const char* what) {
+    auto response = control::control_call(config.control_socket, request,
                                         static_cast<int>(timing.rpc_timeout.count()));
     if (!response) return response.error();
     const Json* ok = response.value().find("ok");
@@ -320,21 +320,16 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
   // memory (it takes a GPU's memory from the device, never from its clients), and the virtual
   // capacity when memory-capacity is set.
   Status push_inventory() {
-    Json listed = Json::array();
+    control::SetGpusRequest inventory_request;
     for (const ManagedGpu& gpu : gpus_snapshot()) {
-      Json g = Json::object();
-      g.set("uuid", gpu.uuid);
-      g.set("memory_bytes", gpu.memory_bytes);
-      listed.push_back(std::move(g));
+      inventory_request.gpus.push_back(GpuInfo{gpu.uuid,
+                                               static_cast<unsigned>(inventory_request.gpus.size()),
+                                               gpu.memory_bytes});
     }
-    Json request = Json::object();
-    request.set("cmd", "set-gpus");
-    request.set("gpus", std::move(listed));
-    if (Status s = control_request(request, "GPU inventory"); !s) return s;
+    if (Status s = control_request(inventory_request, "GPU inventory"); !s) return s;
     if (config.memory_capacity.empty()) return Status::Ok();
-    Json capacity = Json::object();
-    capacity.set("cmd", "set-policy");
-    capacity.set("capacity", capacity_list());
+    control::SetPolicyRequest capacity;
+    capacity.settings.emplace_back("capacity", capacity_list());
     return control_request(capacity, "capacity");
   }
 

@@ -2,27 +2,24 @@
 
 namespace nvshare::podwatcher {
 
-Json ControlCommand::to_request() const {
-  Json request = Json::object();
-  if (kind == Kind::kForgetPod) {
-    request.set("cmd", "forget-pod");
-    request.set("pod_uid", pod_uid);
-    return request;
-  }
-  request.set("cmd", "set-limits");
-  Json selector = Json::object();
-  selector.set("pod_uid", pod_uid);
+control::Request ControlCommand::to_request() const {
+  if (kind == Kind::kForgetPod) return control::ForgetPodRequest{pod_uid};
+  control::SetLimitsRequest request;
+  request.selector.pod_uid = pod_uid;
   // The scheduler records names only when both are given (the namespace/name selector needs both).
   if (!namespace_name.empty() && !name.empty()) {
-    selector.set("namespace", namespace_name);
-    selector.set("name", name);
+    request.selector.pod_namespace = namespace_name;
+    request.selector.pod_name = name;
   }
-  request.set("selector", std::move(selector));
+  using Op = control::FieldChange::Op;
   if (send_memory) {
-    request.set("memory", limits.memory_bytes ? Json(*limits.memory_bytes) : Json("inherit"));
+    request.change.memory = limits.memory_bytes ? control::FieldChange{Op::kSet, *limits.memory_bytes}
+                                                : control::FieldChange{Op::kInherit, 0};
   }
   if (send_core) {
-    request.set("core", limits.core_percent ? Json(*limits.core_percent) : Json("inherit"));
+    request.change.core = limits.core_percent
+                              ? control::FieldChange{Op::kSet, static_cast<std::uint64_t>(*limits.core_percent)}
+                              : control::FieldChange{Op::kInherit, 0};
   }
   return request;
 }

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/json.h"
+#include "control/requests.h"
 #include "podwatcher/pod_limits.h"
 
 namespace nvshare::podwatcher {
@@ -33,7 +34,7 @@ struct ControlCommand {
   PodLimits limits;
 
   // The control-socket request (docs/control-api.md).
-  Json to_request() const;
+  control::Request to_request() const;
 };
 
 class LimitsLedger {

@@ -17,7 +17,7 @@
 #include "podwatcher/limits_ledger.h"
 #include "podwatcher/pod_limits.h"
 #include "podwatcher/watch_stream.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 namespace nvshare::podwatcher {
 namespace {
@@ -407,10 +407,10 @@ struct PodWatcher::Impl {
   }
 
   // Sends one command; false when the scheduler could not be reached (the connection is dropped).
-  bool push(std::optional<tools::ControlClient>& control, const ControlCommand& command) {
+  bool push(std::optional<control::ControlClient>& control, const ControlCommand& command) {
     const int timeout_ms = static_cast<int>(config.control_timeout.count());
     if (!control) {
-      auto connected = tools::ControlClient::connect(config.control_socket, timeout_ms);
+      auto connected = control::ControlClient::connect(config.control_socket, timeout_ms);
       if (!connected) {
         NVSHARE_DEBUG("pod watcher: %s", connected.error().message.c_str());
         return false;
@@ -444,27 +444,23 @@ struct PodWatcher::Impl {
   }
 
   // A cheap request on an idle connection: a restarted scheduler shows up as a failed call.
-  bool check(std::optional<tools::ControlClient>& control) {
+  bool check(std::optional<control::ControlClient>& control) {
     if (!control) return false;
-    Json request = Json::object();
-    request.set("cmd", "version");
-    if (control->call(request)) return true;
+    if (control->call(control::VersionRequest{})) return true;
     control.reset();
     return false;
   }
 
   // Tells the scheduler that every limit this watcher holds has been pushed: its limits are
   // authoritative from now on (scheduler.h). False when it could not be reached.
-  bool announce_sync(std::optional<tools::ControlClient>& control) {
+  bool announce_sync(std::optional<control::ControlClient>& control) {
     const int timeout_ms = static_cast<int>(config.control_timeout.count());
     if (!control) {
-      auto connected = tools::ControlClient::connect(config.control_socket, timeout_ms);
+      auto connected = control::ControlClient::connect(config.control_socket, timeout_ms);
       if (!connected) return false;
       control.emplace(std::move(connected.value()));
     }
-    Json request = Json::object();
-    request.set("cmd", "sync");
-    auto response = control->call(request);
+    auto response = control->call(control::SyncRequest{});
     if (!response) {
       control.reset();
       return false;
@@ -478,7 +474,7 @@ struct PodWatcher::Impl {
     // again within about this long.
     constexpr auto kIdentityPoll = 200ms;
     Backoff backoff(config.backoff_initial, config.backoff_max);
-    std::optional<tools::ControlClient> control;
+    std::optional<control::ControlClient> control;
     bool reachable = true;  // the last attempt reached the scheduler
     std::optional<FileIdentity> scheduler = socket_identity(config.control_socket);
     bool sync_announced = false;  // to this scheduler, after a full push

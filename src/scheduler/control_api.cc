@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <initializer_list>
+#include <type_traits>
 
 #include "common/quantity.h"
 #include "scheduler/pod_identity.h"
@@ -18,136 +18,16 @@ namespace {
 double ms(Duration d) { return static_cast<double>(d.count()) / 1e6; }
 double us(Duration d) { return static_cast<double>(d.count()) / 1e3; }
 
-Status check_members(const Json& request, std::string_view command,
-                     std::initializer_list<std::string_view> allowed) {
-  for (const auto& [key, value] : *request.as_object()) {
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      std::string list;
-      for (std::string_view name : allowed) {
-        if (name == "cmd") continue;
-        list += list.empty() ? "" : ", ";
-        list += name;
-      }
-      return make_error("unknown member \"" + key + "\" in " + std::string(command) +
-                        " (accepted: " + list + ")");
-    }
-  }
-  return Status::Ok();
-}
-
-Result<std::int64_t> positive_integer(const Json& value, std::string_view what) {
-  const auto n = value.as_int64();
-  if (!n || *n < 1) return make_error(std::string(what) + " must be a positive integer");
-  return *n;
-}
-
-Result<std::string> nonempty_string(const Json& value, std::string_view what) {
-  const std::string* s = value.as_string();
-  if (s == nullptr || s->empty())
-    return make_error(std::string(what) + " must be a non-empty string");
-  return *s;
-}
-
 // A pod UID as Kubernetes writes it (a UUID, or a static pod's 32 hex digits), in canonical form:
 // a UID stored in another spelling would never match the UID read from a process's cgroup.
-Result<std::string> pod_uid_value(const Json& value, std::string_view what) {
-  auto text = nonempty_string(value, what);
-  if (!text) return text.error();
-  auto canonical = canonical_pod_uid(text.value());
+Result<std::string> canonical_pod_uid_of(const std::string& text, std::string_view what) {
+  auto canonical = canonical_pod_uid(text);
   if (!canonical) {
-    return make_error(std::string(what) + " \"" + text.value().substr(0, 80) +
+    return make_error(std::string(what) + " \"" + text.substr(0, 80) +
                       "\" is not a pod UID (a UUID such as "
                       "\"7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d\", or a static pod's 32 hex digits)");
   }
   return *canonical;
-}
-
-Result<Selector> parse_selector(const Json* value) {
-  if (value == nullptr || !value->is_object()) {
-    return make_error(
-        "set-limits needs a \"selector\" object: {\"pod_uid\":...}, {\"client\":N}, "
-        "{\"pid\":N} or {\"namespace\":...,\"name\":...}");
-  }
-  if (Status s =
-          check_members(*value, "selector", {"client", "pid", "pod_uid", "namespace", "name"});
-      !s) {
-    return s.error();
-  }
-  Selector selector;
-  if (const Json* client = value->find("client")) {
-    auto id = positive_integer(*client, "selector.client");
-    if (!id) return id.error();
-    selector.client = static_cast<ClientId>(id.value());
-  }
-  if (const Json* pid = value->find("pid")) {
-    auto n = positive_integer(*pid, "selector.pid");
-    if (!n) return n.error();
-    if (n.value() > INT32_MAX) return make_error("selector.pid is out of range");
-    selector.pid = static_cast<pid_t>(n.value());
-  }
-  if (const Json* uid = value->find("pod_uid")) {
-    auto s = pod_uid_value(*uid, "selector.pod_uid");
-    if (!s) return s.error();
-    selector.pod_uid = s.value();
-  }
-  if (const Json* ns = value->find("namespace")) {
-    auto s = nonempty_string(*ns, "selector.namespace");
-    if (!s) return s.error();
-    selector.pod_namespace = s.value();
-  }
-  if (const Json* name = value->find("name")) {
-    auto s = nonempty_string(*name, "selector.name");
-    if (!s) return s.error();
-    selector.pod_name = s.value();
-  }
-  return selector;
-}
-
-// memory: absent (keep), null or "none" (no limit), "inherit", a quantity string, or bytes. Zero is
-// refused: it would read as "no limit", the opposite of what anyone writing it means.
-Result<FieldChange> parse_memory(const Json* value) {
-  FieldChange change;
-  if (value == nullptr) return change;
-  if (value->is_null()) return FieldChange{FieldChange::Op::kSet, 0};
-  const auto set_bytes = [](std::uint64_t bytes) -> Result<FieldChange> {
-    if (bytes == 0) {
-      return make_error(
-          "memory 0 is not a limit: say \"none\" (or null) for no limit, or give "
-          "a size such as \"1Gi\"");
-    }
-    return FieldChange{FieldChange::Op::kSet, bytes};
-  };
-  if (const std::string* text = value->as_string()) {
-    if (*text == "none") return FieldChange{FieldChange::Op::kSet, 0};
-    if (*text == "inherit") return FieldChange{FieldChange::Op::kInherit, 0};
-    auto bytes = parse_memory_quantity(*text);
-    if (!bytes) return make_error("memory: " + bytes.error().message);
-    return set_bytes(bytes.value());
-  }
-  if (const auto bytes = value->as_int64(); bytes && *bytes >= 0) {
-    return set_bytes(static_cast<std::uint64_t>(*bytes));
-  }
-  return make_error(
-      "memory must be a quantity such as \"4Gi\", a byte count, null, \"none\" or "
-      "\"inherit\"");
-}
-
-// core: absent (keep), null or "none" (uncapped), "inherit", or a percent 1..100 (number or "30%").
-Result<FieldChange> parse_core(const Json* value) {
-  FieldChange change;
-  if (value == nullptr) return change;
-  if (value->is_null()) return FieldChange{FieldChange::Op::kSet, 100};
-  if (const std::string* text = value->as_string()) {
-    if (*text == "none") return FieldChange{FieldChange::Op::kSet, 100};
-    if (*text == "inherit") return FieldChange{FieldChange::Op::kInherit, 0};
-    auto percent = parse_percent(*text);
-    if (!percent) return make_error("core: " + percent.error().message);
-    return FieldChange{FieldChange::Op::kSet, static_cast<std::uint64_t>(percent.value())};
-  }
-  if (const auto percent = value->as_int64(); percent && *percent >= 1 && *percent <= 100) {
-    return FieldChange{FieldChange::Op::kSet, static_cast<std::uint64_t>(*percent)};
-  }
-  return make_error("core must be a percent 1..100, null, \"none\" or \"inherit\"");
 }
 
 Json ok_response() {
@@ -194,22 +74,13 @@ Json status(ControlContext& context) {
   return out;
 }
 
-Json set_limits(const Json& request, ControlContext& context) {
-  if (Status s = check_members(request, "set-limits", {"cmd", "selector", "memory", "core"}); !s) {
-    return error_response(s.error().message);
+Json set_limits(control::SetLimitsRequest request, ControlContext& context) {
+  if (request.selector.pod_uid) {
+    auto uid = canonical_pod_uid_of(*request.selector.pod_uid, "selector.pod_uid");
+    if (!uid) return error_response(uid.error().message);
+    request.selector.pod_uid = uid.value();
   }
-  auto selector = parse_selector(request.find("selector"));
-  if (!selector) return error_response(selector.error().message);
-  auto memory = parse_memory(request.find("memory"));
-  if (!memory) return error_response(memory.error().message);
-  auto core = parse_core(request.find("core"));
-  if (!core) return error_response(core.error().message);
-  if (memory.value().op == FieldChange::Op::kKeep && core.value().op == FieldChange::Op::kKeep &&
-      !(selector.value().pod_uid && selector.value().pod_name)) {
-    return error_response("set-limits changes nothing: give \"memory\" and/or \"core\"");
-  }
-  auto outcome = context.scheduler.set_limits(
-      selector.value(), LimitsChange{memory.value(), core.value()}, context.now);
+  auto outcome = context.scheduler.set_limits(request.selector, request.change, context.now);
   if (!outcome) return error_response(outcome.error().message);
   Json out = ok_response();
   Json clients = Json::array();
@@ -221,56 +92,30 @@ Json set_limits(const Json& request, ControlContext& context) {
   return out;
 }
 
-Json forget_pod(const Json& request, ControlContext& context) {
-  if (Status s = check_members(request, "forget-pod", {"cmd", "pod_uid"}); !s) {
-    return error_response(s.error().message);
-  }
-  const Json* uid = request.find("pod_uid");
-  auto text = uid ? pod_uid_value(*uid, "pod_uid")
-                  : Result<std::string>(make_error("forget-pod needs \"pod_uid\""));
-  if (!text) return error_response(text.error().message);
-  if (Status s = context.scheduler.forget_pod(text.value(), context.now); !s) {
+Json forget_pod(const control::ForgetPodRequest& request, ControlContext& context) {
+  auto uid = canonical_pod_uid_of(request.pod_uid, "pod_uid");
+  if (!uid) return error_response(uid.error().message);
+  if (Status s = context.scheduler.forget_pod(uid.value(), context.now); !s) {
     return error_response(s.error().message);
   }
   return ok_response();
 }
 
-Json set_policy(const Json& request, ControlContext& context) {
-  std::optional<std::string> gpu;
+Json set_policy(const control::SetPolicyRequest& request, ControlContext& context) {
   std::vector<std::pair<const Knob*, std::string>> values;
-  for (const auto& [key, value] : *request.as_object()) {
-    if (key == "cmd") continue;
-    if (key == "gpu") {
-      if (value.is_null()) continue;
-      auto text = nonempty_string(value, "gpu");
-      if (!text) return error_response(text.error().message);
-      gpu = text.value();
-      continue;
-    }
-    const Knob* knob = knob_for_set_policy_member(key);
+  for (const auto& [member, value] : request.settings) {
+    const Knob* knob = knob_for_set_policy_member(member);
     if (knob == nullptr) {
       std::string accepted = "gpu";
       for (const Knob& k : knobs()) {
         if (k.scope == KnobScope::kPolicy) accepted += ", " + set_policy_member(k);
       }
-      return error_response("unknown member \"" + key + "\" in set-policy (accepted: " + accepted +
-                            ")");
+      return error_response("unknown member \"" + member + "\" in set-policy (accepted: " +
+                            accepted + ")");
     }
-    std::string text;
-    if (value.is_null()) {
-      text = std::string(knob->default_value);
-    } else if (const std::string* s = value.as_string()) {
-      text = *s;
-    } else if (value.is_number() || value.is_bool()) {
-      text = value.dump();
-    } else {
-      return error_response(key + " must be a string, a number or null");
-    }
-    values.emplace_back(knob, std::move(text));
+    values.emplace_back(knob, value.value_or(std::string(knob->default_value)));
   }
-  if (values.empty())
-    return error_response("set-policy changes nothing: give at least one setting");
-  auto changed = context.scheduler.set_policy(gpu, values, context.now);
+  auto changed = context.scheduler.set_policy(request.gpu, values, context.now);
   if (!changed) return error_response(changed.error().message);
   Json out = ok_response();
   Json gpus = Json::array();
@@ -279,34 +124,9 @@ Json set_policy(const Json& request, ControlContext& context) {
   return out;
 }
 
-// {"cmd":"set-gpus","gpus":[{"uuid":"GPU-...","memory_bytes":N},...]}: the device plugin's
-// inventory. Every entry is checked before any is applied.
-Json set_gpus(const Json& request, ControlContext& context) {
-  if (Status s = check_members(request, "set-gpus", {"cmd", "gpus"}); !s) {
-    return error_response(s.error().message);
-  }
-  const Json* list = request.find("gpus");
-  if (list == nullptr || !list->is_array()) {
-    return error_response("set-gpus needs \"gpus\": [{\"uuid\":...,\"memory_bytes\":...}]");
-  }
-  std::vector<GpuInfo> gpus;
-  for (const Json& entry : *list->as_array()) {
-    if (!entry.is_object()) return error_response("each of \"gpus\" must be an object");
-    if (Status s = check_members(entry, "a GPU", {"uuid", "memory_bytes"}); !s) {
-      return error_response(s.error().message);
-    }
-    const Json* uuid = entry.find("uuid");
-    const Json* memory = entry.find("memory_bytes");
-    auto text = uuid ? nonempty_string(*uuid, "uuid")
-                     : Result<std::string>(make_error("a GPU needs \"uuid\""));
-    if (!text) return error_response(text.error().message);
-    auto bytes = memory ? positive_integer(*memory, "memory_bytes")
-                        : Result<std::int64_t>(make_error("a GPU needs \"memory_bytes\""));
-    if (!bytes) return error_response(bytes.error().message);
-    gpus.push_back(GpuInfo{text.value(), static_cast<unsigned>(gpus.size()),
-                           static_cast<std::uint64_t>(bytes.value())});
-  }
-  if (Status s = context.scheduler.set_gpus(gpus, "device plugin", context.now); !s) {
+// The device plugin's inventory; every entry was checked before any is applied.
+Json set_gpus(const control::SetGpusRequest& request, ControlContext& context) {
+  if (Status s = context.scheduler.set_gpus(request.gpus, "device plugin", context.now); !s) {
     return error_response(s.error().message);
   }
   Json out = ok_response();
@@ -314,24 +134,14 @@ Json set_gpus(const Json& request, ControlContext& context) {
   return out;
 }
 
-// {"cmd":"sync"}: the control plane (the device plugin) has pushed every limit it holds.
-Json sync(const Json& request, ControlContext& context) {
-  if (Status s = check_members(request, "sync", {"cmd"}); !s) {
-    return error_response(s.error().message);
-  }
+// The control plane (the device plugin) has pushed every limit it holds.
+Json sync(ControlContext& context) {
   context.scheduler.mark_synced(context.now);
   return ok_response();
 }
 
-Json explain(const Json& request, ControlContext& context) {
-  if (Status s = check_members(request, "explain", {"cmd", "client"}); !s) {
-    return error_response(s.error().message);
-  }
-  const Json* client = request.find("client");
-  if (client == nullptr) return error_response("explain needs \"client\"");
-  auto id = positive_integer(*client, "client");
-  if (!id) return error_response(id.error().message);
-  auto explanation = context.scheduler.explain(static_cast<ClientId>(id.value()), context.now);
+Json explain(const control::ExplainRequest& request, ControlContext& context) {
+  auto explanation = context.scheduler.explain(request.client, context.now);
   if (!explanation) return error_response(explanation.error().message);
   Json out = ok_response();
   out.set("client", explanation.value().client);
@@ -345,15 +155,8 @@ Json explain(const Json& request, ControlContext& context) {
   return out;
 }
 
-Json stats(const Json& request, ControlContext& context) {
-  if (Status s = check_members(request, "stats", {"cmd", "reset"}); !s) {
-    return error_response(s.error().message);
-  }
-  bool reset = false;
-  if (const Json* value = request.find("reset")) {
-    if (!value->is_bool()) return error_response("reset must be true or false");
-    reset = *value->as_bool();
-  }
+Json stats(const control::StatsRequest& request, ControlContext& context) {
+  const bool reset = request.reset;
   DaemonStats& s = context.stats;
   Json out = ok_response();
   Json in = Json::object();
@@ -426,28 +229,24 @@ Json error_response(std::string_view message) {
   return out;
 }
 
-Json handle_control_request(const Json& request, ControlContext& context) {
+Json handle_control_request(const Json& json, ControlContext& context) {
   ++context.stats.control_requests;
-  if (!request.is_object()) return error_response("a request must be a JSON object with \"cmd\"");
-  const Json* cmd = request.find("cmd");
-  if (cmd == nullptr || !cmd->is_string()) return error_response("missing \"cmd\" (a string)");
-  const std::string& name = *cmd->as_string();
-  if (name == "status") {
-    if (Status s = check_members(request, "status", {"cmd"}); !s)
-      return error_response(s.error().message);
-    return status(context);
-  }
-  if (name == "set-limits") return set_limits(request, context);
-  if (name == "forget-pod") return forget_pod(request, context);
-  if (name == "set-policy") return set_policy(request, context);
-  if (name == "set-gpus") return set_gpus(request, context);
-  if (name == "sync") return sync(request, context);
-  if (name == "explain") return explain(request, context);
-  if (name == "stats") return stats(request, context);
-  if (name == "version") return version();
-  return error_response("unknown cmd \"" + name +
-                        "\" (known: status, set-limits, forget-pod, set-policy, set-gpus, sync, "
-                        "explain, stats, version)");
+  auto request = control::decode(json);
+  if (!request) return error_response(request.error().message);
+  return std::visit(
+      [&](auto&& r) -> Json {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, control::StatusRequest>) return status(context);
+        if constexpr (std::is_same_v<T, control::SetLimitsRequest>) return set_limits(r, context);
+        if constexpr (std::is_same_v<T, control::ForgetPodRequest>) return forget_pod(r, context);
+        if constexpr (std::is_same_v<T, control::SetPolicyRequest>) return set_policy(r, context);
+        if constexpr (std::is_same_v<T, control::SetGpusRequest>) return set_gpus(r, context);
+        if constexpr (std::is_same_v<T, control::SyncRequest>) return sync(context);
+        if constexpr (std::is_same_v<T, control::ExplainRequest>) return explain(r, context);
+        if constexpr (std::is_same_v<T, control::StatsRequest>) return stats(r, context);
+        if constexpr (std::is_same_v<T, control::VersionRequest>) return version();
+      },
+      std::move(request.value()));
 }
 
 Json handle_control_line(std::string_view line, ControlContext& context) {

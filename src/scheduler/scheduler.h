@@ -48,6 +48,7 @@
 #include "common/json.h"
 #include "common/protocol.h"
 #include "common/result.h"
+#include "control/requests.h"
 #include "scheduler/knobs.h"
 #include "scheduler/limits_layer.h"
 #include "scheduler/peer_identity.h"
@@ -65,27 +66,10 @@ class ClientChannel {
   virtual void send(ClientId client, const protocol::Message& message) = 0;
 };
 
-// A change to one field of a layer.
-struct FieldChange {
-  enum class Op { kKeep, kSet, kInherit };
-  Op op = Op::kKeep;
-  std::uint64_t value = 0;  // with kSet: bytes (0 = none) or percent (100 = uncapped)
-};
-
-struct LimitsChange {
-  FieldChange memory;
-  FieldChange core;
-};
-
-// Which clients or pods a set-limits applies to. Exactly one of client, pid, pod_uid or
-// namespace/name; pod_uid may come with namespace/name, which is then remembered for display.
-struct Selector {
-  std::optional<ClientId> client;
-  std::optional<pid_t> pid;
-  std::optional<std::string> pod_uid;
-  std::optional<std::string> pod_namespace;
-  std::optional<std::string> pod_name;
-};
+// A limits change and its selector are the control protocol's types (src/control/requests.h).
+using control::FieldChange;
+using control::LimitsChange;
+using control::Selector;
 
 struct SetLimitsOutcome {
   std::vector<ClientId> clients;             // live clients whose limits were recomputed

@@ -22,7 +22,7 @@
 
 #include "common/default_paths.h"
 #include "common/json.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 #include "tools/status_table.h"
 
 namespace {
@@ -147,10 +147,17 @@ std::optional<double> parse_seconds(const std::string& text) {
   return value;
 }
 
+// A request the protocol refuses (the scheduler would refuse it the same way).
+int refused(const std::string& message) {
+  std::fprintf(stderr, "nvsharectl: refused: %s\n", message.c_str());
+  return kExitRefused;
+}
+
 // Sends one request and prints the scheduler's error when it refuses. Returns the response on
 // success.
-std::optional<Json> call(const Global& global, const Json& request, int& exit_code) {
-  auto response = nvshare::tools::control_call(global.socket, request, global.timeout_ms);
+std::optional<Json> call(const Global& global, const nvshare::control::Request& request,
+                         int& exit_code) {
+  auto response = nvshare::control::control_call(global.socket, request, global.timeout_ms);
   if (!response) {
     std::fprintf(stderr, "nvsharectl: %s\n", response.error().message.c_str());
     exit_code = kExitUnreachable;
@@ -174,7 +181,7 @@ int cmd_status(const Global& global, std::vector<std::string> rest) {
   if (auto error = args.parse()) return usage_error(*error);
   if (!args.positionals().empty()) return usage_error("status takes no arguments");
   int code;
-  auto response = call(global, Json(Json::Object{{"cmd", "status"}}), code);
+  auto response = call(global, nvshare::control::StatusRequest{}, code);
   if (!response) return code;
   if (args.has("json")) {
     std::printf("%s\n", response->dump_pretty().c_str());
@@ -203,7 +210,7 @@ int cmd_top(const Global& global, std::vector<std::string> rest) {
   for (long long i = 0; iterations == 0 || i < iterations; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval));
     int code;
-    auto response = call(global, Json(Json::Object{{"cmd", "status"}}), code);
+    auto response = call(global, nvshare::control::StatusRequest{}, code);
     if (!response) return code;
     if (args.has("json")) {
       std::printf("%s\n", response->dump().c_str());
@@ -266,8 +273,12 @@ int cmd_set_limits(const Global& global, std::vector<std::string> rest) {
   request.set("selector", std::move(selector));
   if (memory) request.set("memory", limit_value(*memory, false));
   if (core) request.set("core", limit_value(*core, true));
+  // The flags' values are checked by the protocol's own decoder, so nvsharectl accepts exactly
+  // what the scheduler does, and refuses the rest as it would (exit 1).
+  auto typed = nvshare::control::decode(request);
+  if (!typed) return refused(typed.error().message);
   int code;
-  auto response = call(global, request, code);
+  auto response = call(global, typed.value(), code);
   if (!response) return code;
   const Json* clients = response->find("clients");
   const Json* pods = response->find("pods");
@@ -284,8 +295,7 @@ int cmd_forget_pod(const Global& global, std::vector<std::string> rest) {
   if (auto error = args.parse()) return usage_error(*error);
   if (args.positionals().size() != 1) return usage_error("forget-pod takes one pod UID");
   int code;
-  auto response = call(
-      global, Json(Json::Object{{"cmd", "forget-pod"}, {"pod_uid", args.positionals()[0]}}), code);
+  auto response = call(global, nvshare::control::ForgetPodRequest{args.positionals()[0]}, code);
   if (!response) return code;
   std::printf("forgot pod %s\n", args.positionals()[0].c_str());
   return kExitOk;
@@ -321,8 +331,10 @@ int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
     any = true;
   }
   if (!any) return usage_error("set-policy needs at least one setting");
+  auto typed = nvshare::control::decode(request);
+  if (!typed) return refused(typed.error().message);
   int code;
-  auto response = call(global, request, code);
+  auto response = call(global, typed.value(), code);
   if (!response) return code;
   const Json* gpus = response->find("gpus");
   const std::size_t n = gpus && gpus->as_array() ? gpus->as_array()->size() : 0;
@@ -337,7 +349,7 @@ int cmd_explain(const Global& global, std::vector<std::string> rest) {
   auto id = parse_integer(args.positionals()[0]);
   if (!id || *id < 1) return usage_error("explain takes a client id (a positive integer)");
   int code;
-  auto response = call(global, Json(Json::Object{{"cmd", "explain"}, {"client", *id}}), code);
+  auto response = call(global, nvshare::control::ExplainRequest{static_cast<std::uint64_t>(*id)}, code);
   if (!response) return code;
   if (args.has("json")) {
     std::printf("%s\n", response->dump_pretty().c_str());
@@ -356,11 +368,8 @@ int cmd_explain(const Global& global, std::vector<std::string> rest) {
 int cmd_stats(const Global& global, std::vector<std::string> rest) {
   Args args(std::move(rest), {}, {"json", "reset"});
   if (auto error = args.parse()) return usage_error(*error);
-  Json request = Json::object();
-  request.set("cmd", "stats");
-  if (args.has("reset")) request.set("reset", true);
   int code;
-  auto response = call(global, request, code);
+  auto response = call(global, nvshare::control::StatsRequest{args.has("reset")}, code);
   if (!response) return code;
   if (args.has("json")) {
     std::printf("%s\n", response->dump_pretty().c_str());
@@ -389,7 +398,7 @@ int cmd_stats(const Global& global, std::vector<std::string> rest) {
 int cmd_version(const Global& global, const std::vector<std::string>& rest) {
   if (!rest.empty()) return usage_error("version takes no arguments");
   int code;
-  auto response = call(global, Json(Json::Object{{"cmd", "version"}}), code);
+  auto response = call(global, nvshare::control::VersionRequest{}, code);
   if (!response) return code;
   const Json* version = response->find("version");
   std::printf("scheduler %s\n",

@@ -27,7 +27,7 @@
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "protocol_client.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 namespace nvshare::chaos {
 namespace {
@@ -112,7 +112,7 @@ class ChaosTest : public ::testing::Test {
   }
 
   Json control(const Json& request) {
-    auto response = tools::control_call(scheduler_->control_socket(), request, 5000);
+    auto response = control::control_call(scheduler_->control_socket(), request, 5000);
     EXPECT_TRUE(response.ok()) << (response.ok() ? "" : response.error().message);
     return response.ok() ? response.value() : Json();
   }

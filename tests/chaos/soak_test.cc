@@ -31,7 +31,7 @@
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "protocol_client.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 namespace nvshare::chaos {
 namespace {

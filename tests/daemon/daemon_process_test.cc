@@ -20,7 +20,7 @@
 
 #include "common/json.h"
 #include "protocol_client.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 namespace nvshare::testing {
 namespace {
@@ -82,7 +82,7 @@ class DaemonProcessTest : public ::testing::Test {
   }
 
   Json control(const Json& request) {
-    auto response = tools::control_call(daemon_->control_socket(), request);
+    auto response = control::control_call(daemon_->control_socket(), request);
     EXPECT_TRUE(response.ok()) << response.error().message;
     return response.ok() ? response.value() : Json();
   }
@@ -368,7 +368,7 @@ TEST_F(DaemonProcessTest, ControlSocketIsOwnerOnlyAndRefusesOtherUids) {
   ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
   EXPECT_EQ(
       as_nobody([&] {
-        auto response = tools::control_call(path, Json(Json::Object{{"cmd", "status"}}), 2000);
+        auto response = control::control_call(path, Json(Json::Object{{"cmd", "status"}}), 2000);
         if (!response.ok()) return 3;
         const Json* ok = response.value().find("ok");
         const Json* error = response.value().find("error");
@@ -657,7 +657,7 @@ TEST_F(DaemonProcessTest, CreatesAMissingControlSocketDirectoryMode0700) {
   EXPECT_NE(daemon_->log().find("created " + root + "/run/nvshare-control (mode 0700)"),
             std::string::npos)
       << daemon_->log();
-  auto response = tools::control_call(control, Json(Json::Object{{"cmd", "version"}}));
+  auto response = control::control_call(control, Json(Json::Object{{"cmd", "version"}}));
   EXPECT_TRUE(response.ok()) << response.error().message;
 
   // Restarted, it finds the directory and leaves it (and its mode) alone.
@@ -788,7 +788,7 @@ TEST_F(DaemonProcessTest, PodLimitsSurviveARestart) {
   auto again = DaemonProcess::start({"--state-file", state}, NVSHARE_SCHEDULER_BIN);
   ASSERT_TRUE(again.ok()) << again.error().message;
   auto response =
-      tools::control_call(again.value()->control_socket(), Json(Json::Object{{"cmd", "status"}}));
+      control::control_call(again.value()->control_socket(), Json(Json::Object{{"cmd", "status"}}));
   ASSERT_TRUE(response.ok());
   EXPECT_EQ(response.value().find("scheduler")->find("limits_synced")->as_bool(), true);
   const Json& pod = response.value().find("pods")->as_array()->at(0);

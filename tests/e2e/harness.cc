@@ -19,7 +19,7 @@
 
 #include "common/unix_socket.h"
 #include "gtest/gtest.h"
-#include "tools/control_client.h"
+#include "control/client.h"
 
 extern char** environ;
 
@@ -320,7 +320,7 @@ bool Scheduler::running() { return process_ && process_->running(); }
 std::string Scheduler::log() const { return read_file(dir_ + "/scheduler.log"); }
 
 Result<Json> Scheduler::status() const {
-  auto response = tools::control_call(control_socket_, Json(Json::Object{{"cmd", "status"}}), 2000);
+  auto response = control::control_call(control_socket_, Json(Json::Object{{"cmd", "status"}}), 2000);
   if (!response.ok()) return response.error();
   const Json* ok = response.value().find("ok");
   if (ok == nullptr || ok->as_bool() != true) {

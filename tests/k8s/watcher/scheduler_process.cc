@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "tools/control_client.h"
+#include "control/client.h"
 
 namespace nvshare::testing {
 
@@ -45,7 +45,7 @@ Result<std::unique_ptr<SchedulerProcess>> SchedulerProcess::start(const std::str
   Json version = Json::object();
   version.set("cmd", "version");
   while (true) {
-    if (tools::control_call(process->control_socket_, version, 2000)) return process;
+    if (control::control_call(process->control_socket_, version, 2000)) return process;
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       process->pid_ = -1;
@@ -73,7 +73,7 @@ void SchedulerProcess::kill_and_wait() {
 Result<Json> SchedulerProcess::status() const {
   Json request = Json::object();
   request.set("cmd", "status");
-  return tools::control_call(control_socket_, request, 5000);
+  return control::control_call(control_socket_, request, 5000);
 }
 
 Result<Json> SchedulerProcess::pod(const std::string& pod_uid) const {

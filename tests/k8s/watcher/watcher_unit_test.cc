@@ -204,7 +204,7 @@ TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
   ledger.set_desired("u1", "ml", "p", PodLimits{4ull << 30, std::nullopt});
   auto first = ledger.next_command();
   ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(first->to_request().dump(),
+  EXPECT_EQ(control::encode(first->to_request()).dump(),
             R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},)"
             R"("memory":4294967296,"core":"inherit"})");
   ledger.mark_done(*first);
@@ -214,7 +214,7 @@ TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
   auto second = ledger.next_command();
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(
-      second->to_request().dump(),
+      control::encode(second->to_request()).dump(),
       R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},"core":30})");
   ledger.mark_done(*second);
 
@@ -223,7 +223,7 @@ TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
   auto third = ledger.next_command();
   ASSERT_TRUE(third.has_value());
   EXPECT_EQ(
-      third->to_request().dump(),
+      control::encode(third->to_request()).dump(),
       R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},"memory":"inherit"})");
 }
 
@@ -253,7 +253,7 @@ TEST(LimitsLedger, RemovedPodsAreForgottenOnlyWhenPushed) {
   EXPECT_TRUE(ledger.memory_limits().empty());
   auto forget = ledger.next_command();
   ASSERT_TRUE(forget.has_value());
-  EXPECT_EQ(forget->to_request().dump(), R"({"cmd":"forget-pod","pod_uid":"u1"})");
+  EXPECT_EQ(control::encode(forget->to_request()).dump(), R"({"cmd":"forget-pod","pod_uid":"u1"})");
   ledger.mark_done(*forget);
   EXPECT_FALSE(ledger.next_command().has_value());
 }

@@ -1,4 +1,4 @@
-#include "tools/control_client.h"
+#include "control/client.h"
 
 #include <poll.h>
 
@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 
-namespace nvshare::tools {
+namespace nvshare::control {
 namespace {
 
 // Responses are small except status on a busy node; 64 MiB bounds a runaway peer.
@@ -100,4 +100,8 @@ Result<Json> control_call(const std::string& path, const Json& request, int time
   return client.value().call(request);
 }
 
-}  // namespace nvshare::tools
+Result<Json> control_call(const std::string& path, const Request& request, int timeout_ms) {
+  return control_call(path, encode(request), timeout_ms);
+}
+
+}  // namespace nvshare::control

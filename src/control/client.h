@@ -3,8 +3,8 @@
 // Sends one JSON request per line and reads one JSON response line per request. Every failure is a
 // value with a message a user can act on: the scheduler not running (no socket, connection
 // refused), the socket not being ours to use (permission), no answer within the timeout, or an
-// answer that is not JSON. Used by nvsharectl and by tests; the device plugin speaks the same
-// lines.
+// answer that is not JSON. The one client of nvsharectl, the device plugin, the pod watcher, the
+// bench and the tests; requests are typed (requests.h), raw JSON only for tests of bad input.
 #pragma once
 
 #include <string>
@@ -12,8 +12,9 @@
 #include "common/json.h"
 #include "common/result.h"
 #include "common/unix_socket.h"
+#include "control/requests.h"
 
-namespace nvshare::tools {
+namespace nvshare::control {
 
 class ControlClient {
  public:
@@ -21,6 +22,8 @@ class ControlClient {
   static Result<ControlClient> connect(const std::string& path, int timeout_ms = 5000);
 
   // Sends `request` and returns the scheduler's response (which may itself say {"ok":false,...}).
+  Result<Json> call(const Request& request) { return call(encode(request)); }
+  // A request as raw JSON (tests of what the scheduler does with bad input).
   Result<Json> call(const Json& request);
 
  private:
@@ -36,6 +39,7 @@ class ControlClient {
 };
 
 // Connects, sends one request, returns the response.
+Result<Json> control_call(const std::string& path, const Request& request, int timeout_ms = 5000);
 Result<Json> control_call(const std::string& path, const Json& request, int timeout_ms = 5000);
 
-}  // namespace nvshare::tools
+}  // namespace nvshare::control
