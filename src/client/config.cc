@@ -9,25 +9,15 @@
 #include <cstdlib>
 
 #include "common/default_paths.h"
+#include "common/knob_parse.h"
+#include "common/knob_table.h"
 #include "common/quantity.h"
+#include "common/shared_knobs.h"
 
 namespace nvshare::client {
 namespace {
 
 std::string quoted(std::string_view value) { return "\"" + std::string(value) + "\""; }
-
-Result<bool> parse_switch(std::string_view value) {
-  static constexpr std::array<std::string_view, 4> kTrue = {"1", "true", "yes", "on"};
-  static constexpr std::array<std::string_view, 4> kFalse = {"0", "false", "no", "off"};
-  const std::string text(value);
-  for (std::string_view word : kTrue) {
-    if (strcasecmp(text.c_str(), std::string(word).c_str()) == 0) return true;
-  }
-  for (std::string_view word : kFalse) {
-    if (strcasecmp(text.c_str(), std::string(word).c_str()) == 0) return false;
-  }
-  return make_error(quoted(value) + " is not one of 1, 0, true, false, yes, no, on, off");
-}
 
 Result<Duration> parse_milliseconds(std::string_view value, std::int64_t low, std::int64_t high) {
   std::int64_t ms = 0;
@@ -43,7 +33,7 @@ Result<Duration> parse_milliseconds(std::string_view value, std::int64_t low, st
 }
 
 Status apply_enable(std::string_view value, ClientConfig& config) {
-  auto parsed = parse_switch(value);
+  auto parsed = knobparse::parse_bool(value);
   if (!parsed) return parsed.error();
   config.enabled = parsed.value();
   return Status::Ok();
@@ -98,7 +88,7 @@ Status apply_pod_uid(std::string_view value, ClientConfig& config) {
 }
 
 Status apply_managed(std::string_view value, ClientConfig& config) {
-  auto parsed = parse_switch(value);
+  auto parsed = knobparse::parse_bool(value);
   if (!parsed) return parsed.error();
   config.managed = parsed.value();
   return Status::Ok();
@@ -119,9 +109,9 @@ Status apply_register_wait(std::string_view value, ClientConfig& config) {
 }
 
 Status apply_log_level(std::string_view value, ClientConfig& config) {
-  const std::optional<LogLevel> level = log_level_from_name(value);
-  if (!level) return make_error(quoted(value) + " is not one of error, warn, info, debug, trace");
-  config.log_level = *level;
+  auto level = knobparse::parse_log_level(value);
+  if (!level) return level.error();
+  config.log_level = level.value();
   return Status::Ok();
 }
 
@@ -133,7 +123,7 @@ Status apply_trace_file(std::string_view value, ClientConfig& config) {
 }
 
 constexpr std::array<ClientKnob, 12> kKnobs = {{
-    {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`)",
+    {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`, any letter case)",
      "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
      "virtualization. Ignored in a container whose settings file enforces (`/etc/nvshare`).",
      apply_enable},
@@ -176,44 +166,25 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      "send its limits, so a limit set for the pod holds from the first allocation. No wait when "
      "nothing listens on the socket. In a container whose settings file enforces, the file's.",
      apply_register_wait},
-    {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
-     "Least severe log records the library writes to the process's stderr.", apply_log_level},
+    {knobtable::kLogLevel.name, knobtable::kLogLevel.default_value, knobtable::kLogLevel.range,
+     knobtable::kLogLevel.meaning, apply_log_level},
     {"trace-file", "", "empty, or a filesystem path",
      "Appends one JSON line per grant event (request, grant, revoke, release, idle release) with "
      "its CLOCK_MONOTONIC time, for benchmarks and schedule plots. Empty: no trace.",
      apply_trace_file},
 }};
 
-std::string display_default(const ClientKnob& knob) {
-  return knob.default_value.empty() ? "(empty)" : "`" + std::string(knob.default_value) + "`";
-}
+const knobtable::KnobTable<ClientKnob, ClientConfig> kTable(kKnobs, "NVSHARE_");
 
 }  // namespace
 
 std::span<const ClientKnob> client_knobs() { return kKnobs; }
 
-const ClientKnob* find_client_knob(std::string_view name) {
-  for (const ClientKnob& knob : kKnobs) {
-    if (knob.name == name) return &knob;
-  }
-  return nullptr;
-}
+const ClientKnob* find_client_knob(std::string_view name) { return kTable.find(name); }
 
-std::string client_env_name(const ClientKnob& knob) {
-  std::string env = "NVSHARE_";
-  for (char c : knob.name) {
-    env += c == '-' ? '_' : static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
-  }
-  return env;
-}
+std::string client_env_name(const ClientKnob& knob) { return kTable.env_name(knob); }
 
-ClientConfig default_client_config() {
-  ClientConfig config;
-  for (const ClientKnob& knob : kKnobs) {
-    if (!knob.default_value.empty()) (void)knob.apply(knob.default_value, config);
-  }
-  return config;
-}
+ClientConfig default_client_config() { return kTable.defaults(); }
 
 namespace {
 
@@ -253,17 +224,8 @@ void apply_settings(const ClientSettings& settings, const ClientEnvLookup& geten
 
 ParsedClientConfig parse_client_config(const ClientEnvLookup& getenv,
                                        const std::optional<ClientSettings>& settings) {
-  ParsedClientConfig out{default_client_config(), {}};
-  for (const ClientKnob& knob : kKnobs) {
-    const std::string env = client_env_name(knob);
-    const char* value = getenv ? getenv(env.c_str()) : nullptr;
-    if (value == nullptr || *value == '\0') continue;
-    if (Status applied = knob.apply(value, out.config); !applied) {
-      out.warnings.push_back(
-          env + "=" + quoted(value) + ": " + applied.error().message + "; using the default " +
-          (knob.default_value.empty() ? std::string("(empty)") : std::string(knob.default_value)));
-    }
-  }
+  knobtable::EnvironmentRead<ClientConfig> read = kTable.parse_environment(getenv);
+  ParsedClientConfig out{std::move(read.config), std::move(read.warnings)};
   if (settings && settings->enforce) apply_settings(*settings, getenv, out);
   return out;
 }
@@ -282,15 +244,12 @@ const ClientConfig& client_config() {
 }
 
 std::string client_config_doc_table() {
-  std::string out =
-      "| knob | environment variable | default | range | meaning |\n"
-      "|---|---|---|---|---|\n";
-  for (const ClientKnob& knob : kKnobs) {
-    out += "| " + std::string(knob.name) + " | `" + client_env_name(knob) + "` | " +
-           display_default(knob) + " | " + std::string(knob.range) + " | " +
-           std::string(knob.meaning) + " |\n";
-  }
-  return out;
+  using knobtable::DocField;
+  return kTable.doc_table({{DocField::kKnob},
+                           {DocField::kEnvironment},
+                           {DocField::kDefault},
+                           {DocField::kRange},
+                           {DocField::kMeaning}});
 }
 
 }  // namespace nvshare::client

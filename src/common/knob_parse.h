@@ -28,7 +28,8 @@ Result<Duration> parse_seconds(std::string_view text, double min, double max);
 Result<Duration> parse_seconds_with_unit(std::string_view text, double min, double max);
 // A base-10 integer within [min, max].
 Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std::int64_t max);
-// true/1/yes/on or false/0/no/off.
+// true/1/yes/on or false/0/no/off, in any letter case (the one reading of a switch for every
+// program and the library).
 Result<bool> parse_bool(std::string_view text);
 // error, warn, info, debug, trace (log_level_from_name's reading).
 Result<LogLevel> parse_log_level(std::string_view text);

@@ -30,6 +30,10 @@ Result<Argument> read_argument(std::string_view arg) {
     argument.kind = Argument::Kind::kPrintConfigDoc;
     return argument;
   }
+  if (arg == "--print-knobs") {
+    argument.kind = Argument::Kind::kPrintKnobs;
+    return argument;
+  }
   if (arg.substr(0, 2) != "--") {
     return make_error("unexpected argument \"" + std::string(arg) + "\" (see --help)");
   }
@@ -64,7 +68,8 @@ std::string help_entry(std::string_view flag, std::string_view env, bool is_swit
 std::string help_footer() {
   return "  --help             print this text\n"
          "  --version          print the version\n"
-         "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n";
+         "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n"
+         "  --print-knobs      print every knob as JSON (name, flag, env, default, range, meaning)\n";
 }
 
 std::string doc_default(std::string_view default_value) {

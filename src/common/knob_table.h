@@ -1,5 +1,7 @@
-// The mechanism every nvshare daemon's knob table shares: a component defines each knob once, in an
-// array of its own knob type, and KnobTable derives everything else from that array.
+// The mechanism every nvshare program's knob table shares, and the client library's: a component
+// defines each knob once, in an array of its own knob type, and KnobTable derives everything else
+// from that array. Daemons and tools read flags and the environment (parse_command_line); the
+// library reads the environment only (parse_environment).
 //
 // A knob type is a table row with at least
 //   std::string_view name, default_value, range, meaning;
@@ -30,12 +32,20 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json.h"
 #include "common/result.h"
 
 namespace nvshare::knobtable {
 
 // getenv's shape, replaceable in tests.
 using EnvLookup = std::function<const char*(const char*)>;
+
+// What parse_environment produces: the configuration and one warning per value it did not take.
+template <typename Config>
+struct EnvironmentRead {
+  Config config;
+  std::vector<std::string> warnings;
+};
 
 // What parse_command_line produces: the configuration and the requests that are not knobs.
 template <typename Config>
@@ -44,6 +54,7 @@ struct CommandLine {
   bool help = false;
   bool version = false;
   bool print_config_doc = false;
+  bool print_knobs = false;
 };
 
 template <typename Knob, typename Config>
@@ -73,7 +84,7 @@ std::string env_name(std::string_view env_prefix,
 
 // One command-line argument as the parser reads it.
 struct Argument {
-  enum class Kind { kHelp, kVersion, kPrintConfigDoc, kFlag };
+  enum class Kind { kHelp, kVersion, kPrintConfigDoc, kPrintKnobs, kFlag };
   Kind kind = Kind::kFlag;
   std::string_view name;                  // kFlag: what follows "--", up to any '='
   std::optional<std::string_view> value;  // kFlag: what follows the '=', when there is one
@@ -181,6 +192,9 @@ class KnobTable {
         case Argument::Kind::kPrintConfigDoc:
           command_line.print_config_doc = true;
           continue;
+        case Argument::Kind::kPrintKnobs:
+          command_line.print_knobs = true;
+          continue;
         case Argument::Kind::kFlag:
           break;
       }
@@ -202,6 +216,44 @@ class KnobTable {
       }
     }
     return command_line;
+  }
+
+  // The library's mode (it lives in other people's processes: no flags, never fails): defaults,
+  // then the environment; a value that does not parse is a warning naming the variable, the value
+  // and what is accepted, and the knob keeps its default.
+  EnvironmentRead<Config> parse_environment(const EnvLookup& getenv) const {
+    EnvironmentRead<Config> out{defaults(), {}};
+    for (const Knob& knob : knobs_) {
+      const std::string env = env_name(knob);
+      const char* value = getenv ? getenv(env.c_str()) : nullptr;
+      if (value == nullptr || *value == '\0') continue;
+      if (Status s = knob.apply(value, out.config); !s) {
+        out.warnings.push_back(env + "=\"" + value + "\": " + s.error().message +
+                               "; using the default " +
+                               (knob.default_value.empty() ? std::string("(empty)")
+                                                           : std::string(knob.default_value)));
+      }
+    }
+    return out;
+  }
+
+  // `--print-knobs`: every knob as JSON, one object per knob ({"name", "flag", "env", "default",
+  // "range", "meaning", "switch"}), for what deploys the program (the Helm chart's check reads
+  // the knobs from the programs, not from a copy).
+  std::string knobs_json() const {
+    Json list = Json::array();
+    for (const Knob& knob : knobs_) {
+      Json entry = Json::object();
+      entry.set("name", std::string(knob.name));
+      entry.set("flag", flag_name(knob));
+      entry.set("env", env_name(knob));
+      entry.set("default", std::string(knob.default_value));
+      entry.set("range", std::string(knob.range));
+      entry.set("meaning", std::string(knob.meaning));
+      entry.set("switch", is_switch(knob));
+      list.push_back(std::move(entry));
+    }
+    return list.dump() + "\n";
   }
 
   // `--help`: usage, `summary` (wrapped), one entry per knob, then the requests.

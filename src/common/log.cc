@@ -18,6 +18,8 @@ std::atomic<int> g_level{kUnset};
 char g_component[48] = "nvshare";
 
 int level_from_env() {
+  // Read here, not through a knob table: logging works before any table is parsed (the library
+  // logs from its first hooked call). The knob itself is defined once in common/shared_knobs.h.
   const char* value = std::getenv("NVSHARE_LOG_LEVEL");
   const std::optional<LogLevel> level =
       value == nullptr ? std::nullopt : log_level_from_name(value);

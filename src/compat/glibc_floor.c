@@ -59,6 +59,10 @@ int floor_pthread_mutexattr_destroy(pthread_mutexattr_t*);
 int floor_pthread_mutexattr_setpshared(pthread_mutexattr_t*, int);
 int floor_pthread_mutexattr_setrobust(pthread_mutexattr_t*, int);
 int floor_pthread_mutex_consistent(pthread_mutex_t*);
+// Read-write locks: libstdc++'s memory resources (std::from_chars of a double reaches them).
+int floor_pthread_rwlock_rdlock(pthread_rwlock_t*);
+int floor_pthread_rwlock_wrlock(pthread_rwlock_t*);
+int floor_pthread_rwlock_unlock(pthread_rwlock_t*);
 FLOOR_OLD(floor_pthread_create, pthread_create, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_join, pthread_join, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_once, pthread_once, FLOOR_BASE);
@@ -74,6 +78,9 @@ FLOOR_OLD(floor_pthread_mutexattr_destroy, pthread_mutexattr_destroy, FLOOR_BASE
 FLOOR_OLD(floor_pthread_mutexattr_setpshared, pthread_mutexattr_setpshared, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_mutexattr_setrobust, pthread_mutexattr_setrobust, FLOOR_2_12);
 FLOOR_OLD(floor_pthread_mutex_consistent, pthread_mutex_consistent, FLOOR_2_12);
+FLOOR_OLD(floor_pthread_rwlock_rdlock, pthread_rwlock_rdlock, FLOOR_BASE);
+FLOOR_OLD(floor_pthread_rwlock_wrlock, pthread_rwlock_wrlock, FLOOR_BASE);
+FLOOR_OLD(floor_pthread_rwlock_unlock, pthread_rwlock_unlock, FLOOR_BASE);
 
 FLOOR_HIDDEN int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
                                 void* (*start)(void*), void* arg) {
@@ -117,6 +124,15 @@ FLOOR_HIDDEN int pthread_mutexattr_setrobust(pthread_mutexattr_t* attr, int robu
 }
 FLOOR_HIDDEN int pthread_mutex_consistent(pthread_mutex_t* mutex) {
   return floor_pthread_mutex_consistent(mutex);
+}
+FLOOR_HIDDEN int pthread_rwlock_rdlock(pthread_rwlock_t* lock) {
+  return floor_pthread_rwlock_rdlock(lock);
+}
+FLOOR_HIDDEN int pthread_rwlock_wrlock(pthread_rwlock_t* lock) {
+  return floor_pthread_rwlock_wrlock(lock);
+}
+FLOOR_HIDDEN int pthread_rwlock_unlock(pthread_rwlock_t* lock) {
+  return floor_pthread_rwlock_unlock(lock);
 }
 // sigprocmask, not the raw system call: glibc keeps its own signals (cancellation, setxid) open.
 FLOOR_HIDDEN int pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {

@@ -7,6 +7,7 @@
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
 #include "common/quantity.h"
+#include "common/shared_knobs.h"
 #include "deviceplugin/cdi_spec.h"
 
 namespace nvshare::deviceplugin {
@@ -392,8 +393,8 @@ const Knob kKnobs[] = {
        return store(parse_integer(number, 1, 86400),
                     [&](std::int64_t s) { c.watch_timeout = std::chrono::seconds(s); });
      }},
-    {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
-     "Least severe log records written to stderr.",
+    {knobtable::kLogLevel.name, knobtable::kLogLevel.default_value, knobtable::kLogLevel.range,
+     knobtable::kLogLevel.meaning,
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(parse_log_level(v), [&](LogLevel l) { c.log_level = l; });
      }},
@@ -473,6 +474,8 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv, const 
   if (!command_line) return command_line;
   PluginConfig& config = command_line.value().config;
   if (config.node_name.empty()) {
+    // Not a knob of ours: the node's name from the downward API (the chart sets it), the default
+    // when --node-name is not given.
     if (const char* node = getenv("NODE_NAME"); node != nullptr) config.node_name = node;
   }
   // A warning rather than a refusal: outside a cluster (tests, a plugin run by hand) nothing mounts
@@ -489,6 +492,8 @@ std::string help_text(std::string_view program) {
       "client library into them. Every flag can also be set by its environment variable; flags "
       "win over the environment.");
 }
+
+std::string knobs_json() { return kTable.knobs_json(); }
 
 std::string config_doc_table() {
   using knobtable::DocField;

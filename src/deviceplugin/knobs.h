@@ -152,5 +152,7 @@ Result<CommandLine> parse_command_line(int argc, const char* const* argv, const 
 // `--help` text and the Markdown table of docs/configuration.md, both generated from the table.
 std::string help_text(std::string_view program);
 std::string config_doc_table();
+// `--print-knobs`: the knobs as JSON (knob_table.h).
+std::string knobs_json();
 
 }  // namespace nvshare::deviceplugin

@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
     std::fputs(config_doc_table().c_str(), stdout);
     return 0;
   }
+  if (command_line.print_knobs) {
+    std::fputs(knobs_json().c_str(), stdout);
+    return 0;
+  }
   log_set_level(command_line.config.log_level);
   return run(command_line.config);
 }

@@ -399,6 +399,7 @@ Result<ApiCredentials> load_kubeconfig(const std::string& path) {
 Result<ApiCredentials> in_cluster_credentials(std::string host, std::string port,
                                               const std::string& service_account_dir) {
   if (host.empty()) {
+    // Not knobs: where the API server is, as the kubelet tells every pod.
     if (const char* env = std::getenv("KUBERNETES_SERVICE_HOST")) host = env;
   }
   if (port.empty()) {

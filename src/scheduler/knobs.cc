@@ -6,6 +6,7 @@
 #include "common/knob_parse.h"
 #include "common/protocol.h"
 #include "common/quantity.h"
+#include "common/shared_knobs.h"
 
 namespace nvshare::scheduler {
 namespace {
@@ -282,8 +283,8 @@ const Knob kKnobs[] = {
        return store(parse_integer(v, 1, 65536),
                     [&](std::int64_t n) { c.max_sessions_per_pod = static_cast<std::size_t>(n); });
      }},
-    {"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
-     "Least severe log records written to stderr.", KnobScope::kDaemon, false,
+    {knobtable::kLogLevel.name, knobtable::kLogLevel.default_value, knobtable::kLogLevel.range,
+     knobtable::kLogLevel.meaning, KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(parse_log_level(v), [&](LogLevel l) { c.log_level = l; });
      }},
@@ -375,6 +376,8 @@ std::string help_text(std::string_view program) {
       "nvshare-scheduler arbitrates each GPU of this node between the processes that share it. "
       "Every flag can also be set by its environment variable; flags win over the environment.");
 }
+
+std::string knobs_json() { return kTable.knobs_json(); }
 
 std::string config_doc_table() {
   using knobtable::DocField;

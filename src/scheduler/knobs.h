@@ -111,5 +111,7 @@ Status check_sockets_differ(const DaemonConfig& config);
 // `--help` text and the Markdown table of docs/configuration.md, both generated from the table.
 std::string help_text(std::string_view program);
 std::string config_doc_table();
+// `--print-knobs`: the knobs as JSON (knob_table.h).
+std::string knobs_json();
 
 }  // namespace nvshare::scheduler

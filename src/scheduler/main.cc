@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
     std::fputs(config_doc_table().c_str(), stdout);
     return 0;
   }
+  if (cl.print_knobs) {
+    std::fputs(knobs_json().c_str(), stdout);
+    return 0;
+  }
 
   log_init("nvshare-scheduler");
   log_set_level(cl.config.log_level);

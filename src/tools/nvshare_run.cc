@@ -245,6 +245,7 @@ Result<std::string> find_scheduler() {
        {dir + "/nvshare-scheduler", dir + "/../scheduler/nvshare-scheduler"}) {
     if (is_executable_file(candidate)) return absolute(candidate);
   }
+  // Not a knob: the command's own search path.
   if (const char* path = std::getenv("PATH"); path != nullptr) {
     std::string_view rest = path;
     while (!rest.empty()) {
@@ -297,6 +298,7 @@ Result<SchedulerPaths> scheduler_paths(const Options& options) {
   } else if (::geteuid() == 0) {
     paths.socket = nvshare::kDefaultSocketPath;
   } else {
+    // Not a knob: the user's runtime directory, as the session sets it.
     const char* runtime = std::getenv("XDG_RUNTIME_DIR");
     struct stat st {};
     const std::string dir =
@@ -438,6 +440,7 @@ void set_env(const char* name, const std::string& value) { ::setenv(name, value.
 // LD_PRELOAD with the library first, keeping what was there (without a second copy of it).
 std::string preload_value(const std::string& library) {
   std::string out = library;
+  // Not a knob: the command's own preloads, kept after ours.
   const char* existing = std::getenv("LD_PRELOAD");
   if (existing == nullptr) return out;
   std::string_view rest = existing;

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Checks that the deployment files agree with the programs they deploy.
 
-  check_chart.py [REPOSITORY_ROOT]
+  check_chart.py REPOSITORY_ROOT NVSHARE_SCHEDULER NVSHARE_DEVICE_PLUGIN
 
-Reads the two knob tables from their one definition (src/scheduler/knobs.cc and
-src/deviceplugin/knobs.cc, with src/common/default_paths.h for named defaults) and checks:
+Reads the two knob tables from the programs themselves (`--print-knobs`: every knob's name, flag,
+variable and default as JSON, from the one table each program parses with) and checks:
 
   - values.yaml has, for every knob, an empty value at scheduler.<camelCase> or
     devicePlugin.<camelCase>, documented by a comment naming its variable, flag and default;
@@ -26,6 +26,7 @@ Exit status 0 when everything holds, 1 otherwise (each failure is printed).
 import json
 import os
 import re
+import subprocess
 import sys
 
 FAILURES = []
@@ -42,34 +43,17 @@ def read(root, path):
 
 # ---- knob tables -------------------------------------------------------------------------------
 
-def named_defaults(root):
-    """kDefault* constants of src/common/default_paths.h."""
-    text = read(root, "src/common/default_paths.h")
-    return dict(re.findall(r'constexpr const char\*\s+(k\w+)\s*=\s*"([^"]*)"', text))
-
-
-def parse_knob_table(root, path, constants):
-    """[(name, default)] of the kKnobs table in a knobs.cc."""
-    text = read(root, path)
-    start = text.find("kKnobs[] = {")
-    if start < 0:
-        fail(f"{path}: no kKnobs table")
+def program_knobs(binary):
+    """[(name, default)] of a program's knob table, as it prints it (--print-knobs)."""
+    try:
+        output = subprocess.run([binary, "--print-knobs"], check=True, capture_output=True,
+                                text=True, timeout=60).stdout
+        knobs = [(k["name"], k["default"]) for k in json.loads(output)]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
+        fail(f"{binary} --print-knobs: {error}")
         return []
-    knobs = []
-    # Each entry opens a line with {"name", <default>, where <default> is a literal or a constant.
-    for match in re.finditer(r'^\s{4}\{"([a-z][a-z0-9-]*)",\s*("(?:[^"\\]|\\.)*"|k\w+)',
-                             text[start:], re.MULTILINE):
-        name, default = match.group(1), match.group(2)
-        if default.startswith('"'):
-            default = json.loads(default)
-        elif default in constants:
-            default = constants[default]
-        else:
-            fail(f"{path}: knob {name}: default {default} is not a known constant")
-            continue
-        knobs.append((name, default))
     if not knobs:
-        fail(f"{path}: no knobs found in the kKnobs table")
+        fail(f"{binary} --print-knobs: no knobs")
     return knobs
 
 
@@ -726,26 +710,22 @@ def parse_chart_yaml(root):
 
 
 def main(argv):
-    root = os.path.abspath(argv[1] if len(argv) > 1 else
-                           os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-    constants = named_defaults(root)
-    scheduler_knobs = parse_knob_table(root, "src/scheduler/knobs.cc", constants)
-    plugin_path = "src/deviceplugin/knobs.cc"
-    if os.path.exists(os.path.join(root, plugin_path)):
-        plugin_knobs = parse_knob_table(root, plugin_path, constants)
-    else:
-        fail(f"{plugin_path} is missing: the device plugin's knob table")
-        plugin_knobs = []
+    if len(argv) != 4:
+        print(__doc__)
+        return 2
+    root = os.path.abspath(argv[1])
+    scheduler_knobs = program_knobs(argv[2])
+    plugin_knobs = program_knobs(argv[3])
 
     # docs/configuration.md lists the same scheduler knobs (and, once it has one, the plugin's).
     documented = doc_table_knobs(root, "NVSHARE_", exclude_prefix="NVSHARE_PLUGIN_")
     if sorted(documented) != sorted(n for n, _ in scheduler_knobs):
         fail(f"docs/configuration.md: scheduler table lists {sorted(documented)}, "
-             f"src/scheduler/knobs.cc defines {sorted(n for n, _ in scheduler_knobs)}")
+             f"nvshare-scheduler has {sorted(n for n, _ in scheduler_knobs)}")
     documented_plugin = doc_table_knobs(root, "NVSHARE_PLUGIN_")
     if documented_plugin and sorted(documented_plugin) != sorted(n for n, _ in plugin_knobs):
         fail(f"docs/configuration.md: device-plugin table lists {sorted(documented_plugin)}, "
-             f"{plugin_path} defines {sorted(n for n, _ in plugin_knobs)}")
+             f"nvshare-device-plugin has {sorted(n for n, _ in plugin_knobs)}")
 
     chart = parse_chart_yaml(root)
     values_text = read(root, f"{CHART}/values.yaml")

@@ -138,7 +138,7 @@ TEST_P(ClientConfigInvalid, WarnsOnceAndKeepsTheDefault) {
 INSTANTIATE_TEST_SUITE_P(
     Values, ClientConfigInvalid,
     ::testing::Values(
-        BadValue{"NVSHARE_ENABLE", "maybe", "is not one of 1, 0"},
+        BadValue{"NVSHARE_ENABLE", "maybe", "is not a boolean (1, 0"},
         BadValue{"NVSHARE_SOCKET", std::string(200, 'x'), "longer than 107 bytes"},
         BadValue{"NVSHARE_IDLE_RELEASE_MS", "fast", "not a whole number of milliseconds"},
         BadValue{"NVSHARE_IDLE_RELEASE_MS", "-5", "outside 0..3600000"},
@@ -148,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"NVSHARE_MEMORY_LIMIT", "4GB", "unknown suffix"},
         BadValue{"NVSHARE_CORE_LIMIT", "150", "150"}, BadValue{"NVSHARE_CORE_LIMIT", "0", "0"},
         BadValue{"NVSHARE_POD_UID", std::string(65, 'p'), "longer than 64 bytes"},
-        BadValue{"NVSHARE_MANAGED", "2", "is not one of"},
+        BadValue{"NVSHARE_MANAGED", "2", "is not a boolean"},
         BadValue{"NVSHARE_RECONNECT_MAX_MS", "10", "outside 50..600000"},
         BadValue{"NVSHARE_REGISTER_WAIT_MS", "10001", "outside 0..10000"},
         BadValue{"NVSHARE_REGISTER_WAIT_MS", "1s", "not a whole number"},
