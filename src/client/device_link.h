@@ -54,7 +54,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 #include "common/protocol.h"
 
 namespace nvshare::client {

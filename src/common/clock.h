@@ -10,22 +10,9 @@
 #include <chrono>
 #include <cstdint>
 
+#include "common/mono_time.h"
+
 namespace nvshare {
-
-using Duration = std::chrono::nanoseconds;
-
-struct MonoTime {
-  Duration since_origin{0};
-  auto operator<=>(const MonoTime&) const = default;
-  MonoTime operator+(Duration d) const { return MonoTime{since_origin + d}; }
-  MonoTime operator-(Duration d) const { return MonoTime{since_origin - d}; }
-  Duration operator-(MonoTime other) const { return since_origin - other.since_origin; }
-  MonoTime& operator+=(Duration d) {
-    since_origin += d;
-    return *this;
-  }
-  static constexpr MonoTime max() { return MonoTime{Duration::max()}; }
-};
 
 class Clock {
  public:
@@ -50,11 +37,5 @@ class ManualClock final : public Clock {
  private:
   std::atomic<std::int64_t> now_ns_;
 };
-
-// Whole microseconds / milliseconds of a duration, for wire fields and display.
-inline std::uint64_t to_us(Duration d) {
-  return d.count() <= 0 ? 0 : static_cast<std::uint64_t>(d.count() / 1000);
-}
-inline double to_ms(Duration d) { return static_cast<double>(d.count()) / 1e6; }
 
 }  // namespace nvshare

@@ -1,7 +1,7 @@
 // Declarations of the hand-written hook behaviours: hooks::impl::<name> for every NVSHARE_HOOK and
 // NVSHARE_NVML row of hook_list.def, with the row's exact parameters. The exported wrappers
 // (exports.cc) call them inside guarded(); they are defined by family in src/client/cuda/*_hooks.cc
-// and src/client/hooks/procaddress.cc.
+// and src/client/entry/procaddress.cc.
 #pragma once
 
 #include "client/hooks/cuda_api.h"

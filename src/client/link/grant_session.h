@@ -65,7 +65,7 @@
 #include <vector>
 
 #include "client/device_link.h"
-#include "common/clock.h"
+#include "common/mono_time.h"
 #include "common/log.h"
 #include "common/protocol.h"
 

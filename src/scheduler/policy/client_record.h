@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 #include "scheduler/policy/events.h"
 #include "scheduler/policy/quota.h"
 #include "scheduler/policy/usage_window.h"

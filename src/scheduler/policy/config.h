@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 #include "common/result.h"
 
 namespace nvshare::policy {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <variant>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 #include "common/protocol.h"
 
 namespace nvshare::policy {

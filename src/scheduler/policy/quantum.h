@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 #include "scheduler/policy/config.h"
 
 namespace nvshare::policy {

@@ -20,7 +20,7 @@
 
 #include <optional>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 
 namespace nvshare::policy {
 

@@ -10,7 +10,7 @@
 
 #include <deque>
 
-#include "common/clock.h"
+#include "common/mono_time.h"
 
 namespace nvshare::policy {
 
