@@ -19,11 +19,11 @@ ALLOWED = {
     "src/scheduler/policy/": ["common/", "scheduler/policy/"],
     "src/client/hooks/": ["common/", "client/hooks/"],
     "src/client/cuda/": ["common/", "client/hooks/", "client/cuda/", "client/device_link.h",
-                         "client/config.h", "client/settings_file.h"],
+                         "client/config.h", "client/settings_file.h", "client/process_events.h"],
     "src/client/entry/": ["common/", "client/hooks/", "client/cuda/", "client/device_link.h",
                           "client/config.h", "client/settings_file.h"],
     "src/client/link/": ["common/", "client/link/", "client/device_link.h", "client/config.h",
-                         "client/settings_file.h"],
+                         "client/settings_file.h", "client/process_events.h"],
 }
 
 # Pure engines: no socket, poll, thread, lock or clock header, project or system.

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "client/config.h"
+#include "client/process_events.h"
 #include "client/hooks/hook_table.h"
 #include "common/log.h"
 #include "common/quantity.h"
@@ -53,8 +54,7 @@ void after_fork_in_child() {
 }
 
 void install_fork_handler() {
-  static std::once_flag once;
-  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+  on_fork(ProcessStage::kDevices, ForkHandlers{nullptr, nullptr, &after_fork_in_child});
 }
 
 bool device_uuid(CUdevice ordinal, CUuuid* uuid) {

@@ -2,15 +2,16 @@
 //
 // The engine is built on first use from client_config() and never destroyed: the hooks keep the
 // DeviceLinks it hands out in static storage, and static destructors run in an order nobody
-// controls. At exit (atexit, registered after the hooks' agents were constructed, so it runs before
-// their destructors) the engine stops: every gate opens and no agent call starts afterwards, so a
+// controls. At exit (process_events.h: the link's stage comes first, and the one atexit is
+// registered after the hooks' agents were constructed, so it runs before their destructors) the
+// engine stops: every gate opens and no agent call starts afterwards, so a
 // CUDA call made while the process tears down never waits for a scheduler.
-#include <cstdlib>
 #include <new>
 
 #include "client/config.h"
 #include "client/device_link.h"
 #include "client/link/link_engine.h"
+#include "client/process_events.h"
 #include "common/log.h"
 
 namespace nvshare::client {
@@ -29,7 +30,7 @@ LinkEngine& process_engine() {
   static LinkEngine* engine = [] {
     auto* created = new LinkEngine(LinkOptions::from_config(client_config()));
     g_engine = created;
-    std::atexit(&stop_at_exit);
+    on_exit(ProcessStage::kLink, &stop_at_exit);
     return created;
   }();
   return *engine;

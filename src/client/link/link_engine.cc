@@ -15,6 +15,7 @@
 #include <new>
 #include <type_traits>
 
+#include "client/process_events.h"
 #include "client/settings_file.h"
 #include "common/log.h"
 
@@ -107,7 +108,8 @@ struct ForkRegistry {
   }
   static void add(LinkEngine* engine) {
     static std::once_flag registered;
-    std::call_once(registered, [] { ::pthread_atfork(&prepare, &parent, &child); });
+    std::call_once(registered,
+                   [] { on_fork(ProcessStage::kLink, ForkHandlers{&prepare, &parent, &child}); });
     std::lock_guard lock(mutex());
     engine->next_engine_ = head();
     head() = engine;
