@@ -33,7 +33,8 @@ void at_exit() { run(g_exit, /*forward=*/true); }
 
 void set_once(std::atomic<void (*)()>& slot, void (*handler)()) {
   void (*expected)() = nullptr;
-  if (handler != nullptr) slot.compare_exchange_strong(expected, handler, std::memory_order_acq_rel);
+  if (handler != nullptr)
+    slot.compare_exchange_strong(expected, handler, std::memory_order_acq_rel);
 }
 
 }  // namespace

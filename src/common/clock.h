@@ -1,9 +1,9 @@
-// Time as nvshare reads it: a monotonic clock behind an interface, so that everything that reads time
-// can be driven by a manual clock in tests and simulations.
+// Time as nvshare reads it: a monotonic clock behind an interface, so that everything that reads
+// time can be driven by a manual clock in tests and simulations.
 //
-// MonoTime is nanoseconds since an arbitrary fixed origin (CLOCK_MONOTONIC's, for SteadyClock). It only
-// moves forward. ManualClock starts at a given time and moves only when told; it is not thread-safe
-// beyond atomic reads and advances (tests drive it from one thread).
+// MonoTime is nanoseconds since an arbitrary fixed origin (CLOCK_MONOTONIC's, for SteadyClock). It
+// only moves forward. ManualClock starts at a given time and moves only when told; it is not
+// thread-safe beyond atomic reads and advances (tests drive it from one thread).
 #pragma once
 
 #include <atomic>

@@ -56,8 +56,9 @@ Result<bool> parse_bool(std::string_view text) {
   for (char& c : lower) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
   if (lower == "true" || lower == "1" || lower == "yes" || lower == "on") return true;
   if (lower == "false" || lower == "0" || lower == "no" || lower == "off") return false;
-  return make_error("\"" + std::string(text) +
-                    "\" is not a boolean (1, 0, true, false, yes, no, on, off, in any letter case)");
+  return make_error(
+      "\"" + std::string(text) +
+      "\" is not a boolean (1, 0, true, false, yes, no, on, off, in any letter case)");
 }
 
 Result<LogLevel> parse_log_level(std::string_view text) {

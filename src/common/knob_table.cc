@@ -69,7 +69,8 @@ std::string help_footer() {
   return "  --help             print this text\n"
          "  --version          print the version\n"
          "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n"
-         "  --print-knobs      print every knob as JSON (name, flag, env, default, range, meaning)\n";
+         "  --print-knobs      print every knob as JSON (name, flag, env, default, range, "
+         "meaning)\n";
 }
 
 std::string doc_default(std::string_view default_value) {

@@ -17,7 +17,8 @@ struct KnobText {
 };
 
 // nvshare-scheduler, nvshare-device-plugin, libnvshare.so (NVSHARE_LOG_LEVEL everywhere).
-inline constexpr KnobText kLogLevel{"log-level", "info", "`error`, `warn`, `info`, `debug`, `trace`",
+inline constexpr KnobText kLogLevel{"log-level", "info",
+                                    "`error`, `warn`, `info`, `debug`, `trace`",
                                     "Least severe log records written to stderr."};
 
 }  // namespace nvshare::knobtable

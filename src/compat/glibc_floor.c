@@ -100,9 +100,7 @@ FLOOR_HIDDEN int __pthread_key_create(pthread_key_t* key, void (*destructor)(voi
   return floor_pthread_key_create(key, destructor);
 }
 FLOOR_HIDDEN int pthread_key_delete(pthread_key_t key) { return floor_pthread_key_delete(key); }
-FLOOR_HIDDEN void* pthread_getspecific(pthread_key_t key) {
-  return floor_pthread_getspecific(key);
-}
+FLOOR_HIDDEN void* pthread_getspecific(pthread_key_t key) { return floor_pthread_getspecific(key); }
 FLOOR_HIDDEN int pthread_setspecific(pthread_key_t key, const void* value) {
   return floor_pthread_setspecific(key, value);
 }
@@ -230,9 +228,9 @@ FLOOR_HIDDEN int lstat(const char* path, struct stat* st) {
 
 // ---- C23 number parsing -----------------------------------------------------------------------
 
-// glibc 2.38's headers send strtol and the scanf family to C23 variants (__isoc23_*, which also read
-// 0b binary literals) when compiling with GNU extensions, as C++ does. The variants forward to the
-// C99 functions every glibc has; no caller here writes binary literals.
+// glibc 2.38's headers send strtol and the scanf family to C23 variants (__isoc23_*, which also
+// read 0b binary literals) when compiling with GNU extensions, as C++ does. The variants forward to
+// the C99 functions every glibc has; no caller here writes binary literals.
 long floor_strtol(const char*, char**, int);
 unsigned long floor_strtoul(const char*, char**, int);
 long long floor_strtoll(const char*, char**, int);

@@ -26,8 +26,8 @@ Status check_members(const Json& object, std::string_view what,
       list += list.empty() ? "" : ", ";
       list += name;
     }
-    return make_error("unknown member \"" + key + "\" in " + std::string(what) + " (accepted: " +
-                      (list.empty() ? "none" : list) + ")");
+    return make_error("unknown member \"" + key + "\" in " + std::string(what) +
+                      " (accepted: " + (list.empty() ? "none" : list) + ")");
   }
   return Status::Ok();
 }
@@ -166,7 +166,8 @@ Result<Request> decode_set_policy(const Json& request) {
       return make_error(key + " must be a string, a number or null");
     }
   }
-  if (out.settings.empty()) return make_error("set-policy changes nothing: give at least one setting");
+  if (out.settings.empty())
+    return make_error("set-policy changes nothing: give at least one setting");
   return Request(std::move(out));
 }
 
@@ -289,29 +290,26 @@ std::span<const std::string_view> command_names() { return kNames; }
 
 std::string_view command_name(const Request& request) { return kNames[request.index()]; }
 
-std::optional<Json> encode_memory(const FieldChange& change) {
+namespace {
+
+// A field of a limits change as a request carries it; `zero_is_none`: a set 0 travels as null.
+std::optional<Json> encode_field(const FieldChange& change, bool zero_is_none) {
   switch (change.op) {
     case FieldChange::Op::kKeep:
       return std::nullopt;
     case FieldChange::Op::kInherit:
       return Json("inherit");
     case FieldChange::Op::kSet:
-      return change.value == 0 ? Json() : Json(change.value);
+      return zero_is_none && change.value == 0 ? Json() : Json(change.value);
   }
   return std::nullopt;
 }
 
-std::optional<Json> encode_core(const FieldChange& change) {
-  switch (change.op) {
-    case FieldChange::Op::kKeep:
-      return std::nullopt;
-    case FieldChange::Op::kInherit:
-      return Json("inherit");
-    case FieldChange::Op::kSet:
-      return Json(change.value);
-  }
-  return std::nullopt;
-}
+}  // namespace
+
+// Memory 0 is refused on the wire ("none" is null); a core of 100 is a plain number.
+std::optional<Json> encode_memory(const FieldChange& change) { return encode_field(change, true); }
+std::optional<Json> encode_core(const FieldChange& change) { return encode_field(change, false); }
 
 Json encode(const Request& request) {
   Json out = Json::object();

@@ -97,9 +97,9 @@ struct VersionRequest {
   bool operator==(const VersionRequest&) const = default;
 };
 
-using Request = std::variant<StatusRequest, SetLimitsRequest, ForgetPodRequest, SetPolicyRequest,
-                             SetGpusRequest, SyncRequest, ExplainRequest, StatsRequest,
-                             VersionRequest>;
+using Request =
+    std::variant<StatusRequest, SetLimitsRequest, ForgetPodRequest, SetPolicyRequest,
+                 SetGpusRequest, SyncRequest, ExplainRequest, StatsRequest, VersionRequest>;
 
 // "status", "set-limits", ... in the order of Request's alternatives.
 std::span<const std::string_view> command_names();

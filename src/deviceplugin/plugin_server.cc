@@ -19,10 +19,10 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/quantity.h"
+#include "control/client.h"
 #include "deviceplugin/allocate.h"
 #include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
 #include "k8s/podresources/v1/api.grpc.pb.h"
-#include "control/client.h"
 
 namespace nvshare::deviceplugin {
 namespace {
@@ -304,7 +304,7 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
 
   Status control_request(const control::Request& request, const char* what) {
     auto response = control::control_call(config.control_socket, request,
-                                        static_cast<int>(timing.rpc_timeout.count()));
+                                          static_cast<int>(timing.rpc_timeout.count()));
     if (!response) return response.error();
     const Json* ok = response.value().find("ok");
     if (ok == nullptr || ok->as_bool() != std::optional<bool>(true)) {
@@ -322,9 +322,8 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
   Status push_inventory() {
     control::SetGpusRequest inventory_request;
     for (const ManagedGpu& gpu : gpus_snapshot()) {
-      inventory_request.gpus.push_back(GpuInfo{gpu.uuid,
-                                               static_cast<unsigned>(inventory_request.gpus.size()),
-                                               gpu.memory_bytes});
+      inventory_request.gpus.push_back(GpuInfo{
+          gpu.uuid, static_cast<unsigned>(inventory_request.gpus.size()), gpu.memory_bytes});
     }
     if (Status s = control_request(inventory_request, "GPU inventory"); !s) return s;
     if (config.memory_capacity.empty()) return Status::Ok();

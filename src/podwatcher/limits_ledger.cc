@@ -13,13 +13,15 @@ control::Request ControlCommand::to_request() const {
   }
   using Op = control::FieldChange::Op;
   if (send_memory) {
-    request.change.memory = limits.memory_bytes ? control::FieldChange{Op::kSet, *limits.memory_bytes}
-                                                : control::FieldChange{Op::kInherit, 0};
+    request.change.memory = limits.memory_bytes
+                                ? control::FieldChange{Op::kSet, *limits.memory_bytes}
+                                : control::FieldChange{Op::kInherit, 0};
   }
   if (send_core) {
-    request.change.core = limits.core_percent
-                              ? control::FieldChange{Op::kSet, static_cast<std::uint64_t>(*limits.core_percent)}
-                              : control::FieldChange{Op::kInherit, 0};
+    request.change.core =
+        limits.core_percent
+            ? control::FieldChange{Op::kSet, static_cast<std::uint64_t>(*limits.core_percent)}
+            : control::FieldChange{Op::kInherit, 0};
   }
   return request;
 }

@@ -13,11 +13,11 @@
 
 #include "common/log.h"
 #include "common/unix_socket.h"
+#include "control/client.h"
 #include "podwatcher/api_client.h"
 #include "podwatcher/limits_ledger.h"
 #include "podwatcher/pod_limits.h"
 #include "podwatcher/watch_stream.h"
-#include "control/client.h"
 
 namespace nvshare::podwatcher {
 namespace {

@@ -110,8 +110,8 @@ Json set_policy(const control::SetPolicyRequest& request, ControlContext& contex
       for (const Knob& k : knobs()) {
         if (k.scope == KnobScope::kPolicy) accepted += ", " + set_policy_member(k);
       }
-      return error_response("unknown member \"" + member + "\" in set-policy (accepted: " +
-                            accepted + ")");
+      return error_response("unknown member \"" + member +
+                            "\" in set-policy (accepted: " + accepted + ")");
     }
     values.emplace_back(knob, value.value_or(std::string(knob->default_value)));
   }

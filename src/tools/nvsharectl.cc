@@ -349,7 +349,8 @@ int cmd_explain(const Global& global, std::vector<std::string> rest) {
   auto id = parse_integer(args.positionals()[0]);
   if (!id || *id < 1) return usage_error("explain takes a client id (a positive integer)");
   int code;
-  auto response = call(global, nvshare::control::ExplainRequest{static_cast<std::uint64_t>(*id)}, code);
+  auto response =
+      call(global, nvshare::control::ExplainRequest{static_cast<std::uint64_t>(*id)}, code);
   if (!response) return code;
   if (args.has("json")) {
     std::printf("%s\n", response->dump_pretty().c_str());

@@ -28,10 +28,10 @@
 #include "chaos_support.h"
 #include "common/json.h"
 #include "common/unix_socket.h"
+#include "control/client.h"
 #include "gtest/gtest.h"
 #include "harness.h"
 #include "protocol_client.h"
-#include "control/client.h"
 
 namespace nvshare::chaos {
 namespace {

@@ -32,9 +32,18 @@ std::vector<Request> examples() {
   policy.settings = {{"mode", std::string("exclusive")}, {"quantum", std::nullopt}};
   SetGpusRequest gpus;
   gpus.gpus = {GpuInfo{"GPU-a", 0, 80ull << 30}, GpuInfo{"GPU-b", 1, 16ull << 30}};
-  return {StatusRequest{},      by_pod,       by_client,         no_limit,
-          ForgetPodRequest{"u1"}, policy,     gpus,              SyncRequest{},
-          ExplainRequest{12},   StatsRequest{true}, StatsRequest{}, VersionRequest{}};
+  return {StatusRequest{},
+          by_pod,
+          by_client,
+          no_limit,
+          ForgetPodRequest{"u1"},
+          policy,
+          gpus,
+          SyncRequest{},
+          ExplainRequest{12},
+          StatsRequest{true},
+          StatsRequest{},
+          VersionRequest{}};
 }
 
 TEST(ControlCodec, EveryRequestSurvivesARoundTrip) {

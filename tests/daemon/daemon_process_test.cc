@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "common/json.h"
-#include "protocol_client.h"
 #include "control/client.h"
+#include "protocol_client.h"
 
 namespace nvshare::testing {
 namespace {

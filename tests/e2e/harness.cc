@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "common/unix_socket.h"
-#include "gtest/gtest.h"
 #include "control/client.h"
+#include "gtest/gtest.h"
 
 extern char** environ;
 
@@ -320,7 +320,8 @@ bool Scheduler::running() { return process_ && process_->running(); }
 std::string Scheduler::log() const { return read_file(dir_ + "/scheduler.log"); }
 
 Result<Json> Scheduler::status() const {
-  auto response = control::control_call(control_socket_, Json(Json::Object{{"cmd", "status"}}), 2000);
+  auto response =
+      control::control_call(control_socket_, Json(Json::Object{{"cmd", "status"}}), 2000);
   if (!response.ok()) return response.error();
   const Json* ok = response.value().find("ok");
   if (ok == nullptr || ok->as_bool() != true) {

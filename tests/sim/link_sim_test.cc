@@ -25,17 +25,18 @@ TEST(LinkSim, NamedScenarios) {
   for (const Scenario& scenario : named_scenarios()) {
     const Result result = run(scenario);
     expect_ok(scenario, result);
-    std::printf("%-48s steps %7llu grants %5llu revokes %5llu swaps %4llu reconnects %3llu "
-                "worst wait %.0f ms (bound %.0f)%s\n",
-                scenario.name.c_str(), static_cast<unsigned long long>(result.steps),
-                static_cast<unsigned long long>(result.grants),
-                static_cast<unsigned long long>(result.revokes),
-                static_cast<unsigned long long>(result.swaps),
-                static_cast<unsigned long long>(result.reconnects), to_ms(result.worst_wait),
-                to_ms(result.stuck_bound),
-                result.first_share_percent >= 0
-                    ? (" share " + std::to_string(result.first_share_percent) + "%").c_str()
-                    : "");
+    std::printf(
+        "%-48s steps %7llu grants %5llu revokes %5llu swaps %4llu reconnects %3llu "
+        "worst wait %.0f ms (bound %.0f)%s\n",
+        scenario.name.c_str(), static_cast<unsigned long long>(result.steps),
+        static_cast<unsigned long long>(result.grants),
+        static_cast<unsigned long long>(result.revokes),
+        static_cast<unsigned long long>(result.swaps),
+        static_cast<unsigned long long>(result.reconnects), to_ms(result.worst_wait),
+        to_ms(result.stuck_bound),
+        result.first_share_percent >= 0
+            ? (" share " + std::to_string(result.first_share_percent) + "%").c_str()
+            : "");
   }
 }
 
@@ -62,19 +63,18 @@ TEST(LinkSim, RandomScenarios) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%llu scenarios in %.1f s: %llu engine steps, %llu grants, %llu revokes, %llu swaps, "
-              "%llu idle releases, %llu yields, %llu reconnects, %llu limit changes, %llu events "
-              "deferred during agent work\n",
-              static_cast<unsigned long long>(kRandomScenarios), seconds,
-              static_cast<unsigned long long>(total.steps),
-              static_cast<unsigned long long>(total.grants),
-              static_cast<unsigned long long>(total.revokes),
-              static_cast<unsigned long long>(total.swaps),
-              static_cast<unsigned long long>(total.idle_releases),
-              static_cast<unsigned long long>(total.yields),
-              static_cast<unsigned long long>(total.reconnects),
-              static_cast<unsigned long long>(total.limit_changes),
-              static_cast<unsigned long long>(total.deferred));
+  std::printf(
+      "%llu scenarios in %.1f s: %llu engine steps, %llu grants, %llu revokes, %llu swaps, "
+      "%llu idle releases, %llu yields, %llu reconnects, %llu limit changes, %llu events "
+      "deferred during agent work\n",
+      static_cast<unsigned long long>(kRandomScenarios), seconds,
+      static_cast<unsigned long long>(total.steps), static_cast<unsigned long long>(total.grants),
+      static_cast<unsigned long long>(total.revokes), static_cast<unsigned long long>(total.swaps),
+      static_cast<unsigned long long>(total.idle_releases),
+      static_cast<unsigned long long>(total.yields),
+      static_cast<unsigned long long>(total.reconnects),
+      static_cast<unsigned long long>(total.limit_changes),
+      static_cast<unsigned long long>(total.deferred));
   // Every kind of event happened, so the properties were exercised.
   EXPECT_GT(total.revokes, 1000u);
   EXPECT_GT(total.swaps, 100u);

@@ -50,10 +50,10 @@ class World;
 // One connection between a client engine and the scheduler.
 struct Connection {
   int client = 0;
-  int incarnation = 0;        // the scheduler's life it belongs to
-  bool client_open = true;    // the client has not closed it
+  int incarnation = 0;         // the scheduler's life it belongs to
+  bool client_open = true;     // the client has not closed it
   bool scheduler_open = true;  // the scheduler has not closed or lost it
-  ClientId id = 0;            // the scheduler's id, once the hello was handled
+  ClientId id = 0;             // the scheduler's id, once the hello was handled
   MonoTime last_to_scheduler{};
   MonoTime last_to_client{};
 };
@@ -62,7 +62,8 @@ struct Connection {
 // the real engine.
 class SimClient final : public client::SessionProbe {
  public:
-  SimClient(World& world, int index, const ClientSpec& spec) : world_(world), index(index), spec(spec) {}
+  SimClient(World& world, int index, const ClientSpec& spec)
+      : world_(world), index(index), spec(spec) {}
 
   int waiters() override { return waiting ? 1 : 0; }
   std::uint64_t inside() override { return in_launch ? 1 : 0; }
@@ -103,7 +104,8 @@ class SimClient final : public client::SessionProbe {
 
 class World final : public scheduler::ClientChannel {
  public:
-  World(const Scenario& scenario, bool trace) : sc_(scenario), rng_(scenario.seed ^ 0x51u), tracing_(trace) {}
+  World(const Scenario& scenario, bool trace)
+      : sc_(scenario), rng_(scenario.seed ^ 0x51u), tracing_(trace) {}
 
   Result run();
   MonoTime now() const { return now_; }
@@ -203,7 +205,8 @@ Duration SimClient::idle_for() {
   return now - std::max(work_end, last_submit);
 }
 
-// ---- the scheduler side ---------------------------------------------------------------------------
+// ---- the scheduler side
+// ---------------------------------------------------------------------------
 
 void World::start_scheduler(const std::optional<scheduler::SchedulerState>& state) {
   scheduler::DaemonConfig config;
@@ -219,7 +222,8 @@ void World::start_scheduler(const std::optional<scheduler::SchedulerState>& stat
     scheduler_->restore(*state, true, now_);
   } else {
     std::vector<GpuInfo> gpus;
-    for (int g = 0; g < sc_.gpus; ++g) gpus.push_back(GpuInfo{gpu_uuid(g), static_cast<unsigned>(g), sc_.gpu_bytes});
+    for (int g = 0; g < sc_.gpus; ++g)
+      gpus.push_back(GpuInfo{gpu_uuid(g), static_cast<unsigned>(g), sc_.gpu_bytes});
     (void)scheduler_->set_gpus(gpus, "simulation", now_);
     // The device plugin pushes every pod's limits, then says it has.
     for (std::size_t p = 0; p < pod_limits_.size(); ++p) {
@@ -330,7 +334,8 @@ void World::change_limits() {
   schedule_scheduler_tick();
 }
 
-// ---- the client side ------------------------------------------------------------------------------
+// ---- the client side
+// ------------------------------------------------------------------------------
 
 SessionConfig World::session_config(const SimClient& c) const {
   SessionConfig config;
@@ -338,9 +343,9 @@ SessionConfig World::session_config(const SimClient& c) const {
   config.gpu_memory_bytes = sc_.gpu_bytes;
   config.pid = static_cast<std::uint32_t>(1000 + c.index);
   config.process_name = "sim-" + std::to_string(c.index);
-  config.idle_release = c.spec.idle_release;
-  config.reconnect_initial = 20ms;
-  config.reconnect_max = 500ms;
+  config.timing.idle_release = c.spec.idle_release;
+  config.timing.reconnect_initial = 20ms;
+  config.timing.reconnect_max = 500ms;
   if (c.spec.pod >= 0) {
     // The container's settings file, as the device plugin writes it: the pod's memory limit when
     // the container starts, or "pending" for a while when the plugin has not seen the pod yet.
@@ -500,8 +505,10 @@ void World::publish(SimClient& c, const session::Publish& p) {
   trace(who + client::to_string(p.state) + (c.gate_open ? " (open)" : " (closed)"));
   if (p.state == GrantState::kHeld && p.gate == session::GateChange::kOpen && c.connection != 0) {
     ++result_.grants;
-    if (c.swapped) fail(who + "runs grant " + std::to_string(p.epoch) + " with its memory on the host");
-    const auto key = std::make_tuple(connections_.at(c.connection).incarnation, c.spec.gpu, p.epoch);
+    if (c.swapped)
+      fail(who + "runs grant " + std::to_string(p.epoch) + " with its memory on the host");
+    const auto key =
+        std::make_tuple(connections_.at(c.connection).incarnation, c.spec.gpu, p.epoch);
     const auto [it, added] = epoch_holder_.emplace(key, c.index);
     if (!added && it->second != c.index) {
       fail(who + "holds grant " + std::to_string(p.epoch) + " that client " +
@@ -589,7 +596,8 @@ void World::launch_done(SimClient& c) {
   at_time(next, [this, p] { submit(*p); });
 }
 
-// ---- properties -----------------------------------------------------------------------------------
+// ---- properties
+// -----------------------------------------------------------------------------------
 
 void World::check_limits_applied(const SimClient& c, const protocol::Limits& limits) {
   const std::string who = "client " + std::to_string(c.index) + ": ";
@@ -625,9 +633,10 @@ void World::check_limits_current() {
     if (now_ <= settled) continue;
     if (*applied != pod_limits_[c.spec.pod]) {
       fail("client " + std::to_string(c.index) + " applies memory " +
-           std::to_string(applied->memory_bytes) + " core " + std::to_string(applied->core_percent) +
-           " but its pod's limits are memory " + std::to_string(pod_limits_[c.spec.pod].memory_bytes) +
-           " core " + std::to_string(pod_limits_[c.spec.pod].core_percent));
+           std::to_string(applied->memory_bytes) + " core " +
+           std::to_string(applied->core_percent) + " but its pod's limits are memory " +
+           std::to_string(pod_limits_[c.spec.pod].memory_bytes) + " core " +
+           std::to_string(pod_limits_[c.spec.pod].core_percent));
       return;
     }
   }
@@ -667,7 +676,8 @@ void World::check_step() {
       bytes += c.spec.bytes;
     }
     if (sc_.config.mode == policy::Mode::kExclusive && holders > 1) {
-      fail(std::to_string(holders) + " clients hold GPU " + std::to_string(g) + " in exclusive mode");
+      fail(std::to_string(holders) + " clients hold GPU " + std::to_string(g) +
+           " in exclusive mode");
     }
     const double usable = static_cast<double>(sc_.gpu_bytes) * (1 - sc_.config.reserve_fraction);
     if (holders > 1 && static_cast<double>(bytes) > usable) {
@@ -680,7 +690,8 @@ void World::check_step() {
     const SimClient& c = *client;
     // Fail-open: once the engine has taken in that the scheduler is gone, nothing waits for it.
     if (c.alive && c.unreachable && !c.engine->busy() && !c.gate_open) {
-      fail("client " + std::to_string(c.index) + ": gate closed while the scheduler is unreachable");
+      fail("client " + std::to_string(c.index) +
+           ": gate closed while the scheduler is unreachable");
     }
     if (c.alive && !c.hung && c.waiting && now_ - c.wait_since > bound) {
       fail("client " + std::to_string(c.index) + " has waited " +
@@ -762,7 +773,8 @@ Result World::run() {
 
 }  // namespace
 
-// ---- scenarios ------------------------------------------------------------------------------------
+// ---- scenarios
+// ------------------------------------------------------------------------------------
 
 Scenario random_scenario(std::uint64_t seed) {
   sim::Rng rng(seed);
@@ -837,7 +849,8 @@ std::vector<Scenario> named_scenarios() {
     Scenario s = base("revoke during swap-in", policy::Mode::kExclusive);
     s.config.fixed_quantum = 40ms;
     s.pods = {Limits{12 * kGiB, 30}};
-    s.clients = {ClientSpec{Load::kBusy, 0, 0, 10 * kGiB}, ClientSpec{Load::kBusy, 0, -1, 10 * kGiB}};
+    s.clients = {ClientSpec{Load::kBusy, 0, 0, 10 * kGiB},
+                 ClientSpec{Load::kBusy, 0, -1, 10 * kGiB}};
     s.clients[0].swap_bytes_per_s = 4e9;
     s.clients[1].swap_bytes_per_s = 4e9;
     s.delay_max = 2ms;
@@ -871,7 +884,8 @@ std::vector<Scenario> named_scenarios() {
   {
     Scenario s = base("dropped connections and limit changes", policy::Mode::kAuto);
     s.pods = {Limits{3 * kGiB, 100}, Limits{5 * kGiB, 30}};
-    for (int i = 0; i < 4; ++i) s.clients.push_back(ClientSpec{Load::kBusy, i % 2, i % 2, 3 * kGiB});
+    for (int i = 0; i < 4; ++i)
+      s.clients.push_back(ClientSpec{Load::kBusy, i % 2, i % 2, 3 * kGiB});
     s.gpus = 2;
     for (int d = 0; d < 30; ++d) s.drops.push_back(Drop{d * 600ms + 100ms, d % 4});
     s.limit_change_every = 150ms;
@@ -879,9 +893,9 @@ std::vector<Scenario> named_scenarios() {
   }
   for (const policy::Mode mode : {policy::Mode::kExclusive, policy::Mode::kAuto}) {
     // A 30% cap beside an uncapped compute-bound job (they fit together in auto).
-    Scenario s = base(std::string("30% cap beside an uncapped job, ") +
-                          std::string(policy::to_string(mode)),
-                      mode);
+    Scenario s =
+        base(std::string("30% cap beside an uncapped job, ") + std::string(policy::to_string(mode)),
+             mode);
     s.pods = {Limits{4 * kGiB, 30}};
     s.clients = {ClientSpec{Load::kBusy, 0, 0, 4 * kGiB}, ClientSpec{Load::kBusy, 0, -1, 4 * kGiB}};
     s.length = 30s;
@@ -894,10 +908,13 @@ std::vector<Scenario> named_scenarios() {
 std::string describe(const Scenario& s) {
   std::ostringstream out;
   out << s.name << " seed " << s.seed << ": " << policy::to_string(s.config.mode) << ", " << s.gpus
-      << " GPU(s), delay <= " << to_ms(s.delay_max) << " ms, " << s.restarts.size()
-      << " restarts, " << s.drops.size() << " drops; clients:";
+      << " GPU(s), delay <= " << to_ms(s.delay_max) << " ms, " << s.restarts.size() << " restarts, "
+      << s.drops.size() << " drops; clients:";
   for (const ClientSpec& c : s.clients) {
-    out << " [" << (c.load == Load::kBusy ? "busy" : c.load == Load::kBursty ? "bursty" : "hung")
+    out << " ["
+        << (c.load == Load::kBusy     ? "busy"
+            : c.load == Load::kBursty ? "bursty"
+                                      : "hung")
         << " gpu " << c.gpu << " pod " << c.pod << " " << (c.bytes >> 30) << "GiB]";
   }
   return out.str();

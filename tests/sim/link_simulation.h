@@ -47,7 +47,7 @@ struct ClientSpec {
   int pod = -1;  // index into Scenario::pods; -1: not in a pod (no limits)
   std::uint64_t bytes = kGiB;
   Duration start{0};
-  Duration exit_at{0};  // 0: runs to the end
+  Duration exit_at{0};                             // 0: runs to the end
   Duration kernel = std::chrono::milliseconds(2);  // GPU time per launch
   Duration launch_call = std::chrono::microseconds(20);
   double swap_bytes_per_s = 10e9;

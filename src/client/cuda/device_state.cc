@@ -7,8 +7,8 @@
 #include <new>
 
 #include "client/config.h"
-#include "client/process_events.h"
 #include "client/hooks/hook_table.h"
+#include "client/process_events.h"
 #include "common/log.h"
 #include "common/quantity.h"
 

@@ -57,8 +57,9 @@ bool session::awaits_answer(const Action& action) {
 
 GrantSession::GrantSession(SessionConfig config, SessionProbe& probe)
     : config_(std::move(config)), probe_(probe) {
-  config_.reconnect_max = std::max(config_.reconnect_max, config_.reconnect_initial);
-  backoff_ = config_.reconnect_initial;
+  config_.timing.reconnect_max =
+      std::max(config_.timing.reconnect_max, config_.timing.reconnect_initial);
+  backoff_ = config_.timing.reconnect_initial;
 }
 
 GrantSession::GrantSession(SessionConfig config, SessionProbe& probe, const Inherited& inherited)
@@ -167,7 +168,8 @@ void GrantSession::dispatch(const session::Event& event, MonoTime now) {
       event);
 }
 
-// ---- what is due ----------------------------------------------------------------------------------
+// ---- what is due
+// ----------------------------------------------------------------------------------
 
 void GrantSession::service(MonoTime now) {
   first_limits();
@@ -175,8 +177,8 @@ void GrantSession::service(MonoTime now) {
     // Pending: soon, the plugin writes it within moments of the container starting. Unreachable:
     // now and then, for an annotation changed meanwhile.
     const bool pending = !known_limits_ && config_.limits_pending;
-    next_settings_read_ =
-        now + (pending ? Duration(std::chrono::milliseconds(100)) : Duration(std::chrono::seconds(1)));
+    next_settings_read_ = now + (pending ? Duration(std::chrono::milliseconds(100))
+                                         : Duration(std::chrono::seconds(1)));
     await(Awaiting::kSettings, session::ReadSettings{});
     return;
   }
@@ -217,7 +219,7 @@ void GrantSession::service_connection(MonoTime now) {
     case Conn::kHandshake:
       if (now >= handshake_deadline_) {
         lose_connection(now, "no welcome within " +
-                                 std::to_string(to_ms(config_.handshake_timeout)) + " ms");
+                                 std::to_string(to_ms(config_.timing.handshake_timeout)) + " ms");
       }
       return;
     case Conn::kUp:
@@ -226,11 +228,11 @@ void GrantSession::service_connection(MonoTime now) {
   // Liveness: a silent scheduler is pinged, and one that stays silent is treated as gone, so a
   // waiting thread is never held by a peer that stopped answering.
   const Duration silence = now - last_rx_;
-  if (silence >= config_.ping_after + config_.dead_after) {
+  if (silence >= config_.timing.ping_after + config_.timing.dead_after) {
     lose_connection(now, "the scheduler stopped answering");
     return;
   }
-  if (silence >= config_.ping_after && !ping_outstanding_) {
+  if (silence >= config_.timing.ping_after && !ping_outstanding_) {
     ping_outstanding_ = true;
     send(protocol::Ping{++ping_nonce_});
   }
@@ -269,7 +271,7 @@ void GrantSession::service_grant(MonoTime now) {
     }
   }
 
-  if (usage_dirty_ && (!usage_sent_ || now >= last_usage_at_ + config_.usage_interval)) {
+  if (usage_dirty_ && (!usage_sent_ || now >= last_usage_at_ + config_.timing.usage_interval)) {
     send_usage(now, false);
   }
 }
@@ -277,7 +279,8 @@ void GrantSession::service_grant(MonoTime now) {
 std::optional<MonoTime> GrantSession::next_deadline() const {
   if (stopped_ || awaiting_ != Awaiting::kNothing) return std::nullopt;
   std::optional<MonoTime> next;
-  if (config_.has_settings_file && ((!known_limits_ && config_.limits_pending) || conn_ != Conn::kUp)) {
+  if (config_.has_settings_file &&
+      ((!known_limits_ && config_.limits_pending) || conn_ != Conn::kUp)) {
     earliest(next, next_settings_read_);
   }
   switch (conn_) {
@@ -292,22 +295,24 @@ std::optional<MonoTime> GrantSession::next_deadline() const {
     case Conn::kUp:
       break;
   }
-  earliest(next, last_rx_ + (ping_outstanding_ ? config_.ping_after + config_.dead_after
-                                                : config_.ping_after));
+  earliest(next,
+           last_rx_ + (ping_outstanding_ ? config_.timing.ping_after + config_.timing.dead_after
+                                         : config_.timing.ping_after));
   if (revoke_pending_) earliest(next, inside_deadline_);
   if (state_ == GrantState::kHeld && idle_threshold().count() > 0) {
     earliest(next, next_idle_check_);
   }
-  if (usage_dirty_ && usage_sent_) earliest(next, last_usage_at_ + config_.usage_interval);
+  if (usage_dirty_ && usage_sent_) earliest(next, last_usage_at_ + config_.timing.usage_interval);
   return next;
 }
 
-// ---- the connection -------------------------------------------------------------------------------
+// ---- the connection
+// -------------------------------------------------------------------------------
 
 void GrantSession::on_connected(MonoTime now) {
   conn_ = Conn::kHandshake;
   version_ = protocol::kMaxVersion;
-  handshake_deadline_ = now + config_.handshake_timeout;
+  handshake_deadline_ = now + config_.timing.handshake_timeout;
   last_rx_ = now;
   ping_outstanding_ = false;
 
@@ -317,7 +322,8 @@ void GrantSession::on_connected(MonoTime now) {
   hello.gpu_memory_bytes = config_.gpu_memory_bytes;
   hello.capabilities = protocol::capability::kUsageReports | protocol::capability::kYield;
   if (config_.can_swap) hello.capabilities |= protocol::capability::kSwap;
-  if (config_.idle_release.count() > 0) hello.capabilities |= protocol::capability::kIdleRelease;
+  if (config_.timing.idle_release.count() > 0)
+    hello.capabilities |= protocol::capability::kIdleRelease;
   hello.declared = config_.declared;
   hello.pod_uid = config_.pod_uid.substr(0, protocol::kMaxUuidLength);
   hello.process_name = config_.process_name.substr(0, protocol::kMaxNameLength);
@@ -330,7 +336,7 @@ void GrantSession::on_connect_failed(MonoTime now, const std::string& why) {
   // it still has no limits to keep.
   settle_if_limits_known();
   next_attempt_ = now + backoff_;
-  backoff_ = std::min(backoff_ * 2, config_.reconnect_max);
+  backoff_ = std::min(backoff_ * 2, config_.timing.reconnect_max);
   // The first failure of an outage opens the gate and is logged; later attempts are silent.
   if (!in_outage_) {
     in_outage_ = true;
@@ -349,9 +355,10 @@ void GrantSession::lose_connection(MonoTime now, const std::string& why) {
   ping_outstanding_ = false;
   // A session that stayed up a while earns a fresh backoff; one that keeps dropping right after
   // its welcome keeps backing off, so a scheduler rejecting us is not hammered.
-  if (was_up && now - up_since_ >= config_.reconnect_max) backoff_ = config_.reconnect_initial;
+  if (was_up && now - up_since_ >= config_.timing.reconnect_max)
+    backoff_ = config_.timing.reconnect_initial;
   next_attempt_ = now + backoff_;
-  backoff_ = std::min(backoff_ * 2, config_.reconnect_max);
+  backoff_ = std::min(backoff_ * 2, config_.timing.reconnect_max);
   if (config_.debug_notes) debug("session lost (" + why + ")");
   // Running unscheduled from now on: bring swapped-out memory back first, so the process runs at
   // full speed instead of faulting its pages in one by one.
@@ -434,7 +441,8 @@ void GrantSession::on_welcome(const protocol::Welcome& welcome, MonoTime now) {
   send_usage(now, true);
 }
 
-// ---- the grant ------------------------------------------------------------------------------------
+// ---- the grant
+// ------------------------------------------------------------------------------------
 
 void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
   if (state_ == GrantState::kHeld || state_ == GrantState::kRevoking) {
@@ -448,7 +456,7 @@ void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
     hold(grant.epoch, now, -1);
     return;
   }
-  const Duration idle = config_.idle_release;
+  const Duration idle = config_.timing.idle_release;
   if (probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle) {
     // Queued again by the revoke but idle since: hand the grant straight back rather than swap
     // in only to swap out again. The next submission asks anew.
@@ -481,7 +489,7 @@ void GrantSession::on_swapped_in(std::uint64_t bytes, MonoTime now) {
 void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms) {
   epoch_ = epoch;
   granted_at_ = now;
-  next_idle_check_ = now + config_.idle_release / 2;
+  next_idle_check_ = now + config_.timing.idle_release / 2;
   publish(GrantState::kHeld, session::GateChange::kOpen);
   out_.emplace_back(session::Record{"grant", epoch, swap_in_ms});
 }
@@ -489,7 +497,7 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms) {
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
 
 Duration GrantSession::idle_threshold() const {
-  const Duration idle = config_.idle_release;
+  const Duration idle = config_.timing.idle_release;
   if (yield_asked()) return idle.count() > 0 ? std::min(idle, kYieldIdle) : kYieldIdle;
   return idle;
 }
@@ -515,7 +523,7 @@ void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
   revoke_pending_ = true;
   revoke_ = revoke;
   revoke_at_ = now;
-  inside_deadline_ = now + config_.inside_bound;
+  inside_deadline_ = now + config_.timing.inside_bound;
   out_.emplace_back(session::Record{"revoke", revoke.epoch});
   // The drain starts from service() as soon as no thread is inside a submission.
 }
@@ -533,7 +541,8 @@ void GrantSession::finish_revoke(MonoTime now) {
   if (revoke_.swap_out) send_usage(now, true);
   // Recorded just before the frame is queued, so a follower's grant always reads later.
   out_.emplace_back(session::Record{"release", revoke_.epoch, to_ms(now - revoke_at_)});
-  send(protocol::Released{revoke_.epoch, to_us(now - granted_at_), to_us(drained_at_ - revoke_at_)});
+  send(
+      protocol::Released{revoke_.epoch, to_us(now - granted_at_), to_us(drained_at_ - revoke_at_)});
   // The scheduler queues a client that answered a revoke by itself: no request needed.
   publish(GrantState::kRequested, session::GateChange::kKeep);
 }
@@ -554,7 +563,8 @@ void GrantSession::on_gate_closed(std::uint64_t inside, MonoTime now) {
   }
 }
 
-// ---- limits ---------------------------------------------------------------------------------------
+// ---- limits
+// ---------------------------------------------------------------------------------------
 
 void GrantSession::on_limits(const protocol::SetLimits& frame) {
   if (config_.debug_notes) {
@@ -604,7 +614,8 @@ void GrantSession::apply(const protocol::Limits& limits) {
   out_.emplace_back(session::ApplyLimits{limits});
 }
 
-// ---- output ---------------------------------------------------------------------------------------
+// ---- output
+// ---------------------------------------------------------------------------------------
 
 void GrantSession::send_usage(MonoTime now, bool force) {
   usage_dirty_ = false;

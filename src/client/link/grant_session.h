@@ -65,8 +65,8 @@
 #include <vector>
 
 #include "client/device_link.h"
-#include "common/mono_time.h"
 #include "common/log.h"
+#include "common/mono_time.h"
 #include "common/protocol.h"
 
 namespace nvshare::client {
@@ -89,6 +89,24 @@ inline constexpr Duration kYieldIdle = std::chrono::microseconds(200);
 // most once a millisecond).
 inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 
+// The session's clocks, set by whoever runs it (LinkOptions, tests, the simulation).
+struct SessionTiming {
+  Duration idle_release = std::chrono::milliseconds(100);  // zero: never release when idle
+  Duration reconnect_initial = std::chrono::milliseconds(50);
+  Duration reconnect_max = std::chrono::milliseconds(2000);
+  // Usage reports are coalesced to at most one per interval (swaps and new sessions report at
+  // once).
+  Duration usage_interval = std::chrono::milliseconds(50);
+  // A scheduler that accepted the connection but does not welcome within this is treated as absent.
+  Duration handshake_timeout = std::chrono::seconds(2);
+  // After this much silence the engine pings; after dead_after more the session is dropped.
+  Duration ping_after = std::chrono::seconds(5);
+  Duration dead_after = std::chrono::seconds(5);
+  // How long a revoke waits for threads still inside a submission before it drains anyway (a thread
+  // can be inside one GPU's submission while it waits for another GPU's grant).
+  Duration inside_bound = std::chrono::seconds(1);
+};
+
 struct SessionConfig {
   // Identity announced in hello.
   std::string gpu_uuid;
@@ -103,14 +121,7 @@ struct SessionConfig {
   // There is a settings file to re-read (while pending, or while the scheduler is unreachable).
   bool has_settings_file = false;
 
-  Duration idle_release = std::chrono::milliseconds(100);  // zero: never release when idle
-  Duration reconnect_initial = std::chrono::milliseconds(50);
-  Duration reconnect_max = std::chrono::milliseconds(2000);
-  Duration usage_interval = std::chrono::milliseconds(50);
-  Duration handshake_timeout = std::chrono::seconds(2);
-  Duration ping_after = std::chrono::seconds(5);
-  Duration dead_after = std::chrono::seconds(5);
-  Duration inside_bound = std::chrono::seconds(1);
+  SessionTiming timing;
   // Debug notes are built only when someone reads them.
   bool debug_notes = false;
 };
@@ -120,60 +131,60 @@ struct SessionConfig {
 class SessionProbe {
  public:
   virtual ~SessionProbe() = default;
-  virtual int waiters() = 0;             // application threads waiting at the closed gate
-  virtual std::uint64_t inside() = 0;    // threads inside a submission
-  virtual Duration idle_for() = 0;       // DeviceAgent::idle_for()
-  virtual DeviceUsage usage() = 0;       // DeviceAgent::usage()
+  virtual int waiters() = 0;           // application threads waiting at the closed gate
+  virtual std::uint64_t inside() = 0;  // threads inside a submission
+  virtual Duration idle_for() = 0;     // DeviceAgent::idle_for()
+  virtual DeviceUsage usage() = 0;     // DeviceAgent::usage()
 };
 
 namespace session {
 
 // ---- events -------------------------------------------------------------------------------------
 
-struct Tick {};           // something may be due, or a thread may have started waiting
-struct UsageChanged {};   // an allocation or free changed the usage
-struct Connected {};      // answer to Connect: the socket is connected
-struct ConnectFailed {    // answer to Connect
+struct Tick {};          // something may be due, or a thread may have started waiting
+struct UsageChanged {};  // an allocation or free changed the usage
+struct Connected {};     // answer to Connect: the socket is connected
+struct ConnectFailed {   // answer to Connect
   std::string why;
 };
 struct FrameReceived {
   protocol::Message message;
 };
-struct ConnectionLost {   // read or write failed, the peer closed, or it stopped reading
+struct ConnectionLost {  // read or write failed, the peer closed, or it stopped reading
   std::string why;
 };
-struct GateClosed {       // answer to CloseGateToRelease: threads inside when it closed
+struct GateClosed {  // answer to CloseGateToRelease: threads inside when it closed
   std::uint64_t inside = 0;
 };
-struct Drained {};        // answer to Drain
-struct SwappedOut {       // answer to SwapOut
+struct Drained {};   // answer to Drain
+struct SwappedOut {  // answer to SwapOut
   std::uint64_t bytes = 0;
 };
-struct SwappedIn {        // answer to SwapIn
+struct SwappedIn {  // answer to SwapIn
   std::uint64_t bytes = 0;
 };
-struct SettingsRead {     // answer to ReadSettings: the file's memory limit, when it gives one
+struct SettingsRead {  // answer to ReadSettings: the file's memory limit, when it gives one
   std::optional<std::uint64_t> memory_bytes;
 };
-struct Stop {};           // the process stops scheduling this GPU: gate open for good
+struct Stop {};  // the process stops scheduling this GPU: gate open for good
 
-using Event = std::variant<Tick, UsageChanged, Connected, ConnectFailed, FrameReceived,
-                           ConnectionLost, GateClosed, Drained, SwappedOut, SwappedIn, SettingsRead,
-                           Stop>;
+using Event =
+    std::variant<Tick, UsageChanged, Connected, ConnectFailed, FrameReceived, ConnectionLost,
+                 GateClosed, Drained, SwappedOut, SwappedIn, SettingsRead, Stop>;
 
 // ---- actions ------------------------------------------------------------------------------------
 
-struct Connect {};           // open a connection to the scheduler; answer Connected/ConnectFailed
-struct Disconnect {};        // close the connection (the engine has already moved on)
-struct Send {                // queue a frame, encoded with the session's protocol version
+struct Connect {};     // open a connection to the scheduler; answer Connected/ConnectFailed
+struct Disconnect {};  // close the connection (the engine has already moved on)
+struct Send {          // queue a frame, encoded with the session's protocol version
   protocol::Message message;
   std::uint16_t version = protocol::kMaxVersion;
 };
 enum class GateChange : std::uint8_t { kKeep, kOpen, kClose };
-struct Publish {             // the new state for application threads (state(), epoch(), the gate)
+struct Publish {  // the new state for application threads (state(), epoch(), the gate)
   GrantState state = GrantState::kStarting;
   GateChange gate = GateChange::kKeep;
-  std::uint64_t epoch = 0;   // the grant held (kHeld, kRevoking), else 0
+  std::uint64_t epoch = 0;  // the grant held (kHeld, kRevoking), else 0
 };
 struct CloseGateToRelease {};  // close the gate; answer GateClosed with the threads inside
 struct Drain {};               // DeviceAgent::drain(); answer Drained
@@ -184,27 +195,27 @@ struct ApplyLimits {
 };
 struct LimitsUnknown {};
 struct SettleRegistration {};
-struct ReadSettings {};        // read the settings file; answer SettingsRead
-struct Record {                // a hand-off trace event (handoff_trace.h); ms < 0: no duration
+struct ReadSettings {};  // read the settings file; answer SettingsRead
+struct Record {          // a hand-off trace event (handoff_trace.h); ms < 0: no duration
   const char* event = "";
   std::uint64_t epoch = 0;
   double ms = -1;
 };
-struct Registered {            // a session was welcomed
+struct Registered {  // a session was welcomed
   std::uint64_t client_id = 0;
 };
-struct OutageBegins {          // the scheduler became unreachable (first failure of an outage)
+struct OutageBegins {  // the scheduler became unreachable (first failure of an outage)
   std::string why;
 };
 struct OutageEnds {};
-struct Note {                  // a log line
+struct Note {  // a log line
   LogLevel level = LogLevel::kDebug;
   std::string text;
 };
 
-using Action = std::variant<Connect, Disconnect, Send, Publish, CloseGateToRelease, Drain,
-                            SwapOut, SwapIn, ApplyLimits, LimitsUnknown, SettleRegistration,
-                            ReadSettings, Record, Registered, OutageBegins, OutageEnds, Note>;
+using Action = std::variant<Connect, Disconnect, Send, Publish, CloseGateToRelease, Drain, SwapOut,
+                            SwapIn, ApplyLimits, LimitsUnknown, SettleRegistration, ReadSettings,
+                            Record, Registered, OutageBegins, OutageEnds, Note>;
 
 // Whether the shell must feed an answer back for this action.
 bool awaits_answer(const Action& action);
@@ -314,7 +325,7 @@ class GrantSession {
   MonoTime granted_at_{};
   std::optional<std::uint64_t> swapping_in_for_;  // the grant a swap-in is for; none: an outage's
   MonoTime swap_in_started_{};
-  std::string outage_why_;  // a lost connection waits for the swap-in before the outage begins
+  std::string outage_why_;       // a lost connection waits for the swap-in before the outage begins
   bool revoke_pending_ = false;  // waiting for threads inside a submission
   protocol::Revoke revoke_;
   MonoTime revoke_at_{};

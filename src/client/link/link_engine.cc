@@ -70,8 +70,8 @@ LinkOptions LinkOptions::from_config(const ClientConfig& config) {
   LinkOptions options;
   options.enabled = config.enabled;
   options.socket_path = config.socket_path;
-  options.idle_release = config.idle_release;
-  options.reconnect_max = std::max(config.reconnect_max, options.reconnect_initial);
+  options.timing.idle_release = config.idle_release;
+  options.timing.reconnect_max = std::max(config.reconnect_max, options.timing.reconnect_initial);
   options.can_swap = config.managed;
   options.declared = config.declared_limits;
   options.pod_uid = config.pod_uid;
@@ -108,8 +108,9 @@ struct ForkRegistry {
   }
   static void add(LinkEngine* engine) {
     static std::once_flag registered;
-    std::call_once(registered,
-                   [] { on_fork(ProcessStage::kLink, ForkHandlers{&prepare, &parent, &child}); });
+    std::call_once(registered, [] {
+      on_fork(ProcessStage::kLink, ForkHandlers{&prepare, &parent, &child});
+    });
     std::lock_guard lock(mutex());
     engine->next_engine_ = head();
     head() = engine;
@@ -214,7 +215,8 @@ std::uint64_t DeviceChannel::epoch() const {
   return state == GrantState::kHeld || state == GrantState::kRevoking ? held_epoch_ : 0;
 }
 
-// ---- DeviceChannel: the GPU's thread --------------------------------------------------------------
+// ---- DeviceChannel: the GPU's thread
+// --------------------------------------------------------------
 
 void DeviceChannel::ensure_started() {
   std::lock_guard lock(thread_mu_);
@@ -276,12 +278,12 @@ void DeviceChannel::run() {
       const int fd = wire_->fd.get();
       std::array<pollfd, 2> fds{pollfd{wake_fd, POLLIN, 0}, pollfd{fd, 0, 0}};
       if (fd >= 0) {
-        fds[1].events = static_cast<short>(
-            POLLIN | (wire_->out_sent < wire_->out.size() ? POLLOUT : 0));
+        fds[1].events =
+            static_cast<short>(POLLIN | (wire_->out_sent < wire_->out.size() ? POLLOUT : 0));
       }
       const MonoTime now = now_mono();
-      const MonoTime due = std::min(session_->next_deadline().value_or(now + kMaxSleep),
-                                    now + kMaxSleep);
+      const MonoTime due =
+          std::min(session_->next_deadline().value_or(now + kMaxSleep), now + kMaxSleep);
       const Duration wait = std::max(Duration::zero(), due - now);
       timespec timeout{static_cast<time_t>(wait.count() / 1'000'000'000),
                        static_cast<long>(wait.count() % 1'000'000'000)};
@@ -572,8 +574,8 @@ void DeviceChannel::fork_child() {
 LinkEngine::LinkEngine(LinkOptions options)
     : options_([&] {
         if (options.process_name.empty()) options.process_name = read_process_name();
-        if (options.reconnect_max < options.reconnect_initial) {
-          options.reconnect_max = options.reconnect_initial;
+        if (options.timing.reconnect_max < options.timing.reconnect_initial) {
+          options.timing.reconnect_max = options.timing.reconnect_initial;
         }
         return std::move(options);
       }()),
@@ -597,14 +599,7 @@ SessionConfig LinkEngine::session_config(const DeviceIdentity& identity) const {
   c.declared = options_.declared;
   c.limits_pending = options_.limits_pending;
   c.has_settings_file = !options_.settings_path.empty();
-  c.idle_release = options_.idle_release;
-  c.reconnect_initial = options_.reconnect_initial;
-  c.reconnect_max = options_.reconnect_max;
-  c.usage_interval = options_.usage_interval;
-  c.handshake_timeout = options_.handshake_timeout;
-  c.ping_after = options_.ping_after;
-  c.dead_after = options_.dead_after;
-  c.inside_bound = options_.inside_bound;
+  c.timing = options_.timing;
   c.debug_notes = log_enabled(LogLevel::kDebug);
   return c;
 }
@@ -644,10 +639,11 @@ void LinkEngine::stop(Duration wait) {
   stopping_.store(true, std::memory_order_release);
   const std::vector<DeviceChannel*> devices = snapshot();
   for (DeviceChannel* d : devices) d->wake();
-  const auto until = wait == Duration::max()
-                         ? std::chrono::steady_clock::time_point::max()
-                         : std::chrono::steady_clock::now() +
-                               std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
+  const auto until =
+      wait == Duration::max()
+          ? std::chrono::steady_clock::time_point::max()
+          : std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(wait);
   for (DeviceChannel* d : devices) d->join_until(until);
   // Whatever a thread was doing, no submission may wait on it from now on.
   for (DeviceChannel* d : devices) d->stop_now();

@@ -44,20 +44,7 @@ namespace nvshare::client {
 struct LinkOptions {
   bool enabled = true;
   std::string socket_path;
-  Duration idle_release = std::chrono::milliseconds(100);  // zero: never release when idle
-  Duration reconnect_initial = std::chrono::milliseconds(50);
-  Duration reconnect_max = std::chrono::milliseconds(2000);
-  // Usage reports are coalesced to at most one per interval (swaps and new sessions report at
-  // once).
-  Duration usage_interval = std::chrono::milliseconds(50);
-  // A scheduler that accepted the connection but does not welcome within this is treated as absent.
-  Duration handshake_timeout = std::chrono::seconds(2);
-  // After this much silence the engine pings; after dead_after more the session is dropped.
-  Duration ping_after = std::chrono::seconds(5);
-  Duration dead_after = std::chrono::seconds(5);
-  // How long a revoke waits for threads still inside a submission before it drains anyway (a thread
-  // can be inside one GPU's submission while it waits for another GPU's grant).
-  Duration inside_bound = std::chrono::seconds(1);
+  SessionTiming timing;
   // The longest await_registration() waits for the welcome and the first limits frame, counted
   // from the channel's creation (device_link.h; NVSHARE_REGISTER_WAIT_MS). Zero: never waits.
   Duration register_wait = kDefaultRegisterWait;
@@ -80,8 +67,8 @@ struct LinkStats {
   std::uint64_t wakeups = 0;  // times an application thread woke the engine's thread
   std::uint64_t frames_sent = 0;
   std::uint64_t frames_received = 0;
-  std::uint64_t sessions = 0;  // sessions welcomed
-  std::uint64_t outages = 0;   // times the scheduler became unreachable (logged once each)
+  std::uint64_t sessions = 0;   // sessions welcomed
+  std::uint64_t outages = 0;    // times the scheduler became unreachable (logged once each)
   bool thread_running = false;  // some GPU's thread runs
 };
 

@@ -60,8 +60,8 @@ class GrantSessionTest : public ::testing::Test {
     c.gpu_uuid = "GPU-test";
     c.gpu_memory_bytes = 16ull << 30;
     c.pid = 42;
-    c.reconnect_initial = 20ms;
-    c.reconnect_max = 100ms;
+    c.timing.reconnect_initial = 20ms;
+    c.timing.reconnect_max = 100ms;
     return c;
   }
 
@@ -126,7 +126,8 @@ TEST_F(GrantSessionTest, RevokeDrainsSwapsOutReportsAndReleasesWithExactTimes) {
   welcome();
   hold(5, 10ms);
   // Revoked 20 ms after the grant; the drain takes 30 ms and the swap 10 ms.
-  const auto revoked = at(30ms, FrameReceived{protocol::Revoke{5, protocol::RevokeReason::kMemory, true}});
+  const auto revoked =
+      at(30ms, FrameReceived{protocol::Revoke{5, protocol::RevokeReason::kMemory, true}});
   EXPECT_EQ(find<Publish>(revoked)->gate, GateChange::kClose);
   EXPECT_NE(find<Drain>(revoked), nullptr);
   EXPECT_TRUE(engine_->busy());
@@ -159,11 +160,12 @@ TEST_F(GrantSessionTest, RevokeDrainsSwapsOutReportsAndReleasesWithExactTimes) {
 
 TEST_F(GrantSessionTest, RevokeWaitsForThreadsInsideASubmissionUpToTheBound) {
   SessionConfig c = config();
-  c.inside_bound = 1s;
+  c.timing.inside_bound = 1s;
   welcome(c);
   hold(1, 10ms);
   probe_.inside_now = 1;  // a long launch call
-  EXPECT_EQ(find<Drain>(at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, false}})),
+  EXPECT_EQ(find<Drain>(
+                at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, false}})),
             nullptr);
   EXPECT_EQ(engine_->next_deadline(), MonoTime{1020ms});
   EXPECT_EQ(find<Drain>(at(170ms, Tick{})), nullptr);
@@ -186,7 +188,8 @@ TEST_F(GrantSessionTest, RevokeWaitsForThreadsInsideASubmissionUpToTheBound) {
 TEST_F(GrantSessionTest, StaleRevokeAndGrantWhileHoldingAreIgnored) {
   welcome();
   hold(5, 10ms);
-  const auto stale = at(20ms, FrameReceived{protocol::Revoke{4, protocol::RevokeReason::kTurn, true}});
+  const auto stale =
+      at(20ms, FrameReceived{protocol::Revoke{4, protocol::RevokeReason::kTurn, true}});
   EXPECT_EQ(find<Publish>(stale), nullptr);
   EXPECT_EQ(find<Drain>(stale), nullptr);
   EXPECT_EQ(find<Publish>(at(30ms, FrameReceived{protocol::Grant{9}})), nullptr);
@@ -202,7 +205,8 @@ TEST_F(GrantSessionTest, FramesDuringASwapInAreHandledAfterItInOrder) {
   probe_.waiting = 1;
   EXPECT_NE(find<SwapIn>(at(40ms, FrameReceived{protocol::Grant{2}})), nullptr);
   // A quota revoke for the new grant and new limits arrive while the memory comes back.
-  EXPECT_TRUE(at(45ms, FrameReceived{protocol::Revoke{2, protocol::RevokeReason::kQuota, false}}).empty());
+  EXPECT_TRUE(
+      at(45ms, FrameReceived{protocol::Revoke{2, protocol::RevokeReason::kQuota, false}}).empty());
   EXPECT_TRUE(at(46ms, FrameReceived{protocol::SetLimits{{3ull << 30, 30}}}).empty());
   EXPECT_TRUE(at(47ms, Tick{}).empty());
   EXPECT_EQ(engine_->next_deadline(), std::nullopt);  // the answer is what is due
@@ -220,7 +224,7 @@ TEST_F(GrantSessionTest, FramesDuringASwapInAreHandledAfterItInOrder) {
 
 TEST_F(GrantSessionTest, IdleHolderReleasesAtTheIdleThreshold) {
   SessionConfig c = config();
-  c.idle_release = 100ms;
+  c.timing.idle_release = 100ms;
   welcome(c);
   hold(3, 10ms);
   probe_.idle = 99ms;
@@ -241,7 +245,7 @@ TEST_F(GrantSessionTest, IdleHolderReleasesAtTheIdleThreshold) {
 
 TEST_F(GrantSessionTest, YieldReleasesAfterAShortIdle) {
   SessionConfig c = config();
-  c.idle_release = Duration{0};  // never releases by itself
+  c.timing.idle_release = Duration{0};  // never releases by itself
   welcome(c);
   hold(3, 10ms);
   probe_.idle = 1s;
@@ -270,7 +274,7 @@ TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
 
 TEST_F(GrantSessionTest, UsageReportsAreCoalescedToOnePerInterval) {
   SessionConfig c = config();
-  c.usage_interval = 50ms;
+  c.timing.usage_interval = 50ms;
   welcome(c);  // reported at 1 ms
   int reports = 0;
   for (int ms = 2; ms <= 300; ++ms) {
@@ -317,8 +321,8 @@ TEST_F(GrantSessionTest, NoSchedulerOpensOnceAndBacksOff) {
 
 TEST_F(GrantSessionTest, SilentSchedulerIsPingedThenDroppedAndTheGateOpens) {
   SessionConfig c = config();
-  c.ping_after = 100ms;
-  c.dead_after = 150ms;
+  c.timing.ping_after = 100ms;
+  c.timing.dead_after = 150ms;
   welcome(c);  // last frame at 1 ms
   probe_.waiting = 1;
   at(1ms, Tick{});
@@ -334,7 +338,7 @@ TEST_F(GrantSessionTest, SilentSchedulerIsPingedThenDroppedAndTheGateOpens) {
 
 TEST_F(GrantSessionTest, MissingWelcomeIsBoundedByTheHandshakeTimeout) {
   SessionConfig c = config();
-  c.handshake_timeout = 300ms;
+  c.timing.handshake_timeout = 300ms;
   engine_ = std::make_unique<GrantSession>(c, probe_);
   at(0ms, Tick{});
   at(0ms, Connected{});
@@ -364,11 +368,13 @@ TEST_F(GrantSessionTest, ProvisionalLimitsNeverLoosenTheLastKnownOnes) {
   SessionConfig c = config();
   c.declared = {4ull << 30, 100};
   welcome(c);
-  const auto strict = at(2ms, FrameReceived{protocol::SetLimits{{8ull << 30, 50}, protocol::SetLimits::kProvisional}});
+  const auto strict = at(
+      2ms, FrameReceived{protocol::SetLimits{{8ull << 30, 50}, protocol::SetLimits::kProvisional}});
   EXPECT_EQ(find<ApplyLimits>(strict)->limits, (protocol::Limits{4ull << 30, 50}));
   const auto known = at(3ms, FrameReceived{protocol::SetLimits{{8ull << 30, 100}}});
   EXPECT_EQ(find<ApplyLimits>(known)->limits, (protocol::Limits{8ull << 30, 100}));
-  const auto none = at(4ms, FrameReceived{protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional}});
+  const auto none =
+      at(4ms, FrameReceived{protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional}});
   EXPECT_EQ(find<ApplyLimits>(none)->limits, (protocol::Limits{8ull << 30, 100}));
 }
 
@@ -397,7 +403,8 @@ TEST_F(GrantSessionTest, PendingSettingsHoldAllocationsUntilAFileOrAuthoritative
   at(0ms, SettingsRead{});
   at(0ms, Connected{});
   at(1ms, FrameReceived{protocol::Welcome{protocol::kMaxVersion, 1, 0}});
-  const auto provisional = at(2ms, FrameReceived{protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional}});
+  const auto provisional =
+      at(2ms, FrameReceived{protocol::SetLimits{{0, 100}, protocol::SetLimits::kProvisional}});
   EXPECT_EQ(find<ApplyLimits>(provisional), nullptr);
   EXPECT_EQ(find<SettleRegistration>(provisional), nullptr);
   EXPECT_EQ(engine_->applied_limits(), std::nullopt);

@@ -29,7 +29,7 @@ class Client {
   Client(const std::string& socket, Duration idle_release, std::string trace_file = "") {
     LinkOptions options;
     options.socket_path = socket;
-    options.idle_release = idle_release;
+    options.timing.idle_release = idle_release;
     options.trace_file = std::move(trace_file);
     options.process_name = "itest";
     engine_ = std::make_unique<LinkEngine>(options);

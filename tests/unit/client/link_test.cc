@@ -57,8 +57,8 @@ class LinkTest : public ::testing::Test {
   LinkOptions options() {
     LinkOptions o;
     o.socket_path = dir_.file("s.sock");
-    o.reconnect_initial = 20ms;
-    o.reconnect_max = 100ms;
+    o.timing.reconnect_initial = 20ms;
+    o.timing.reconnect_max = 100ms;
     o.process_name = "link-test";
     return o;
   }
@@ -126,7 +126,7 @@ TEST_F(LinkTest, HelloCarriesIdentityCapabilitiesAndDeclaredLimits) {
 TEST_F(LinkTest, CapabilitiesFollowTheOptions) {
   LinkOptions o = options();
   o.can_swap = false;
-  o.idle_release = 0ms;
+  o.timing.idle_release = 0ms;
   engine_ = std::make_unique<LinkEngine>(o);
   engine_->device({"GPU-abc", kGpuMemory}, agent_);
   peer_ = scheduler_.accept();
@@ -315,7 +315,7 @@ TEST_F(LinkTest, GateIsClosedWhileDraining) {
 
 TEST_F(LinkTest, IdleHolderReleasesAndRequestsAgainOnNextSubmission) {
   LinkOptions o = options();
-  o.idle_release = 40ms;
+  o.timing.idle_release = 40ms;
   start_session(o);
   acquire(9);
   // Busy (idle_for zero): keeps the grant.
@@ -339,7 +339,7 @@ TEST_F(LinkTest, IdleHolderReleasesAndRequestsAgainOnNextSubmission) {
 
 TEST_F(LinkTest, GrantToAnIdleSwappedOutClientIsHandedBackWithoutSwappingIn) {
   LinkOptions o = options();
-  o.idle_release = 40ms;
+  o.timing.idle_release = 40ms;
   start_session(o);
   acquire(1);
   peer_->send(protocol::Revoke{1, protocol::RevokeReason::kMemory, true});
@@ -395,8 +395,8 @@ TEST_F(LinkTest, PingIsAnswered) {
 
 TEST_F(LinkTest, SilentSchedulerIsPingedThenTreatedAsGone) {
   LinkOptions o = options();
-  o.ping_after = 100ms;
-  o.dead_after = 150ms;
+  o.timing.ping_after = 100ms;
+  o.timing.dead_after = 150ms;
   start_session(o);
   Submitter submitter(*link_, engine_.get());
   ASSERT_TRUE(peer_->expect<protocol::Request>());
@@ -410,8 +410,8 @@ TEST_F(LinkTest, SilentSchedulerIsPingedThenTreatedAsGone) {
 
 TEST_F(LinkTest, AnsweredPingsKeepTheSession) {
   LinkOptions o = options();
-  o.ping_after = 50ms;
-  o.dead_after = 100ms;
+  o.timing.ping_after = 50ms;
+  o.timing.dead_after = 100ms;
   start_session(o);
   for (int i = 0; i < 4; ++i) {
     auto ping = peer_->expect<protocol::Ping>(1000ms);
@@ -488,7 +488,7 @@ TEST_F(LinkTest, WaitingThreadIsReleasedWhenTheConnectionDrops) {
 
 TEST_F(LinkTest, MissingWelcomeIsBoundedByTheHandshakeTimeout) {
   LinkOptions o = options();
-  o.handshake_timeout = 200ms;
+  o.timing.handshake_timeout = 200ms;
   engine_ = std::make_unique<LinkEngine>(o);
   link_ = &engine_->device({"GPU-test", kGpuMemory}, agent_);
   peer_ = scheduler_.accept();

@@ -176,9 +176,10 @@ TEST(KnobTable, ErrorsNameWhereTheValueCameFrom) {
             "flag --item-count needs a value (see --help)");
   EXPECT_EQ(error_of(kSwitchTable, {"stray"}), "unexpected argument \"stray\" (see --help)");
   EXPECT_EQ(error_of(kSwitchTable, {"--item-count=0"}), "flag --item-count: 0 is outside 1..100");
-  EXPECT_EQ(error_of(kSwitchTable, {"--verbose=maybe"}),
-            "flag --verbose: \"maybe\" is not a boolean (1, 0, true, false, yes, no, on, off, in any "
-            "letter case)");
+  EXPECT_EQ(
+      error_of(kSwitchTable, {"--verbose=maybe"}),
+      "flag --verbose: \"maybe\" is not a boolean (1, 0, true, false, yes, no, on, off, in any "
+      "letter case)");
   EXPECT_EQ(error_of(kSwitchTable, {}, {{"TEST_ITEM_COUNT", "500"}}),
             "environment variable TEST_ITEM_COUNT: 500 is outside 1..100");
   // The environment is read before the command line, so its error comes first.
@@ -195,25 +196,26 @@ TEST(KnobTable, ErrorsNameWhereTheValueCameFrom) {
 
 TEST(KnobTable, HelpTextIsGeneratedFromTheTable) {
   const std::string help = kSwitchTable.help_text("prog", "prog does things.");
-  EXPECT_EQ(help,
-            "Usage: prog [FLAGS]\n"
-            "\n"
-            "prog does things.\n"
-            "\n"
-            "Flags:\n"
-            "  --item-count VALUE  (env TEST_ITEM_COUNT)\n"
-            "      How many items there are.\n"
-            "      Default: 10. Range: 1..100.\n"
-            "  --path VALUE  (env TEST_PATH)\n"
-            "      Where things go.\n"
-            "      Default: (empty). Range: a path.\n"
-            "  --verbose[=BOOL]  (env TEST_VERBOSE)\n"
-            "      Say more.\n"
-            "      Default: false. Range: true, false.\n"
-            "  --help             print this text\n"
-            "  --version          print the version\n"
-            "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n"
-            "  --print-knobs      print every knob as JSON (name, flag, env, default, range, meaning)\n");
+  EXPECT_EQ(
+      help,
+      "Usage: prog [FLAGS]\n"
+      "\n"
+      "prog does things.\n"
+      "\n"
+      "Flags:\n"
+      "  --item-count VALUE  (env TEST_ITEM_COUNT)\n"
+      "      How many items there are.\n"
+      "      Default: 10. Range: 1..100.\n"
+      "  --path VALUE  (env TEST_PATH)\n"
+      "      Where things go.\n"
+      "      Default: (empty). Range: a path.\n"
+      "  --verbose[=BOOL]  (env TEST_VERBOSE)\n"
+      "      Say more.\n"
+      "      Default: false. Range: true, false.\n"
+      "  --help             print this text\n"
+      "  --version          print the version\n"
+      "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n"
+      "  --print-knobs      print every knob as JSON (name, flag, env, default, range, meaning)\n");
   EXPECT_NE(kPlainTable.help_text("prog", "").find("  --verbose VALUE  (env TEST_PLAIN_VERBOSE)\n"),
             std::string::npos);
 }
