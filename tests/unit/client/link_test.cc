@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <future>
+#include <map>
 #include <set>
 
 #include "client/link/link_engine.h"
@@ -155,6 +156,43 @@ TEST_F(LinkTest, SameUuidSameLinkAndOneSessionPerGpu) {
   }
   EXPECT_EQ(uuids, (std::set<std::string>{"GPU-a", "GPU-b"}));
   EXPECT_EQ(scheduler_.accept(200ms), nullptr);
+}
+
+// Each GPU has its own link thread: while one GPU's agent is busy (a drain or swap that takes
+// long), the other GPU's session still takes its grant and lets its submissions through.
+TEST_F(LinkTest, ABusyGpuNeverDelaysAnotherGpusGrant) {
+  engine_ = std::make_unique<LinkEngine>(options());
+  FakeAgent other;
+  DeviceLink& a = engine_->device({"GPU-a", kGpuMemory}, agent_);
+  DeviceLink& b = engine_->device({"GPU-b", kGpuMemory}, other);
+  std::map<std::string, std::unique_ptr<ScriptedPeer>> peers;
+  for (int i = 0; i < 2; ++i) {
+    auto peer = scheduler_.accept();
+    ASSERT_NE(peer, nullptr);
+    auto hello = peer->handshake(10 + i);
+    ASSERT_TRUE(hello);
+    peers[hello->gpu_uuid] = std::move(peer);
+  }
+  {
+    Submitter submitter(a, engine_.get());
+    ASSERT_TRUE(peers["GPU-a"]->expect<protocol::Request>());
+    peers["GPU-a"]->send(protocol::Grant{1});
+    ASSERT_TRUE(submitter.done_within(3s));
+  }
+  // GPU-a's drain blocks its link thread until released.
+  agent_.hold_drains();
+  peers["GPU-a"]->send(protocol::Revoke{1, protocol::RevokeReason::kTurn, true});
+  ASSERT_TRUE(wait_until([&] { return agent_.drain_started_ns.load() != 0; }));
+  // Meanwhile GPU-b asks, is granted and runs.
+  Submitter submitter(b, engine_.get());
+  ASSERT_TRUE(peers["GPU-b"]->expect<protocol::Request>()) << peers["GPU-b"]->last_unexpected();
+  peers["GPU-b"]->send(protocol::Grant{1});
+  EXPECT_TRUE(submitter.done_within(3s));
+  EXPECT_EQ(agent_.swap_outs.load(), 0);  // GPU-a is still draining
+  agent_.release_drain();
+  auto released = peers["GPU-a"]->expect<protocol::Released>();
+  ASSERT_TRUE(released) << peers["GPU-a"]->last_unexpected();
+  EXPECT_EQ(agent_.swap_outs.load(), 1);
 }
 
 TEST_F(LinkTest, FirstSubmissionRequestsAndWaitsForTheGrant) {
