@@ -133,4 +133,15 @@ Result<std::unique_ptr<GpuInventory>> open_nvml_inventory() {
   return std::unique_ptr<GpuInventory>(std::move(inventory));
 }
 
+Json gpus_json(const std::vector<GpuInfo>& gpus) {
+  Json list = Json::array();
+  for (const GpuInfo& gpu : gpus) {
+    Json entry = Json::object();
+    entry.set("uuid", gpu.uuid);
+    entry.set("memory_bytes", gpu.memory_bytes);
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
 }  // namespace nvshare

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "common/result.h"
 
 namespace nvshare {
@@ -23,6 +24,10 @@ struct GpuInfo {
   unsigned index = 0;
   std::uint64_t memory_bytes = 0;  // physical memory
 };
+
+// [{"uuid":..., "memory_bytes":...}, ...]: how GPUs travel in the control protocol and the state
+// file.
+Json gpus_json(const std::vector<GpuInfo>& gpus);
 
 class GpuInventory {
  public:

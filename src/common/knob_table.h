@@ -125,6 +125,25 @@ struct DocColumn {
   std::function<std::string(const Knob&)> cell;  // when !field
 };
 
+// The request an argument is (--help, --version, --print-config-doc, --print-knobs), as the
+// command line's field to set; nullptr for a knob's flag.
+template <typename Config>
+bool* request_flag(CommandLine<Config>& command_line, Argument::Kind kind) {
+  switch (kind) {
+    case Argument::Kind::kHelp:
+      return &command_line.help;
+    case Argument::Kind::kVersion:
+      return &command_line.version;
+    case Argument::Kind::kPrintConfigDoc:
+      return &command_line.print_config_doc;
+    case Argument::Kind::kPrintKnobs:
+      return &command_line.print_knobs;
+    case Argument::Kind::kFlag:
+      return nullptr;
+  }
+  return nullptr;
+}
+
 template <typename Knob, typename Config>
 requires KnobOf<Knob, Config>
 class KnobTable {
@@ -182,21 +201,9 @@ class KnobTable {
       auto argument = read_argument(argv[i]);
       if (!argument) return argument.error();
       const Argument& arg = argument.value();
-      switch (arg.kind) {
-        case Argument::Kind::kHelp:
-          command_line.help = true;
-          continue;
-        case Argument::Kind::kVersion:
-          command_line.version = true;
-          continue;
-        case Argument::Kind::kPrintConfigDoc:
-          command_line.print_config_doc = true;
-          continue;
-        case Argument::Kind::kPrintKnobs:
-          command_line.print_knobs = true;
-          continue;
-        case Argument::Kind::kFlag:
-          break;
+      if (bool* request = request_flag(command_line, arg.kind)) {
+        *request = true;
+        continue;
       }
       const std::string flag = knobtable::flag_name(arg.name);
       const Knob* knob = find(arg.name);

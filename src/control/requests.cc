@@ -196,6 +196,16 @@ Result<Request> decode_set_gpus(const Json& request) {
   return Request(std::move(out));
 }
 
+// The one member a command needs besides "cmd" (present; nothing else allowed).
+Result<const Json*> sole_member(const Json& request, std::string_view command, const char* member) {
+  if (Status s = check_members(request, command, {"cmd", member}); !s) return s.error();
+  const Json* value = request.find(member);
+  if (value == nullptr) {
+    return make_error(std::string(command) + " needs \"" + member + "\"");
+  }
+  return value;
+}
+
 Result<Request> decode_command(std::string_view name, const Json& request) {
   const auto only_cmd = [&](Request r) -> Result<Request> {
     if (Status s = check_members(request, name, {"cmd"}); !s) return s.error();
@@ -208,18 +218,16 @@ Result<Request> decode_command(std::string_view name, const Json& request) {
   if (name == "set-policy") return decode_set_policy(request);
   if (name == "set-gpus") return decode_set_gpus(request);
   if (name == "forget-pod") {
-    if (Status s = check_members(request, "forget-pod", {"cmd", "pod_uid"}); !s) return s.error();
-    const Json* uid = request.find("pod_uid");
-    if (uid == nullptr) return make_error("forget-pod needs \"pod_uid\"");
-    auto text = nonempty_string(*uid, "pod_uid");
+    auto uid = sole_member(request, name, "pod_uid");
+    if (!uid) return uid.error();
+    auto text = nonempty_string(*uid.value(), "pod_uid");
     if (!text) return text.error();
     return Request(ForgetPodRequest{text.value()});
   }
   if (name == "explain") {
-    if (Status s = check_members(request, "explain", {"cmd", "client"}); !s) return s.error();
-    const Json* client = request.find("client");
-    if (client == nullptr) return make_error("explain needs \"client\"");
-    auto id = positive_integer(*client, "client");
+    auto client = sole_member(request, name, "client");
+    if (!client) return client.error();
+    auto id = positive_integer(*client.value(), "client");
     if (!id) return id.error();
     return Request(ExplainRequest{static_cast<std::uint64_t>(id.value())});
   }
@@ -262,16 +270,7 @@ void encode_members(Json& out, const SetPolicyRequest& r) {
   if (r.gpu) out.set("gpu", *r.gpu);
   for (const auto& [name, value] : r.settings) out.set(name, value ? Json(*value) : Json());
 }
-void encode_members(Json& out, const SetGpusRequest& r) {
-  Json list = Json::array();
-  for (const GpuInfo& gpu : r.gpus) {
-    Json entry = Json::object();
-    entry.set("uuid", gpu.uuid);
-    entry.set("memory_bytes", gpu.memory_bytes);
-    list.push_back(std::move(entry));
-  }
-  out.set("gpus", std::move(list));
-}
+void encode_members(Json& out, const SetGpusRequest& r) { out.set("gpus", gpus_json(r.gpus)); }
 void encode_members(Json& out, const ExplainRequest& r) { out.set("client", r.client); }
 void encode_members(Json& out, const StatsRequest& r) {
   if (r.reset) out.set("reset", true);

@@ -81,14 +81,7 @@ Status sync_directory(const std::string& dir) {
 std::string render_state(const SchedulerState& state) {
   Json root = Json::object();
   root.set("version", kVersion);
-  Json gpus = Json::array();
-  for (const GpuInfo& gpu : state.gpus) {
-    Json g = Json::object();
-    g.set("uuid", gpu.uuid);
-    g.set("memory_bytes", gpu.memory_bytes);
-    gpus.push_back(std::move(g));
-  }
-  root.set("gpus", std::move(gpus));
+  root.set("gpus", gpus_json(state.gpus));
   Json pods = Json::array();
   for (const auto& [uid, pod] : state.pods) {
     Json p = Json::object();
