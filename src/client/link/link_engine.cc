@@ -667,9 +667,9 @@ LinkStats LinkEngine::stats() const {
 void LinkEngine::outage_begins(const std::string& why) {
   std::lock_guard lock(outage_mu_);
   if (outage_devices_++ > 0) return;
-  outages_.fetch_add(1, std::memory_order_relaxed);
   NVSHARE_WARN("scheduler unreachable at %s (%s); running unscheduled",
                options_.socket_path.c_str(), why.c_str());
+  outages_.fetch_add(1, std::memory_order_relaxed);  // after the line: a count seen is logged
 }
 
 void LinkEngine::outage_ends() {

@@ -469,6 +469,8 @@ TEST_F(LinkTest, NoSchedulerMeansOpenAndIsLoggedOnce) {
   // The backoff between attempts and the single log line over many of them are pinned in
   // grant_session_test.cc.
   EXPECT_EQ(channel().state(), GrantState::kOpen);
+  // The gate opens just before the outage is logged, on the link thread: wait for the log.
+  ASSERT_TRUE(wait_until([&] { return engine_->stats().outages >= 1; }));
   const std::string text = capture.text();
   EXPECT_EQ(testing::count_occurrences(text, "scheduler unreachable at " + dir_.file("s.sock")), 1)
       << text;
