@@ -124,8 +124,7 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-// ---- the daemon
-// ------------------------------------------------------------------------------------
+// ---- the daemon ---------------------------------------------------------------------------------
 
 struct Daemon {
   pid_t pid = -1;
@@ -203,8 +202,7 @@ Json control(const Daemon& d, const nvshare::control::Request& request) {
   return response.value();
 }
 
-// ---- the load generator
-// -----------------------------------------------------------------------------
+// ---- the load generator -------------------------------------------------------------------------
 
 enum class Phase { kConnecting, kIdle, kRequested, kHolding, kReleasing };
 

@@ -188,12 +188,6 @@ ClientConfig default_client_config() { return kTable.defaults(); }
 
 namespace {
 
-std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b) {
-  if (a == 0) return b;
-  if (b == 0) return a;
-  return std::min(a, b);
-}
-
 // Enforcement from a settings file: its values win over the environment's.
 void apply_settings(const ClientSettings& settings, const ClientEnvLookup& getenv,
                     ParsedClientConfig& out) {
@@ -216,7 +210,7 @@ void apply_settings(const ClientSettings& settings, const ClientEnvLookup& geten
   config.memory_limit_pending = settings.memory_pending;
   if (settings.memory_bytes) {
     config.declared_limits.memory_bytes =
-        stricter_memory(config.declared_limits.memory_bytes, *settings.memory_bytes);
+        protocol::stricter_memory(config.declared_limits.memory_bytes, *settings.memory_bytes);
   }
 }
 

@@ -58,10 +58,9 @@ std::string help_entry(std::string_view flag, std::string_view env, bool is_swit
   std::string out = "  " + std::string(flag) + (is_switch ? "[=BOOL]" : " VALUE") + "  (env " +
                     std::string(env) + ")\n";
   out += knobparse::wrap(knobparse::strip_backticks(meaning), kHelpWidth, kHelpIndent);
-  const std::string shown_default = default_value.empty() ? "(empty)" : std::string(default_value);
-  out += knobparse::wrap(
-      "Default: " + shown_default + ". Range: " + knobparse::strip_backticks(range) + ".",
-      kHelpWidth, kHelpIndent);
+  out += knobparse::wrap("Default: " + plain_default(default_value) +
+                             ". Range: " + knobparse::strip_backticks(range) + ".",
+                         kHelpWidth, kHelpIndent);
   return out;
 }
 
@@ -71,6 +70,10 @@ std::string help_footer() {
          "  --print-config-doc print the knob table of docs/configuration.md (Markdown)\n"
          "  --print-knobs      print every knob as JSON (name, flag, env, default, range, "
          "meaning)\n";
+}
+
+std::string plain_default(std::string_view default_value) {
+  return default_value.empty() ? "(empty)" : std::string(default_value);
 }
 
 std::string doc_default(std::string_view default_value) {

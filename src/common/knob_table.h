@@ -103,12 +103,13 @@ std::string help_entry(std::string_view flag, std::string_view env, bool is_swit
 std::string help_footer();
 
 // A default as a Markdown cell: "`value`", or "(empty)".
+// A default as --help and warnings show it ("(empty)" for none), and as the Markdown table does.
+std::string plain_default(std::string_view default_value);
 std::string doc_default(std::string_view default_value);
 // "| a | b |\n".
 std::string doc_row(const std::vector<std::string>& cells);
 
-// ---- the table
-// -----------------------------------------------------------------------------------
+// ---- the table ----------------------------------------------------------------------------------
 
 // The columns every table can show; a component adds its own (the scheduler's set-policy member,
 // the plugin's Helm value) as a header with a cell function.
@@ -236,9 +237,7 @@ class KnobTable {
       if (value == nullptr || *value == '\0') continue;
       if (Status s = knob.apply(value, out.config); !s) {
         out.warnings.push_back(env + "=\"" + value + "\": " + s.error().message +
-                               "; using the default " +
-                               (knob.default_value.empty() ? std::string("(empty)")
-                                                           : std::string(knob.default_value)));
+                               "; using the default " + plain_default(knob.default_value));
       }
     }
     return out;

@@ -174,6 +174,17 @@ MessageType type_of(const Message& message) {
   return static_cast<MessageType>(message.index() + 1);
 }
 
+std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+Limits stricter(const Limits& a, const Limits& b) {
+  return Limits{stricter_memory(a.memory_bytes, b.memory_bytes),
+                std::min(a.core_percent, b.core_percent)};
+}
+
 std::string_view to_string(MessageType type) {
   switch (type) {
     case MessageType::kHello:

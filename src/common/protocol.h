@@ -82,6 +82,10 @@ struct Limits {
   bool operator==(const Limits&) const = default;
 };
 
+// The stricter of two memory limits (0 is none, the loosest), and of two limits field by field.
+std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b);
+Limits stricter(const Limits& a, const Limits& b);
+
 struct Hello {
   std::uint16_t min_version = kMinVersion;
   std::uint16_t max_version = kMaxVersion;

@@ -512,8 +512,7 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
   }
 };
 
-// ---- PluginServer
-// --------------------------------------------------------------------------------
+// ---- PluginServer -------------------------------------------------------------------------------
 
 PluginServer::PluginServer(PluginConfig config, std::unique_ptr<GpuInventory> inventory,
                            PluginServerTiming timing)

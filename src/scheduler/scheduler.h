@@ -137,8 +137,7 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // ---- sessions: the reactor calls these for each decoded frame
-  // -------------------------------------
+  // ---- sessions: the reactor calls these for each decoded frame ---------------------------------
 
   // The id for a session about to register (ids are never reused).
   ClientId next_client_id() { return next_id_++; }
@@ -152,8 +151,7 @@ class Scheduler {
   void usage(ClientId client, const protocol::Usage& usage, MonoTime now);
   void disconnect(ClientId client, MonoTime now);
 
-  // ---- the node's GPUs
-  // ---------------------------------------------------------------------------------------------
+  // ---- the node's GPUs --------------------------------------------------------------------------
 
   // Adds or updates GPUs (UUID, physical memory) learned from `source` ("nvml", "gpus knob",
   // "device plugin", "state"). A GPU whose policy exists takes the new memory at once. Fails,
@@ -162,16 +160,14 @@ class Scheduler {
   bool knows_gpu(const std::string& uuid) const { return inventory_.count(uuid) != 0; }
   std::size_t gpu_count() const { return inventory_.size(); }
 
-  // ---- time
-  // --------------------------------------------------------------------------------------
+  // ---- time -------------------------------------------------------------------------------------
 
   // The earliest deadline over all GPUs.
   std::optional<MonoTime> next_deadline() const;
   // Feeds DeadlineReached to every GPU whose deadline is at or before `now`.
   void run_due(MonoTime now);
 
-  // ---- control API
-  // --------------------------------------------------------------------------------
+  // ---- control API ------------------------------------------------------------------------------
 
   Result<SetLimitsOutcome> set_limits(const Selector& selector, const LimitsChange& change,
                                       MonoTime now);
@@ -190,8 +186,7 @@ class Scheduler {
   Result<Explanation> explain(ClientId client, MonoTime now) const;
   StatusSnapshot snapshot(MonoTime now) const;
 
-  // ---- state kept across restarts
-  // ------------------------------------------------------------------------------
+  // ---- state kept across restarts ---------------------------------------------------------------
 
   // Pods, live processes' own limits and GPUs. Process records whose process has exited (the probe
   // says so) are dropped first.

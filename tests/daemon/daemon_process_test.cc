@@ -116,8 +116,7 @@ std::vector<std::uint8_t> raw_frame(protocol::MessageType type, std::vector<std:
   return out;
 }
 
-// ---- registration
-// ----------------------------------------------------------------------------------
+// ---- registration -------------------------------------------------------------------------------
 
 TEST_F(DaemonProcessTest, HelloGetsWelcomeWithNegotiatedVersionAndDistinctIds) {
   start({});
@@ -172,8 +171,7 @@ TEST_F(DaemonProcessTest, FramesBeforeHelloOrFromTheWrongDirectionAreClosed) {
   EXPECT_TRUE(twice.closed_within(2000ms));
 }
 
-// ---- grant, wait, revoke, release
-// --------------------------------------------------------------------
+// ---- grant, wait, revoke, release ---------------------------------------------------------------
 
 TEST_F(DaemonProcessTest, ClientsThatDoNotFitTakeTurnsAndStaleReleasesAreIgnored) {
   start({"--capacity", "1Gi", "--reserve", "0", "--quantum", "0.3"});
@@ -243,8 +241,7 @@ TEST_F(DaemonProcessTest, DisconnectFreesTheGrantForTheNextClientAtOnce) {
   EXPECT_LT(ms, 50.0);
 }
 
-// ---- malformed input
-// ---------------------------------------------------------------------------------
+// ---- malformed input ----------------------------------------------------------------------------
 
 TEST_F(DaemonProcessTest, GarbageAndTruncatedFramesCloseOnlyTheOffendingConnection) {
   start({});
@@ -323,8 +320,7 @@ TEST_F(DaemonProcessTest, AClientThatDoesNotReadIsDroppedWithoutStallingOthers) 
   EXPECT_TRUE(busy.expect<Pong>(2000ms).ok());
 }
 
-// ---- control socket
-// ------------------------------------------------------------------------------------
+// ---- control socket -----------------------------------------------------------------------------
 
 TEST_F(DaemonProcessTest, ControlSocketIsOwnerOnlyAndRefusesOtherUids) {
   start({});
@@ -431,8 +427,7 @@ TEST_F(DaemonProcessTest, ControlSocketAnswersBadJsonAndClosesOversizedLines) {
   EXPECT_EQ(read_line(), "<closed>");
 }
 
-// ---- nvsharectl
-// ----------------------------------------------------------------------------------------
+// ---- nvsharectl ---------------------------------------------------------------------------------
 
 TEST_F(DaemonProcessTest, NvsharectlStatusJsonReflectsClientsStatesAndLimits) {
   start({"--capacity", "1Gi", "--reserve", "0", "--quantum", "600", "--trust-client-limits"});
@@ -633,8 +628,7 @@ TEST_F(DaemonProcessTest, NvsharectlExplainsWhenTheSchedulerIsNotRunning) {
   EXPECT_NE(result.value().err.find("/nonexistent/nvshare/control.sock"), std::string::npos);
 }
 
-// ---- lifecycle
-// ---------------------------------------------------------------------------------------
+// ---- lifecycle ----------------------------------------------------------------------------------
 
 // The default control socket has a directory of its own, which nothing else creates outside
 // Kubernetes: the scheduler makes it, private to its uid, and its missing parents 0755. A directory

@@ -27,11 +27,8 @@ ALLOWED = {
 }
 
 # Pure engines: no socket, poll, thread, lock or clock header, project or system.
-PURE = {
-    "src/client/link/grant_session.h": None,
-    "src/client/link/grant_session.cc": None,
-    "src/scheduler/policy/": None,
-}
+PURE = ("src/client/link/grant_session.h", "src/client/link/grant_session.cc",
+        "src/scheduler/policy/")
 IMPURE_SYSTEM = {"sys/socket.h", "sys/un.h", "poll.h", "sys/epoll.h", "pthread.h", "thread",
                  "mutex", "condition_variable", "shared_mutex", "future", "atomic", "ctime",
                  "time.h", "sys/time.h", "unistd.h", "fcntl.h"}
@@ -82,11 +79,10 @@ def main(argv):
                     failures.append(f"{where}: {allowed_key} may include only "
                                     f"{', '.join(ALLOWED[allowed_key])}")
             if pure_key:
-                extra = PURE_ALLOWED_PROJECT.get(rel, set())
-                if kind == "<" and header in IMPURE_SYSTEM:
-                    failures.append(f"{where}: a pure engine reads no clock and touches no socket, "
-                                    f"thread or lock")
-                if kind == '"' and header in IMPURE_PROJECT and header not in extra:
+                impure = (header in IMPURE_SYSTEM if kind == "<" else
+                          header in IMPURE_PROJECT and
+                          header not in PURE_ALLOWED_PROJECT.get(rel, set()))
+                if impure:
                     failures.append(f"{where}: a pure engine reads no clock and touches no socket, "
                                     f"thread or lock")
     for failure in failures:

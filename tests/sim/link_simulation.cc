@@ -51,7 +51,6 @@ class World;
 struct Connection {
   int client = 0;
   int incarnation = 0;         // the scheduler's life it belongs to
-  bool client_open = true;     // the client has not closed it
   bool scheduler_open = true;  // the scheduler has not closed or lost it
   ClientId id = 0;             // the scheduler's id, once the hello was handled
   MonoTime last_to_scheduler{};
@@ -92,7 +91,6 @@ class SimClient final : public client::SessionProbe {
   bool unreachable = false;     // its engine was told the scheduler is gone; no welcome since
   // The link.
   std::uint64_t connection = 0;  // 0: none
-  bool registered = false;
   MonoTime registered_at{};
   std::uint64_t tick_generation = 0;
   std::optional<MonoTime> tick_at;
@@ -165,6 +163,8 @@ class World final : public scheduler::ClientChannel {
   void reschedule_tick(SimClient& c);
   void deliver_to_client(std::uint64_t cid, const protocol::Message& message);
   void drop(SimClient& c);
+  // The client closes its socket; the scheduler notices a delay later.
+  void close_from_client(SimClient& c);
   void submit(SimClient& c);
   void launch_done(SimClient& c);
 
@@ -205,8 +205,7 @@ Duration SimClient::idle_for() {
   return now - std::max(work_end, last_submit);
 }
 
-// ---- the scheduler side
-// ---------------------------------------------------------------------------
+// ---- the scheduler side -------------------------------------------------------------------------
 
 void World::start_scheduler(const std::optional<scheduler::SchedulerState>& state) {
   scheduler::DaemonConfig config;
@@ -334,8 +333,7 @@ void World::change_limits() {
   schedule_scheduler_tick();
 }
 
-// ---- the client side
-// ------------------------------------------------------------------------------
+// ---- the client side ----------------------------------------------------------------------------
 
 SessionConfig World::session_config(const SimClient& c) const {
   SessionConfig config;
@@ -371,12 +369,7 @@ void World::exit_client(SimClient& c) {
   c.gone = true;
   c.waiting = false;
   c.release_due.reset();
-  if (c.connection != 0) {
-    const std::uint64_t cid = c.connection;
-    connections_.at(cid).client_open = false;
-    at_time(now_ + delay(), [this, cid] { scheduler_disconnect(cid); });
-    c.connection = 0;
-  }
+  close_from_client(c);
   ++c.tick_generation;
 }
 
@@ -425,15 +418,9 @@ void World::perform(SimClient& c, const session::Action& action) {
     c.connection = cid;
     at_time(now_, [this, p] { feed(*p, session::Connected{}); });
   } else if (std::holds_alternative<session::Disconnect>(action)) {
-    if (c.connection == 0) return;
-    const std::uint64_t cid = c.connection;
-    connections_.at(cid).client_open = false;
-    at_time(now_ + delay(), [this, cid] { scheduler_disconnect(cid); });
-    c.connection = 0;
-    c.registered = false;
+    close_from_client(c);
   } else if (const auto* send = std::get_if<session::Send>(&action)) {
-    if (c.connection == 0) fail(who + "sends with no connection");
-    if (c.connection == 0) return;
+    if (c.connection == 0) return fail(who + "sends with no connection");
     if (const auto* released = std::get_if<protocol::Released>(&send->message)) {
       if (c.release_due && released->epoch == c.revoked_epoch) c.release_due.reset();
       // A grant goes back only once the GPU work submitted under it has completed.
@@ -488,7 +475,6 @@ void World::perform(SimClient& c, const session::Action& action) {
     trace(who + event + " " + std::to_string(record->epoch));
   } else if (std::holds_alternative<session::Registered>(action)) {
     if (c.registered_at != MonoTime{}) ++result_.reconnects;
-    c.registered = true;
     c.unreachable = false;
     c.registered_at = now_;
   } else if (const auto* note = std::get_if<session::Note>(&action)) {
@@ -550,14 +536,15 @@ void World::deliver_to_client(std::uint64_t cid, const protocol::Message& messag
 void World::drop(SimClient& c) {
   if (!c.alive || c.connection == 0) return;
   trace("client " + std::to_string(c.index) + ": connection dropped");
-  const std::uint64_t cid = c.connection;
-  connections_.at(cid).scheduler_open = false;
-  if (connections_.at(cid).incarnation == incarnation_ && connections_.at(cid).id != 0) {
-    scheduler_->disconnect(connections_.at(cid).id, now_);
-    by_id_.erase(connections_.at(cid).id);
-    schedule_scheduler_tick();
-  }
+  scheduler_disconnect(c.connection);
   feed(c, session::ConnectionLost{"dropped"});
+}
+
+void World::close_from_client(SimClient& c) {
+  if (c.connection == 0) return;
+  const std::uint64_t cid = c.connection;
+  at_time(now_ + delay(), [this, cid] { scheduler_disconnect(cid); });  // the scheduler sees EOF
+  c.connection = 0;
 }
 
 void World::submit(SimClient& c) {
@@ -596,8 +583,7 @@ void World::launch_done(SimClient& c) {
   at_time(next, [this, p] { submit(*p); });
 }
 
-// ---- properties
-// -----------------------------------------------------------------------------------
+// ---- properties ---------------------------------------------------------------------------------
 
 void World::check_limits_applied(const SimClient& c, const protocol::Limits& limits) {
   const std::string who = "client " + std::to_string(c.index) + ": ";
@@ -628,7 +614,8 @@ void World::check_limits_current() {
       if (!c.limits_unknown) fail("client " + std::to_string(c.index) + " has no limits");
       continue;
     }
-    if (!c.engine->connected() || c.engine->busy() || !c.registered) continue;
+    // Connected means welcomed on this connection, so registered_at is this connection's.
+    if (!c.engine->connected() || c.engine->busy()) continue;
     const MonoTime settled = std::max(c.registered_at, pod_changed_[c.spec.pod]) + sc_.delay_max;
     if (now_ <= settled) continue;
     if (*applied != pod_limits_[c.spec.pod]) {
@@ -773,8 +760,7 @@ Result World::run() {
 
 }  // namespace
 
-// ---- scenarios
-// ------------------------------------------------------------------------------------
+// ---- scenarios ----------------------------------------------------------------------------------
 
 Scenario random_scenario(std::uint64_t seed) {
   sim::Rng rng(seed);

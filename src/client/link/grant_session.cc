@@ -13,15 +13,6 @@ std::uint64_t bytes_per_second(std::uint64_t bytes, Duration took) {
   return rate >= 1.8e19L ? UINT64_MAX : static_cast<std::uint64_t>(rate);
 }
 
-protocol::Limits stricter(const protocol::Limits& a, const protocol::Limits& b) {
-  protocol::Limits out;
-  out.memory_bytes = a.memory_bytes == 0   ? b.memory_bytes
-                     : b.memory_bytes == 0 ? a.memory_bytes
-                                           : std::min(a.memory_bytes, b.memory_bytes);
-  out.core_percent = std::min(a.core_percent, b.core_percent);
-  return out;
-}
-
 void earliest(std::optional<MonoTime>& next, MonoTime at) {
   if (!next || at < *next) next = at;
 }
@@ -46,13 +37,6 @@ const char* to_string(GrantState state) {
       return "stopped";
   }
   return "?";
-}
-
-bool session::awaits_answer(const Action& action) {
-  return std::holds_alternative<Connect>(action) ||
-         std::holds_alternative<CloseGateToRelease>(action) ||
-         std::holds_alternative<Drain>(action) || std::holds_alternative<SwapOut>(action) ||
-         std::holds_alternative<SwapIn>(action) || std::holds_alternative<ReadSettings>(action);
 }
 
 GrantSession::GrantSession(SessionConfig config, SessionProbe& probe)
@@ -94,12 +78,12 @@ std::vector<session::Action> GrantSession::handle(const session::Event& event, M
   if (awaiting_ != Awaiting::kNothing && !answers_outstanding(event)) {
     // Read after the work in progress, as a shell doing that work on its thread would read it. A
     // tick is not kept: everything due is looked at once the answer comes.
-    if (!std::holds_alternative<session::Tick>(event)) inbox_.emplace_back(event, now);
+    if (!std::holds_alternative<session::Tick>(event)) inbox_.push_back(event);
     return {};
   }
   dispatch(event, now);
   while (awaiting_ == Awaiting::kNothing && !inbox_.empty() && !stopped_) {
-    const session::Event deferred = std::move(inbox_.front().first);
+    const session::Event deferred = std::move(inbox_.front());
     inbox_.pop_front();
     dispatch(deferred, now);
   }
@@ -148,16 +132,7 @@ void GrantSession::dispatch(const session::Event& event, MonoTime now) {
         } else if constexpr (std::is_same_v<T, session::Drained>) {
           on_drained(now);
         } else if constexpr (std::is_same_v<T, session::SwappedOut>) {
-          const Duration took = now - drained_at_;
-          swapped_out_ = true;
-          if (const std::uint64_t rate = bytes_per_second(e.bytes, took); rate > 0) {
-            swap_out_bytes_per_s_ = rate;
-          }
-          if (config_.debug_notes) {
-            debug("swapped out " + std::to_string(e.bytes) + " bytes in " +
-                  std::to_string(to_ms(took)) + " ms");
-          }
-          finish_revoke(now);
+          on_swapped_out(e.bytes, now);
         } else if constexpr (std::is_same_v<T, session::SwappedIn>) {
           on_swapped_in(e.bytes, now);
         } else if constexpr (std::is_same_v<T, session::SettingsRead>) {
@@ -168,17 +143,15 @@ void GrantSession::dispatch(const session::Event& event, MonoTime now) {
       event);
 }
 
-// ---- what is due
-// ----------------------------------------------------------------------------------
+// ---- what is due --------------------------------------------------------------------------------
 
 void GrantSession::service(MonoTime now) {
   first_limits();
-  if (settings_due(now)) {
+  if (watching_settings() && now >= next_settings_read_) {
     // Pending: soon, the plugin writes it within moments of the container starting. Unreachable:
     // now and then, for an annotation changed meanwhile.
-    const bool pending = !known_limits_ && config_.limits_pending;
-    next_settings_read_ = now + (pending ? Duration(std::chrono::milliseconds(100))
-                                         : Duration(std::chrono::seconds(1)));
+    next_settings_read_ = now + (limits_pending() ? Duration(std::chrono::milliseconds(100))
+                                                  : Duration(std::chrono::seconds(1)));
     await(Awaiting::kSettings, session::ReadSettings{});
     return;
   }
@@ -192,7 +165,7 @@ void GrantSession::first_limits() {
   // Declared limits (or the settings file's) hold from the first allocation, with or without a
   // scheduler; a scheduler sends limits only when it wants others.
   limits_started_ = true;
-  if (config_.limits_pending && !known_limits_) {
+  if (limits_pending()) {
     out_.emplace_back(session::LimitsUnknown{});
     return;
   }
@@ -200,10 +173,10 @@ void GrantSession::first_limits() {
   apply(*known_limits_);
 }
 
-bool GrantSession::settings_due(MonoTime now) const {
-  if (!config_.has_settings_file) return false;
-  const bool pending = !known_limits_ && config_.limits_pending;
-  return (pending || conn_ != Conn::kUp) && now >= next_settings_read_;
+bool GrantSession::limits_pending() const { return !known_limits_ && config_.limits_pending; }
+
+bool GrantSession::watching_settings() const {
+  return config_.has_settings_file && (limits_pending() || conn_ != Conn::kUp);
 }
 
 void GrantSession::service_connection(MonoTime now) {
@@ -279,10 +252,7 @@ void GrantSession::service_grant(MonoTime now) {
 std::optional<MonoTime> GrantSession::next_deadline() const {
   if (stopped_ || awaiting_ != Awaiting::kNothing) return std::nullopt;
   std::optional<MonoTime> next;
-  if (config_.has_settings_file &&
-      ((!known_limits_ && config_.limits_pending) || conn_ != Conn::kUp)) {
-    earliest(next, next_settings_read_);
-  }
+  if (watching_settings()) earliest(next, next_settings_read_);
   switch (conn_) {
     case Conn::kDown:
       earliest(next, next_attempt_);
@@ -306,8 +276,7 @@ std::optional<MonoTime> GrantSession::next_deadline() const {
   return next;
 }
 
-// ---- the connection
-// -------------------------------------------------------------------------------
+// ---- the connection -----------------------------------------------------------------------------
 
 void GrantSession::on_connected(MonoTime now) {
   conn_ = Conn::kHandshake;
@@ -335,13 +304,10 @@ void GrantSession::on_connect_failed(MonoTime now, const std::string& why) {
   // Nothing accepts at the socket: the first CUDA call does not wait for a registration, unless
   // it still has no limits to keep.
   settle_if_limits_known();
-  next_attempt_ = now + backoff_;
-  backoff_ = std::min(backoff_ * 2, config_.timing.reconnect_max);
+  schedule_reconnect(now);
   // The first failure of an outage opens the gate and is logged; later attempts are silent.
   if (!in_outage_) {
-    in_outage_ = true;
-    publish(GrantState::kOpen, session::GateChange::kOpen);
-    out_.emplace_back(session::OutageBegins{why});
+    enter_outage(why);
   } else if (config_.debug_notes) {
     note(LogLevel::kTrace, config_.gpu_uuid + ": scheduler still unreachable: " + why);
   }
@@ -357,8 +323,7 @@ void GrantSession::lose_connection(MonoTime now, const std::string& why) {
   // its welcome keeps backing off, so a scheduler rejecting us is not hammered.
   if (was_up && now - up_since_ >= config_.timing.reconnect_max)
     backoff_ = config_.timing.reconnect_initial;
-  next_attempt_ = now + backoff_;
-  backoff_ = std::min(backoff_ * 2, config_.timing.reconnect_max);
+  schedule_reconnect(now);
   if (config_.debug_notes) debug("session lost (" + why + ")");
   // Running unscheduled from now on: bring swapped-out memory back first, so the process runs at
   // full speed instead of faulting its pages in one by one.
@@ -370,6 +335,11 @@ void GrantSession::lose_connection(MonoTime now, const std::string& why) {
     return;
   }
   enter_outage(why);
+}
+
+void GrantSession::schedule_reconnect(MonoTime now) {
+  next_attempt_ = now + backoff_;
+  backoff_ = std::min(backoff_ * 2, config_.timing.reconnect_max);
 }
 
 void GrantSession::enter_outage(const std::string& why) {
@@ -441,8 +411,7 @@ void GrantSession::on_welcome(const protocol::Welcome& welcome, MonoTime now) {
   send_usage(now, true);
 }
 
-// ---- the grant
-// ------------------------------------------------------------------------------------
+// ---- the grant ----------------------------------------------------------------------------------
 
 void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
   if (state_ == GrantState::kHeld || state_ == GrantState::kRevoking) {
@@ -537,6 +506,19 @@ void GrantSession::on_drained(MonoTime now) {
   finish_revoke(now);
 }
 
+void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
+  const Duration took = now - drained_at_;
+  swapped_out_ = true;
+  if (const std::uint64_t rate = bytes_per_second(bytes, took); rate > 0) {
+    swap_out_bytes_per_s_ = rate;
+  }
+  if (config_.debug_notes) {
+    debug("swapped out " + std::to_string(bytes) + " bytes in " + std::to_string(to_ms(took)) +
+          " ms");
+  }
+  finish_revoke(now);
+}
+
 void GrantSession::finish_revoke(MonoTime now) {
   if (revoke_.swap_out) send_usage(now, true);
   // Recorded just before the frame is queued, so a follower's grant always reads later.
@@ -563,8 +545,7 @@ void GrantSession::on_gate_closed(std::uint64_t inside, MonoTime now) {
   }
 }
 
-// ---- limits
-// ---------------------------------------------------------------------------------------
+// ---- limits -------------------------------------------------------------------------------------
 
 void GrantSession::on_limits(const protocol::SetLimits& frame) {
   if (config_.debug_notes) {
@@ -577,7 +558,7 @@ void GrantSession::on_limits(const protocol::SetLimits& frame) {
     apply(frame.limits);
   } else if (known_limits_) {
     // A scheduler unsure of this client's limits: keep the stricter, field by field.
-    apply(stricter(*known_limits_, frame.limits));
+    apply(protocol::stricter(*known_limits_, frame.limits));
   }
   // The first limits frame follows the welcome: the scheduler's limits are in force now.
   settle_if_limits_known();
@@ -597,14 +578,15 @@ void GrantSession::on_settings(const std::optional<std::uint64_t>& memory) {
                             " bytes from the settings file");
   known_limits_ = limits;
   apply(limits);
-  if (!settled_) {
-    settled_ = true;
-    out_.emplace_back(session::SettleRegistration{});
-  }
+  settle();
 }
 
 void GrantSession::settle_if_limits_known() {
-  if (settled_ || (!known_limits_ && config_.limits_pending)) return;
+  if (!limits_pending()) settle();
+}
+
+void GrantSession::settle() {
+  if (settled_) return;
   settled_ = true;
   out_.emplace_back(session::SettleRegistration{});
 }
@@ -614,8 +596,7 @@ void GrantSession::apply(const protocol::Limits& limits) {
   out_.emplace_back(session::ApplyLimits{limits});
 }
 
-// ---- output
-// ---------------------------------------------------------------------------------------
+// ---- output -------------------------------------------------------------------------------------
 
 void GrantSession::send_usage(MonoTime now, bool force) {
   usage_dirty_ = false;
@@ -650,8 +631,7 @@ void GrantSession::stop() {
   awaiting_ = Awaiting::kNothing;
   inbox_.clear();
   publish(GrantState::kStopped, session::GateChange::kOpen);
-  settled_ = true;
-  out_.emplace_back(session::SettleRegistration{});
+  settle();
 }
 
 void GrantSession::note(LogLevel level, std::string text) {

@@ -217,9 +217,6 @@ using Action = std::variant<Connect, Disconnect, Send, Publish, CloseGateToRelea
                             SwapIn, ApplyLimits, LimitsUnknown, SettleRegistration, ReadSettings,
                             Record, Registered, OutageBegins, OutageEnds, Note>;
 
-// Whether the shell must feed an answer back for this action.
-bool awaits_answer(const Action& action);
-
 }  // namespace session
 
 class GrantSession {
@@ -282,15 +279,21 @@ class GrantSession {
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
+  void on_swapped_out(std::uint64_t bytes, MonoTime now);
   void finish_revoke(MonoTime now);
   void on_gate_closed(std::uint64_t inside, MonoTime now);
   void on_settings(const std::optional<std::uint64_t>& memory);
   void stop();
   void enter_outage(const std::string& why);
-  bool settings_due(MonoTime now) const;
+  // The settings file says the pod's limit is pending and nobody has given it yet.
+  bool limits_pending() const;
+  // The settings file is read now and then: while the limit is pending or the scheduler is away.
+  bool watching_settings() const;
+  void schedule_reconnect(MonoTime now);
   bool yield_asked() const;
   Duration idle_threshold() const;
   void settle_if_limits_known();
+  void settle();
   void apply(const protocol::Limits& limits);
   void send_usage(MonoTime now, bool force);
   void send(protocol::Message message);
@@ -302,7 +305,7 @@ class GrantSession {
   SessionConfig config_;
   SessionProbe& probe_;
   std::vector<session::Action> out_;
-  std::deque<std::pair<session::Event, MonoTime>> inbox_;  // deferred while awaiting an answer
+  std::deque<session::Event> inbox_;  // deferred while awaiting an answer
   MonoTime last_now_{};
   Awaiting awaiting_ = Awaiting::kNothing;
   bool stopped_ = false;

@@ -71,7 +71,7 @@ LinkOptions LinkOptions::from_config(const ClientConfig& config) {
   options.enabled = config.enabled;
   options.socket_path = config.socket_path;
   options.timing.idle_release = config.idle_release;
-  options.timing.reconnect_max = std::max(config.reconnect_max, options.timing.reconnect_initial);
+  options.timing.reconnect_max = config.reconnect_max;  // the session keeps it >= the initial
   options.can_swap = config.managed;
   options.declared = config.declared_limits;
   options.pod_uid = config.pod_uid;
@@ -215,8 +215,7 @@ std::uint64_t DeviceChannel::epoch() const {
   return state == GrantState::kHeld || state == GrantState::kRevoking ? held_epoch_ : 0;
 }
 
-// ---- DeviceChannel: the GPU's thread
-// --------------------------------------------------------------
+// ---- DeviceChannel: the GPU's thread ------------------------------------------------------------
 
 void DeviceChannel::ensure_started() {
   std::lock_guard lock(thread_mu_);
@@ -351,19 +350,12 @@ std::optional<session::Event> DeviceChannel::perform(const session::Action& acti
   if (std::holds_alternative<Connect>(action)) {
     auto fd = connect_nonblocking(engine_.options_.socket_path);
     if (!fd) return ConnectFailed{fd.error().message};
+    w.reset();
     w.fd = std::move(fd.value());
-    w.decoder = protocol::FrameDecoder{};
-    w.out.clear();
-    w.out_sent = 0;
-    w.broken.clear();
     return Connected{};
   }
   if (std::holds_alternative<Disconnect>(action)) {
-    w.fd.reset();
-    w.decoder = protocol::FrameDecoder{};
-    w.out.clear();
-    w.out_sent = 0;
-    w.broken.clear();
+    w.reset();
     return std::nullopt;
   }
   if (std::holds_alternative<CloseGateToRelease>(action)) {
@@ -574,9 +566,6 @@ void DeviceChannel::fork_child() {
 LinkEngine::LinkEngine(LinkOptions options)
     : options_([&] {
         if (options.process_name.empty()) options.process_name = read_process_name();
-        if (options.timing.reconnect_max < options.timing.reconnect_initial) {
-          options.timing.reconnect_max = options.timing.reconnect_initial;
-        }
         return std::move(options);
       }()),
       trace_(options_.trace_file) {

@@ -104,6 +104,15 @@ class DeviceChannel final : public DeviceLink, private SessionProbe {
     std::vector<std::uint8_t> out;
     std::size_t out_sent = 0;
     std::string broken;  // why the connection failed while sending; fed to the session after
+
+    // No connection, nothing buffered either way.
+    void reset() {
+      fd.reset();
+      decoder = protocol::FrameDecoder{};
+      out.clear();
+      out_sent = 0;
+      broken.clear();
+    }
   };
 
   // SessionProbe.

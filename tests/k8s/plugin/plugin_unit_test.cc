@@ -38,8 +38,7 @@ std::string error_of(std::vector<std::string> args, Env env = {}) {
   return parsed ? std::string("(parsed)") : parsed.error().message;
 }
 
-// ---- knobs
-// ----------------------------------------------------------------------------------------
+// ---- knobs --------------------------------------------------------------------------------------
 
 TEST(PluginKnobs, EveryDefaultParses) {
   for (const Knob& knob : knobs()) {
@@ -261,8 +260,7 @@ TEST(PluginKnobs, ConfigurationDocumentIsCurrent) {
       << table;
 }
 
-// ---- placement
-// ------------------------------------------------------------------------------------
+// ---- placement ----------------------------------------------------------------------------------
 
 constexpr std::uint64_t kGi = 1ull << 30;
 

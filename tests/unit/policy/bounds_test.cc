@@ -10,6 +10,14 @@ namespace {
 
 constexpr std::uint64_t kAbsurdBytes = std::uint64_t{1} << 60;
 
+// The hog never answers; time runs, deadline by deadline, until `client` is granted.
+void run_until_running(Harness& h, ClientId client) {
+  for (int i = 0; i < 100 && h.state(client) != ClientState::kRunning; ++i) {
+    if (!h.policy.next_deadline()) break;
+    h.fire();
+  }
+}
+
 // A hog on a 24Gi GPU (device memory, defaults otherwise): it is granted, reports what it likes,
 // then a client that cannot run beside it asks. Returns how long that client waited.
 Duration hog_delay(Mode mode, std::uint64_t reported_bytes, std::uint64_t reported_bandwidth) {
@@ -20,11 +28,7 @@ Duration hog_delay(Mode mode, std::uint64_t reported_bytes, std::uint64_t report
   h.now += 1s;
   const MonoTime asked = h.now;
   h.add_and_request(2, 20 * kGiB);
-  // The hog never answers; time runs until 2 is granted.
-  for (int i = 0; i < 100 && h.state(2) != ClientState::kRunning; ++i) {
-    if (!h.policy.next_deadline()) break;
-    h.fire();
-  }
+  run_until_running(h, 2);
   EXPECT_EQ(h.state(2), ClientState::kRunning);
   // Either it no longer blocks, or (auto) its report let 2 run beside it.
   EXPECT_TRUE(h.state(1) == ClientState::kUnresponsive ||
@@ -104,10 +108,7 @@ TEST(Bounds, AHogThatSaysItIsSwappedOutDelaysOthersAtMostTheHogBound) {
     ASSERT_EQ(h.state(1), ClientState::kRunning);
     const MonoTime asked = h.now;
     h.add_and_request(2, 20 * kGiB);
-    for (int i = 0; i < 100 && h.state(2) != ClientState::kRunning; ++i) {
-      if (!h.policy.next_deadline()) break;
-      h.fire();
-    }
+    run_until_running(h, 2);
     ASSERT_EQ(h.state(2), ClientState::kRunning);
     EXPECT_LE(h.now - asked, hog_bound(PolicyConfig{})) << to_string(mode);
   }
