@@ -79,6 +79,15 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options opti
   auto reactor = Reactor::create();
   if (!reactor) return reactor.error();
   d.reactor_ = std::move(reactor).value();
+  // Signals are taken before either socket listens: whoever sees a socket may already signal, and a
+  // signal that arrived in between would end the process with its default action.
+  if (d.options_.handle_signals) {
+    Status s = d.reactor_->watch_signals({SIGTERM, SIGINT}, [&d](int sig) {
+      NVSHARE_INFO("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      d.reactor_->stop();
+    });
+    if (!s) return s.error();
+  }
 
   d.load_state();
   d.load_gpus();
@@ -106,13 +115,6 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options opti
   if (Status s = d.control_->listen(d.config_.control_socket_path); !s) return s.error();
   d.control_file_ = file_id(d.config_.control_socket_path);
 
-  if (d.options_.handle_signals) {
-    Status s = d.reactor_->watch_signals({SIGTERM, SIGINT}, [&d](int sig) {
-      NVSHARE_INFO("received %s, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-      d.reactor_->stop();
-    });
-    if (!s) return s.error();
-  }
   d.reactor_->on_timer([&d] {
     d.scheduler_.run_due(d.clock_.now());
     d.expire_hellos(d.clock_.now());

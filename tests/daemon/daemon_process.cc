@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,7 +36,8 @@ std::vector<char*> c_argv(const std::vector<std::string>& args) {
 }  // namespace
 
 Result<std::unique_ptr<DaemonProcess>> DaemonProcess::start(const std::vector<std::string>& flags,
-                                                            const std::string& binary) {
+                                                            const std::string& binary,
+                                                            Readiness readiness) {
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess());
   char tmpl[] = "/tmp/nvshare-daemon-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr)
@@ -86,6 +88,11 @@ Result<std::unique_ptr<DaemonProcess>> DaemonProcess::start(const std::vector<st
       daemon->pid_ = -1;
       return make_error("nvshare-scheduler exited with status " +
                         std::to_string(decode_status(status)) + ":\n" + daemon->log());
+    }
+    if (readiness == Readiness::kClientSocketExists) {
+      struct stat st {};
+      if (::stat(daemon->socket_.c_str(), &st) == 0) return daemon;
+      continue;
     }
     if (connect_unix(daemon->socket_).ok() && connect_unix(daemon->control_socket_).ok()) {
       return daemon;

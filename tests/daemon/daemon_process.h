@@ -3,9 +3,10 @@
 // otherwise, and helpers to run other programs (nvsharectl) and capture their output.
 //
 // start() returns once both sockets accept connections (the control socket is <dir>/control.sock
-// unless the flags name another with --control-socket); the destructor kills the daemon if it is
-// still running and removes the directory. The daemon's stderr goes to <dir>/scheduler.log, which
-// log() returns, so a failing test can print what the daemon said.
+// unless the flags name another with --control-socket), or as the Readiness given says; the
+// destructor kills the daemon if it is still running and removes the directory. The daemon's stderr
+// goes to <dir>/scheduler.log, which log() returns, so a failing test can print what the daemon
+// said.
 #pragma once
 
 #include <sys/types.h>
@@ -22,10 +23,15 @@ namespace nvshare::testing {
 // The GPU a DaemonProcess knows unless its flags name others (--gpus).
 inline constexpr const char* kTestGpu = "GPU-00000000-1111-2222-3333-444444444444";
 
+// What start() waits for: both sockets accepting (the default), or only the client socket's file
+// existing (the earliest moment anyone could see the daemon).
+enum class Readiness { kBothSocketsAccept, kClientSocketExists };
+
 class DaemonProcess {
  public:
-  static Result<std::unique_ptr<DaemonProcess>> start(const std::vector<std::string>& flags,
-                                                      const std::string& binary);
+  static Result<std::unique_ptr<DaemonProcess>> start(
+      const std::vector<std::string>& flags, const std::string& binary,
+      Readiness readiness = Readiness::kBothSocketsAccept);
   ~DaemonProcess();
 
   const std::string& dir() const { return dir_; }

@@ -706,6 +706,18 @@ TEST_F(DaemonProcessTest, SigintAlsoShutsDownCleanly) {
   EXPECT_NE(::stat(daemon_->socket().c_str(), &st), 0);
 }
 
+// A signal sent the moment the client socket appears (a supervisor stopping a daemon it has just
+// seen start) is still a clean shutdown, not the default action of an unwatched signal.
+TEST_F(DaemonProcessTest, ASignalAsSoonAsTheSocketAppearsIsACleanShutdown) {
+  for (int round = 0; round < 20; ++round) {
+    auto daemon = DaemonProcess::start({}, NVSHARE_SCHEDULER_BIN, Readiness::kClientSocketExists);
+    ASSERT_TRUE(daemon.ok()) << daemon.error().message;
+    auto code = daemon.value()->stop(round % 2 == 0 ? SIGTERM : SIGINT, 5000ms);
+    ASSERT_TRUE(code.ok()) << code.error().message;
+    EXPECT_EQ(code.value(), 0) << "round " << round << ":\n" << daemon.value()->log();
+  }
+}
+
 TEST_F(DaemonProcessTest, ASecondSchedulerOnTheSameSocketRefusesToStart) {
   start({});
   auto second = run_command({NVSHARE_SCHEDULER_BIN, "--socket", daemon_->socket(),
