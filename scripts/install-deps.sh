@@ -7,7 +7,8 @@
 #   scripts/install-deps.sh test    run + GoogleTest, clang and its libFuzzer runtime, debootstrap (the
 #                                   older-userland test), the aarch64 cross compiler, npm (it fetches the
 #                                   real helm for the chart's tests), and the Kubernetes
-#                                   agent's libraries (gRPC, protobuf, libcurl, nlohmann-json)
+#                                   agent's libraries (gRPC, protobuf, libcurl) and nlohmann-json
+#                                   (the fake API server of its tests)
 #
 # A tool counts as present when its command is on PATH, wherever it came from (CMake and Ninja from
 # pip, a compiler from a toolkit); a library when dpkg knows its package. Nothing present is asked for,

@@ -8,8 +8,6 @@
 namespace nvshare::podwatcher {
 namespace {
 
-using nlohmann::json;
-
 Result<std::string> read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(std::string("cannot read ") + what + " " + path);
@@ -78,8 +76,8 @@ class YamlParser {
     }
   }
 
-  Result<json> parse() {
-    if (lines_.empty()) return json(nullptr);
+  Result<Json> parse() {
+    if (lines_.empty()) return Json(nullptr);
     auto value = node(lines_[0].indent);
     if (!value) return value;
     if (pos_ < lines_.size()) return error(lines_[pos_], "unexpected indentation");
@@ -121,7 +119,7 @@ class YamlParser {
     return std::string::npos;
   }
 
-  Result<json> node(int indent) {
+  Result<Json> node(int indent) {
     const YamlLine& line = lines_[pos_];
     if (line.indent != indent) return error(line, "unexpected indentation");
     if (is_sequence_item(line.content)) return sequence(indent);
@@ -130,8 +128,8 @@ class YamlParser {
     return scalar(line, line.content);
   }
 
-  Result<json> sequence(int indent) {
-    json out = json::array();
+  Result<Json> sequence(int indent) {
+    Json out = Json::array();
     while (pos_ < lines_.size() && lines_[pos_].indent == indent &&
            is_sequence_item(lines_[pos_].content)) {
       YamlLine& line = lines_[pos_];
@@ -157,8 +155,8 @@ class YamlParser {
     return out;
   }
 
-  Result<json> mapping(int indent) {
-    json out = json::object();
+  Result<Json> mapping(int indent) {
+    Json out = Json::object();
     while (pos_ < lines_.size() && lines_[pos_].indent == indent &&
            !is_sequence_item(lines_[pos_].content)) {
       const YamlLine line = lines_[pos_];
@@ -167,14 +165,16 @@ class YamlParser {
       auto key = scalar(line, trim(line.content.substr(0, colon)));
       if (!key) return key;
       const std::string key_text =
-          key.value().is_string() ? key.value().get<std::string>() : key.value().dump();
-      if (out.contains(key_text)) return error(line, "duplicate key \"" + key_text + "\"");
+          key.value().is_string() ? *key.value().as_string() : key.value().dump();
+      if (out.find(key_text) != nullptr) {
+        return error(line, "duplicate key \"" + key_text + "\"");
+      }
       const std::string rest = trim(line.content.substr(colon + 1));
       ++pos_;
       if (!rest.empty()) {
         auto value = scalar(line, rest);
         if (!value) return value;
-        out[key_text] = std::move(value.value());
+        out.set(key_text, std::move(value.value()));
         continue;
       }
       if (pos_ < lines_.size() &&
@@ -182,27 +182,25 @@ class YamlParser {
            (lines_[pos_].indent == indent && is_sequence_item(lines_[pos_].content)))) {
         auto value = node(lines_[pos_].indent);
         if (!value) return value;
-        out[key_text] = std::move(value.value());
+        out.set(key_text, std::move(value.value()));
       } else {
-        out[key_text] = nullptr;
+        out.set(key_text, nullptr);
       }
     }
     return out;
   }
 
-  Result<json> scalar(const YamlLine& line, const std::string& text) {
+  Result<Json> scalar(const YamlLine& line, const std::string& text) {
     if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") {
-      return json(nullptr);
+      return Json(nullptr);
     }
     if (text[0] == '|' || text[0] == '>') return error(line, "block scalars are not supported");
     if (text[0] == '&' || text[0] == '*' || text[0] == '!') {
       return error(line, "anchors, aliases and tags are not supported");
     }
     if (text[0] == '{' || text[0] == '[') {
-      json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (value.is_discarded()) {
-        return error(line, "flow collections are supported in JSON form only");
-      }
+      auto value = parse_json(text);
+      if (!value) return error(line, "flow collections are supported in JSON form only");
       return value;
     }
     if (text[0] == '\'') {
@@ -220,17 +218,17 @@ class YamlParser {
         out += text[i];
       }
       if (i + 1 != text.size()) return error(line, "malformed single-quoted string");
-      return json(out);
+      return Json(out);
     }
     if (text[0] == '"') {
       // YAML double-quoted strings escape like JSON for everything kubeconfigs contain.
-      json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-      if (value.is_discarded() || !value.is_string()) {
+      auto value = parse_json(text);
+      if (!value || !value.value().is_string()) {
         return error(line, "malformed double-quoted string");
       }
       return value;
     }
-    return json(text);
+    return Json(text);
   }
 
   std::vector<YamlLine> lines_;
@@ -239,31 +237,33 @@ class YamlParser {
 
 // ---- kubeconfig ---------------------------------------------------------------------------------
 
-const json* named_entry(const json& config, const char* list, const char* inner,
+std::string string_field(const Json& object, std::string_view key) {
+  const Json* value = object.find(key);
+  const std::string* text = value != nullptr ? value->as_string() : nullptr;
+  return text != nullptr ? *text : std::string();
+}
+
+const Json* named_entry(const Json& config, const char* list, const char* inner,
                         const std::string& name) {
-  auto entries = config.find(list);
-  if (entries == config.end() || !entries->is_array()) return nullptr;
-  for (const json& entry : *entries) {
-    if (!entry.is_object()) continue;
-    auto entry_name = entry.find("name");
-    if (entry_name == entry.end() || !entry_name->is_string() || *entry_name != name) continue;
-    auto body = entry.find(inner);
-    if (body == entry.end() || !body->is_object()) return nullptr;
-    return &*body;
+  const Json* entries = config.find(list);
+  if (entries == nullptr || !entries->is_array()) return nullptr;
+  for (const Json& entry : *entries->as_array()) {
+    const Json* entry_name = entry.find("name");
+    if (entry_name == nullptr || !entry_name->is_string() || *entry_name->as_string() != name) {
+      continue;
+    }
+    const Json* body = entry.find(inner);
+    return body != nullptr && body->is_object() ? body : nullptr;
   }
   return nullptr;
 }
 
-std::string string_field(const json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-bool bool_field(const json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end()) return false;
-  if (it->is_boolean()) return it->get<bool>();
-  return it->is_string() && (*it == "true" || *it == "True" || *it == "TRUE");
+bool bool_field(const Json& object, const char* key) {
+  const Json* value = object.find(key);
+  if (value == nullptr) return false;
+  if (auto flag = value->as_bool()) return *flag;
+  const std::string text = string_field(object, key);
+  return text == "true" || text == "True" || text == "TRUE";
 }
 
 std::string resolve(const std::string& path, const std::string& base_dir) {
@@ -305,11 +305,11 @@ Result<std::string> decode_base64(std::string_view text) {
   return out;
 }
 
-Result<nlohmann::json> parse_kubeconfig_text(std::string_view text) {
+Result<Json> parse_kubeconfig_text(std::string_view text) {
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && text[first] == '{') {
-    json value = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) return make_error("invalid JSON");
+    auto value = parse_json(text);
+    if (!value) return make_error("invalid JSON: " + value.error().message);
     return value;
   }
   return YamlParser(text).parse();
@@ -322,14 +322,14 @@ Result<std::string> ApiCredentials::current_token() const {
   return trim(text.value());
 }
 
-Result<ApiCredentials> kubeconfig_credentials(const json& config, const std::string& base_dir) {
+Result<ApiCredentials> kubeconfig_credentials(const Json& config, const std::string& base_dir) {
   if (!config.is_object()) return make_error("not a kubeconfig (no top-level mapping)");
   const std::string context_name = string_field(config, "current-context");
   if (context_name.empty()) return make_error("no current-context");
-  const json* context = named_entry(config, "contexts", "context", context_name);
+  const Json* context = named_entry(config, "contexts", "context", context_name);
   if (context == nullptr) return make_error("context \"" + context_name + "\" not found");
   const std::string cluster_name = string_field(*context, "cluster");
-  const json* cluster = named_entry(config, "clusters", "cluster", cluster_name);
+  const Json* cluster = named_entry(config, "clusters", "cluster", cluster_name);
   if (cluster == nullptr) return make_error("cluster \"" + cluster_name + "\" not found");
 
   ApiCredentials credentials;
@@ -351,9 +351,9 @@ Result<ApiCredentials> kubeconfig_credentials(const json& config, const std::str
 
   const std::string user_name = string_field(*context, "user");
   if (user_name.empty()) return credentials;  // anonymous
-  const json* user = named_entry(config, "users", "user", user_name);
+  const Json* user = named_entry(config, "users", "user", user_name);
   if (user == nullptr) return make_error("user \"" + user_name + "\" not found");
-  if (user->contains("exec") || user->contains("auth-provider")) {
+  if (user->find("exec") != nullptr || user->find("auth-provider") != nullptr) {
     return make_error("user \"" + user_name +
                       "\" uses an exec or auth-provider plugin, which is not supported: use a "
                       "token or a client certificate");

@@ -14,10 +14,10 @@
 // form). Errors name the file and what is missing. No network I/O here.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
+#include "common/json.h"
 #include "common/result.h"
 
 namespace nvshare::podwatcher {
@@ -39,15 +39,14 @@ struct ApiCredentials {
 };
 
 Result<ApiCredentials> load_kubeconfig(const std::string& path);
-Result<ApiCredentials> kubeconfig_credentials(const nlohmann::json& kubeconfig,
-                                              const std::string& base_dir);
+Result<ApiCredentials> kubeconfig_credentials(const Json& kubeconfig, const std::string& base_dir);
 // host/port empty: taken from KUBERNETES_SERVICE_HOST / KUBERNETES_SERVICE_PORT.
 Result<ApiCredentials> in_cluster_credentials(std::string host, std::string port,
                                               const std::string& service_account_dir);
 
 // YAML (kubectl's subset) or JSON text to a JSON value; YAML scalars become strings ("null"/"~"/
 // empty become null).
-Result<nlohmann::json> parse_kubeconfig_text(std::string_view text);
+Result<Json> parse_kubeconfig_text(std::string_view text);
 Result<std::string> decode_base64(std::string_view text);
 
 }  // namespace nvshare::podwatcher

@@ -5,35 +5,30 @@
 namespace nvshare::podwatcher {
 namespace {
 
-using nlohmann::json;
+const Json* member(const Json& object, std::string_view key) { return object.find(key); }
 
-const json* member(const json& object, const char* key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
+std::string string_member(const Json& object, std::string_view key) {
+  const Json* value = member(object, key);
+  const std::string* text = value != nullptr ? value->as_string() : nullptr;
+  return text != nullptr ? *text : std::string();
 }
 
-std::string string_member(const json& object, const char* key) {
-  const json* value = member(object, key);
-  return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
-}
-
-bool container_requests(const json& container, std::string_view resource_name) {
-  const json* resources = member(container, "resources");
+bool container_requests(const Json& container, std::string_view resource_name) {
+  const Json* resources = member(container, "resources");
   if (resources == nullptr) return false;
   for (const char* section : {"limits", "requests"}) {
-    const json* amounts = member(*resources, section);
+    const Json* amounts = member(*resources, section);
     if (amounts == nullptr || !amounts->is_object()) continue;
-    if (amounts->contains(std::string(resource_name))) return true;
+    if (amounts->find(resource_name) != nullptr) return true;
   }
   return false;
 }
 
-bool pod_requests(const json& spec, std::string_view resource_name) {
+bool pod_requests(const Json& spec, std::string_view resource_name) {
   for (const char* list : {"containers", "initContainers"}) {
-    const json* containers = member(spec, list);
+    const Json* containers = member(spec, list);
     if (containers == nullptr || !containers->is_array()) continue;
-    for (const json& container : *containers) {
+    for (const Json& container : *containers->as_array()) {
       if (container_requests(container, resource_name)) return true;
     }
   }
@@ -61,9 +56,9 @@ AnnotationProblem problem(std::string_view annotation, const std::string& value,
 
 }  // namespace
 
-Result<PodView> parse_pod(const json& pod, std::string_view resource_name) {
+Result<PodView> parse_pod(const Json& pod, std::string_view resource_name) {
   if (!pod.is_object()) return make_error("pod is not a JSON object");
-  const json* metadata = member(pod, "metadata");
+  const Json* metadata = member(pod, "metadata");
   if (metadata == nullptr || !metadata->is_object()) return make_error("pod has no metadata");
   PodView view;
   view.uid = string_member(*metadata, "uid");
@@ -71,23 +66,23 @@ Result<PodView> parse_pod(const json& pod, std::string_view resource_name) {
   view.namespace_name = string_member(*metadata, "namespace");
   view.name = string_member(*metadata, "name");
   view.resource_version = string_member(*metadata, "resourceVersion");
-  const json* deletion = member(*metadata, "deletionTimestamp");
+  const Json* deletion = member(*metadata, "deletionTimestamp");
   view.deleting = deletion != nullptr && !deletion->is_null();
-  if (const json* annotations = member(*metadata, "annotations");
+  if (const Json* annotations = member(*metadata, "annotations");
       annotations != nullptr && annotations->is_object()) {
     for (auto [key, field] : {std::pair{kMemoryLimitAnnotation, &view.memory_annotation},
                               std::pair{kCoreLimitAnnotation, &view.core_annotation}}) {
-      auto it = annotations->find(std::string(key));
-      if (it == annotations->end()) continue;
+      const Json* value = annotations->find(key);
+      if (value == nullptr) continue;
       // Annotation values are strings in the API; anything else is shown as written.
-      *field = it->is_string() ? it->get<std::string>() : it->dump();
+      *field = value->is_string() ? *value->as_string() : value->dump();
     }
   }
-  if (const json* spec = member(pod, "spec")) {
+  if (const Json* spec = member(pod, "spec")) {
     view.node_name = string_member(*spec, "nodeName");
     view.requests_resource = pod_requests(*spec, resource_name);
   }
-  if (const json* status = member(pod, "status")) view.phase = string_member(*status, "phase");
+  if (const Json* status = member(pod, "status")) view.phase = string_member(*status, "phase");
   return view;
 }
 

@@ -11,12 +11,12 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/json.h"
 #include "common/result.h"
 
 namespace nvshare::podwatcher {
@@ -42,7 +42,7 @@ struct PodView {
 
 // Reads a Pod object. `resource_name` is the extended resource that makes a pod managed: it counts
 // when it appears in resources.limits or resources.requests of any container or init container.
-Result<PodView> parse_pod(const nlohmann::json& pod, std::string_view resource_name);
+Result<PodView> parse_pod(const Json& pod, std::string_view resource_name);
 
 // The limits of the pod layer. nullopt: not set by this layer ("inherit").
 struct PodLimits {

@@ -22,7 +22,6 @@
 namespace nvshare::podwatcher {
 namespace {
 
-using nlohmann::json;
 using std::chrono::milliseconds;
 
 constexpr const char* kComponent = "nvshare-device-plugin";
@@ -154,7 +153,7 @@ struct PodWatcher::Impl {
     wake.notify_all();
   }
 
-  void handle_pod(const json& object) {
+  void handle_pod(const Json& object) {
     auto parsed = parse_pod(object, config.resource_name);
     if (!parsed) {
       NVSHARE_WARN("pod watcher: ignoring a pod object: %s", parsed.error().message.c_str());
@@ -208,7 +207,7 @@ struct PodWatcher::Impl {
       return false;
     }
     if (response.status != 200) {
-      ApiStatus status = parse_api_status(json::parse(response.body, nullptr, false));
+      ApiStatus status = parse_api_status_text(response.body);
       NVSHARE_WARN("pod watcher: list pods: HTTP %ld %s", response.status, status.message.c_str());
       count(&PodWatcherStats::api_errors);
       return false;
@@ -220,7 +219,7 @@ struct PodWatcher::Impl {
       return false;
     }
     std::map<std::string, bool> listed;
-    for (const json& item : list.value().items) {
+    for (const Json& item : list.value().items) {
       auto pod = parse_pod(item, config.resource_name);
       if (pod) listed[pod.value().uid] = true;
       handle_pod(item);
@@ -307,7 +306,7 @@ struct PodWatcher::Impl {
     }
     if (response.status == 410) return WatchEnd::kGone;
     if (response.status != 200) {
-      ApiStatus status = parse_api_status(json::parse(response.body, nullptr, false));
+      ApiStatus status = parse_api_status_text(response.body);
       if (status.code == 410) return WatchEnd::kGone;
       NVSHARE_WARN("pod watcher: watch: HTTP %ld %s", response.status, status.message.c_str());
       count(&PodWatcherStats::api_errors);
@@ -366,31 +365,31 @@ struct PodWatcher::Impl {
   // ---- the sync thread: control-socket pushes and Warning Events ------------------------------
 
   void post_warning(const PendingWarning& warning) {
-    json event = {
+    const std::string now = now_rfc3339();
+    Json event(Json::Object{
         {"apiVersion", "v1"},
         {"kind", "Event"},
-        {"metadata", {{"generateName", warning.name + "."}, {"namespace", warning.namespace_name}}},
-        {"involvedObject",
-         {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"name", warning.name},
-          {"namespace", warning.namespace_name},
-          {"uid", warning.pod_uid}}},
+        {"metadata",
+         Json::Object{{"generateName", warning.name + "."}, {"namespace", warning.namespace_name}}},
+        {"involvedObject", Json::Object{{"apiVersion", "v1"},
+                                        {"kind", "Pod"},
+                                        {"name", warning.name},
+                                        {"namespace", warning.namespace_name},
+                                        {"uid", warning.pod_uid}}},
         {"reason", kInvalidReason},
         {"message", warning.message},
         {"type", "Warning"},
-        {"source", {{"component", kComponent}, {"host", config.node_name}}},
+        {"source", Json::Object{{"component", kComponent}, {"host", config.node_name}}},
         {"reportingComponent", kComponent},
         {"reportingInstance", config.node_name},
-        {"firstTimestamp", now_rfc3339()},
-        {"lastTimestamp", now_rfc3339()},
+        {"firstTimestamp", now},
+        {"lastTimestamp", now},
         {"count", 1},
-    };
+    });
     HttpResponse response;
     HttpFailure failure;
     const std::string path = "/api/v1/namespaces/" + warning.namespace_name + "/events";
-    if (!post_api->request("POST", path, event.dump(-1, ' ', false, json::error_handler_t::replace),
-                           &response, &failure)) {
+    if (!post_api->request("POST", path, event.dump(), &response, &failure)) {
       if (!failure.interrupted) {
         NVSHARE_WARN("pod watcher: cannot post an event on %s/%s: %s",
                      warning.namespace_name.c_str(), warning.name.c_str(), failure.message.c_str());

@@ -1,23 +1,27 @@
 #include "podwatcher/watch_stream.h"
 
+#include <climits>
+
 namespace nvshare::podwatcher {
 namespace {
 
-using nlohmann::json;
-
-std::string resource_version_of(const json& object) {
-  if (!object.is_object()) return {};
-  auto metadata = object.find("metadata");
-  if (metadata == object.end() || !metadata->is_object()) return {};
-  auto version = metadata->find("resourceVersion");
-  if (version == metadata->end() || !version->is_string()) return {};
-  return version->get<std::string>();
+std::string resource_version_of(const Json& object) {
+  const Json* metadata = object.find("metadata");
+  const Json* version = metadata != nullptr ? metadata->find("resourceVersion") : nullptr;
+  const std::string* text = version != nullptr ? version->as_string() : nullptr;
+  return text != nullptr ? *text : std::string();
 }
 
-Result<json> parse_json_text(std::string_view text, const char* what) {
-  json value = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) return make_error(std::string(what) + " is not valid JSON");
+Result<Json> parse_json_text(std::string_view text, const char* what) {
+  auto value = parse_json(text, kApiJsonLimits);
+  if (!value) return make_error(std::string(what) + " is not valid JSON: " + value.error().message);
   return value;
+}
+
+std::string string_or_empty(const Json& object, std::string_view key) {
+  const Json* value = object.find(key);
+  const std::string* text = value != nullptr ? value->as_string() : nullptr;
+  return text != nullptr ? *text : std::string();
 }
 
 }  // namespace
@@ -57,34 +61,36 @@ Status LineSplitter::feed(std::string_view bytes,
   return Status::Ok();
 }
 
-ApiStatus parse_api_status(const json& object) {
+ApiStatus parse_api_status(const Json& object) {
   ApiStatus status;
-  if (!object.is_object()) return status;
-  if (auto code = object.find("code"); code != object.end() && code->is_number_integer()) {
-    status.code = code->get<int>();
+  if (const Json* code = object.find("code")) {
+    auto value = code->as_int64();
+    if (value && *value >= INT_MIN && *value <= INT_MAX) status.code = static_cast<int>(*value);
   }
-  if (auto reason = object.find("reason"); reason != object.end() && reason->is_string()) {
-    status.reason = reason->get<std::string>();
-  }
-  if (auto message = object.find("message"); message != object.end() && message->is_string()) {
-    status.message = message->get<std::string>();
-  }
+  status.reason = string_or_empty(object, "reason");
+  status.message = string_or_empty(object, "message");
   return status;
+}
+
+ApiStatus parse_api_status_text(std::string_view body) {
+  auto parsed = parse_json(body, kApiJsonLimits);
+  return parsed ? parse_api_status(parsed.value()) : ApiStatus{};
 }
 
 Result<WatchEvent> parse_watch_event(std::string_view line) {
   auto parsed = parse_json_text(line, "watch event");
   if (!parsed) return parsed.error();
-  const json& event = parsed.value();
+  Json& event = parsed.value();
   if (!event.is_object()) return make_error("watch event is not a JSON object");
-  auto type = event.find("type");
-  if (type == event.end() || !type->is_string()) return make_error("watch event has no type");
-  auto object = event.find("object");
-  if (object == event.end() || !object->is_object()) {
-    return make_error("watch event has no object");
+  const Json* type = event.find("type");
+  if (type == nullptr || !type->is_string()) return make_error("watch event has no type");
+  Json* object = nullptr;
+  for (auto& [key, value] : *event.as_object()) {
+    if (key == "object") object = &value;
   }
+  if (object == nullptr || !object->is_object()) return make_error("watch event has no object");
   WatchEvent out;
-  const std::string& name = type->get_ref<const std::string&>();
+  const std::string& name = *type->as_string();
   if (name == "ADDED") {
     out.type = WatchEvent::Type::kAdded;
   } else if (name == "MODIFIED") {
@@ -111,16 +117,16 @@ Result<WatchEvent> parse_watch_event(std::string_view line) {
 Result<PodList> parse_pod_list(std::string_view body) {
   auto parsed = parse_json_text(body, "pod list");
   if (!parsed) return parsed.error();
-  json& list = parsed.value();
+  Json& list = parsed.value();
   if (!list.is_object()) return make_error("pod list is not a JSON object");
   PodList out;
   out.resource_version = resource_version_of(list);
   if (out.resource_version.empty()) return make_error("pod list has no metadata.resourceVersion");
-  auto items = list.find("items");
-  if (items != list.end() && !items->is_null()) {
-    if (!items->is_array()) return make_error("pod list items is not an array");
-    out.items.reserve(items->size());
-    for (json& item : *items) out.items.push_back(std::move(item));
+  for (auto& [key, items] : *list.as_object()) {
+    if (key != "items" || items.is_null()) continue;
+    Json::Array* array = items.as_array();
+    if (array == nullptr) return make_error("pod list items is not an array");
+    out.items = std::move(*array);
   }
   return out;
 }

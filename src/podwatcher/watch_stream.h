@@ -4,19 +4,24 @@
 //   {"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired",...}}
 // LineSplitter cuts the byte stream (delivered in arbitrary pieces) into lines, refusing a line
 // over its size limit; parse_watch_event reads one line. Also reads the Status objects of error
-// responses and the PodList of a list. Pure: no I/O.
+// responses and the PodList of a list. Pure: no I/O. Bodies are read with the strict parser of
+// common/json under kApiJsonLimits.
 #pragma once
 
 #include <cstddef>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/json.h"
 #include "common/result.h"
 
 namespace nvshare::podwatcher {
+
+// What the API server's bodies may be: a pod list of a full node is a few MiB; managedFields nest a
+// few dozen levels at most.
+inline constexpr JsonLimits kApiJsonLimits{.max_bytes = std::size_t{256} << 20, .max_depth = 128};
 
 class LineSplitter {
  public:
@@ -36,7 +41,7 @@ class LineSplitter {
 struct WatchEvent {
   enum class Type { kAdded, kModified, kDeleted, kBookmark, kError };
   Type type = Type::kAdded;
-  nlohmann::json object;
+  Json object;
   std::string resource_version;  // object.metadata.resourceVersion ("" when absent)
   int error_code = 0;            // ERROR: the Status code (410 = Gone, the version is too old)
   std::string error_message;     // ERROR: the Status message
@@ -51,11 +56,13 @@ struct ApiStatus {
   std::string reason;
   std::string message;
 };
-ApiStatus parse_api_status(const nlohmann::json& object);
+ApiStatus parse_api_status(const Json& object);
+// The same, read from a response body (an empty status when the body is not JSON).
+ApiStatus parse_api_status_text(std::string_view body);
 
 // A PodList: the items and metadata.resourceVersion (required: the watch starts from it).
 struct PodList {
-  std::vector<nlohmann::json> items;
+  std::vector<Json> items;
   std::string resource_version;
 };
 Result<PodList> parse_pod_list(std::string_view body);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes, once, a Debian arm64 sysroot for cross-compiling the Kubernetes components (gRPC,
-# protobuf, libcurl, OpenSSL, nlohmann-json) for aarch64: debootstrap's first stage (--foreign:
+# protobuf, libcurl, OpenSSL) for aarch64: debootstrap's first stage (--foreign:
 # download and unpack, nothing run, so no emulator is needed), every downloaded package extracted
 # into the root, and absolute symbolic links made relative so they resolve inside it. Later runs
 # reuse it.
@@ -11,7 +11,7 @@ set -euo pipefail
 root=${1:?usage: make_arm64_sysroot.sh ROOT [SUITE]}
 suite=${2:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}
 mirror=${NVSHARE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-packages=libgrpc++-dev,protobuf-compiler-grpc,libprotobuf-dev,libcurl4-openssl-dev,libssl-dev,nlohmann-json3-dev
+packages=libgrpc++-dev,protobuf-compiler-grpc,libprotobuf-dev,libcurl4-openssl-dev,libssl-dev
 . "$(dirname "$0")/root_cache.sh"
 lock_root_cache make_arm64_sysroot "$root"
 done_mark="$root/.nvshare-sysroot-complete"

@@ -18,7 +18,7 @@ namespace pw = nvshare::podwatcher;
 
 namespace {
 
-void read_pod(const nlohmann::json& object) {
+void read_pod(const nvshare::Json& object) {
   auto pod = pw::parse_pod(object, "nvshare.com/gpu");
   if (!pod.ok()) return;
   check(!pod.value().uid.empty());
@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t piece = 1 + data[0] % 64;
   std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   if (auto list = pw::parse_pod_list(rest); list.ok()) {
-    for (const nlohmann::json& item : list.value().items) read_pod(item);
+    for (const nvshare::Json& item : list.value().items) read_pod(item);
   }
   pw::LineSplitter splitter(4096);
   while (!rest.empty()) {

@@ -14,25 +14,27 @@
 namespace nvshare::podwatcher {
 namespace {
 
-using nlohmann::json;
-
-json pod_json(const json& annotations, const json& resources,
-              const std::string& phase = "Running") {
-  json pod = {
-      {"metadata", {{"uid", "u1"}, {"name", "p"}, {"namespace", "ml"}, {"resourceVersion", "7"}}},
-      {"spec",
-       {{"nodeName", "n1"},
-        {"containers", json::array({{{"name", "c"}, {"resources", resources}}})}}},
-      {"status", {{"phase", phase}}}};
-  if (!annotations.is_null()) pod["metadata"]["annotations"] = annotations;
-  return pod;
+// A JSON document written as text (the tests' pods are short enough to read that way).
+Json doc(const std::string& text) {
+  auto parsed = parse_json(text);
+  EXPECT_TRUE(parsed.ok()) << text;
+  return parsed.ok() ? std::move(parsed).value() : Json();
 }
 
-const json kManaged = {{"limits", {{"nvshare.com/gpu", "1"}}}};
+Json pod_json(const std::string& annotations, const std::string& resources,
+              const std::string& phase = "Running") {
+  std::string text = R"({"metadata":{"uid":"u1","name":"p","namespace":"ml","resourceVersion":"7")";
+  if (!annotations.empty()) text += R"(,"annotations":)" + annotations;
+  text += R"(},"spec":{"nodeName":"n1","containers":[{"name":"c","resources":)" + resources +
+          R"(}]},"status":{"phase":")" + phase + R"("}})";
+  return doc(text);
+}
+
+const std::string kManaged = R"({"limits":{"nvshare.com/gpu":"1"}})";
 
 TEST(PodLimits, ParsesTheMembersTheWatcherUses) {
   auto pod =
-      parse_pod(pod_json({{"nvshare.com/gpu-memory-limit", "4Gi"}}, kManaged), "nvshare.com/gpu");
+      parse_pod(pod_json(R"({"nvshare.com/gpu-memory-limit":"4Gi"})", kManaged), "nvshare.com/gpu");
   ASSERT_TRUE(pod.ok()) << pod.error().message;
   EXPECT_EQ(pod.value().uid, "u1");
   EXPECT_EQ(pod.value().namespace_name, "ml");
@@ -46,35 +48,30 @@ TEST(PodLimits, ParsesTheMembersTheWatcherUses) {
 }
 
 TEST(PodLimits, ResourceCountsInLimitsRequestsAndInitContainers) {
-  EXPECT_TRUE(
-      parse_pod(pod_json(nullptr, {{"requests", {{"nvshare.com/gpu", "1"}}}}), "nvshare.com/gpu")
-          .value()
-          .requests_resource);
-  EXPECT_FALSE(
-      parse_pod(pod_json(nullptr, {{"limits", {{"nvidia.com/gpu", "1"}}}}), "nvshare.com/gpu")
-          .value()
-          .requests_resource);
-  EXPECT_TRUE(
-      parse_pod(pod_json(nullptr, {{"limits", {{"example.com/vgpu", "1"}}}}), "example.com/vgpu")
-          .value()
-          .requests_resource);
-  json init = pod_json(nullptr, json::object());
-  init["spec"]["initContainers"] = json::array({{{"resources", kManaged}}});
+  EXPECT_TRUE(parse_pod(pod_json("", R"({"requests":{"nvshare.com/gpu":"1"}})"), "nvshare.com/gpu")
+                  .value()
+                  .requests_resource);
+  EXPECT_FALSE(parse_pod(pod_json("", R"({"limits":{"nvidia.com/gpu":"1"}})"), "nvshare.com/gpu")
+                   .value()
+                   .requests_resource);
+  EXPECT_TRUE(parse_pod(pod_json("", R"({"limits":{"example.com/vgpu":"1"}})"), "example.com/vgpu")
+                  .value()
+                  .requests_resource);
+  const Json init = doc(R"({"metadata":{"uid":"u1"},"spec":{"containers":[{"resources":{}}],)"
+                        R"("initContainers":[{"resources":)" +
+                        kManaged + "}]}}");
   EXPECT_TRUE(parse_pod(init, "nvshare.com/gpu").value().requests_resource);
 }
 
 TEST(PodLimits, RejectsObjectsWithoutUid) {
-  EXPECT_FALSE(parse_pod(json::array(), "nvshare.com/gpu").ok());
-  EXPECT_FALSE(parse_pod(json{{"metadata", {{"name", "x"}}}}, "nvshare.com/gpu").ok());
+  EXPECT_FALSE(parse_pod(Json::array(), "nvshare.com/gpu").ok());
+  EXPECT_FALSE(parse_pod(doc(R"({"metadata":{"name":"x"}})"), "nvshare.com/gpu").ok());
 }
 
 TEST(PodLimits, FinishedPhases) {
-  EXPECT_TRUE(
-      parse_pod(pod_json(nullptr, kManaged, "Succeeded"), "nvshare.com/gpu").value().finished());
-  EXPECT_TRUE(
-      parse_pod(pod_json(nullptr, kManaged, "Failed"), "nvshare.com/gpu").value().finished());
-  EXPECT_FALSE(
-      parse_pod(pod_json(nullptr, kManaged, "Pending"), "nvshare.com/gpu").value().finished());
+  EXPECT_TRUE(parse_pod(pod_json("", kManaged, "Succeeded"), "nvshare.com/gpu").value().finished());
+  EXPECT_TRUE(parse_pod(pod_json("", kManaged, "Failed"), "nvshare.com/gpu").value().finished());
+  EXPECT_FALSE(parse_pod(pod_json("", kManaged, "Pending"), "nvshare.com/gpu").value().finished());
 }
 
 PodView view(std::optional<std::string> memory, std::optional<std::string> core) {
@@ -330,12 +327,26 @@ users:
 TEST(Kubeconfig, ParsesKubectlYaml) {
   auto parsed = parse_kubeconfig_text(kKubeconfig);
   ASSERT_TRUE(parsed.ok()) << parsed.error().message;
-  const json& config = parsed.value();
-  EXPECT_EQ(config["current-context"], "dev-ctx");
-  EXPECT_EQ(config["clusters"].size(), 2u);
-  EXPECT_EQ(config["clusters"][1]["cluster"]["server"], "http://127.0.0.1:8080");
-  EXPECT_EQ(config["contexts"][1]["context"]["user"], "dev user");
-  EXPECT_TRUE(config["preferences"].is_object());
+  const Json& config = parsed.value();
+  const auto text_at = [](const Json* value) {
+    return value != nullptr && value->is_string() ? *value->as_string() : std::string("<absent>");
+  };
+  const auto item = [](const Json* list, std::size_t i) {
+    return list != nullptr && list->is_array() && i < list->as_array()->size()
+               ? &list->as_array()->at(i)
+               : nullptr;
+  };
+  EXPECT_EQ(text_at(config.find("current-context")), "dev-ctx");
+  ASSERT_TRUE(config.find("clusters") != nullptr && config.find("clusters")->is_array());
+  EXPECT_EQ(config.find("clusters")->as_array()->size(), 2u);
+  const Json* second_cluster = item(config.find("clusters"), 1);
+  ASSERT_NE(second_cluster, nullptr);
+  EXPECT_EQ(text_at(second_cluster->find("cluster")->find("server")), "http://127.0.0.1:8080");
+  const Json* second_context = item(config.find("contexts"), 1);
+  ASSERT_NE(second_context, nullptr);
+  EXPECT_EQ(text_at(second_context->find("context")->find("user")), "dev user");
+  ASSERT_NE(config.find("preferences"), nullptr);
+  EXPECT_TRUE(config.find("preferences")->is_object());
 
   auto credentials = kubeconfig_credentials(config, "/base");
   ASSERT_TRUE(credentials.ok()) << credentials.error().message;
@@ -343,8 +354,8 @@ TEST(Kubeconfig, ParsesKubectlYaml) {
   EXPECT_TRUE(credentials.value().insecure_skip_tls_verify);
   EXPECT_EQ(credentials.value().current_token().value(), "abc123");
 
-  json prod = config;
-  prod["current-context"] = "prod-admin";
+  Json prod = config;
+  prod.set("current-context", "prod-admin");
   auto admin = kubeconfig_credentials(prod, "/base");
   ASSERT_TRUE(admin.ok()) << admin.error().message;
   EXPECT_EQ(admin.value().server, "https://10.0.0.1:6443");
@@ -355,15 +366,19 @@ TEST(Kubeconfig, ParsesKubectlYaml) {
 }
 
 TEST(Kubeconfig, ReportsWhatIsMissing) {
-  json config = parse_kubeconfig_text(kKubeconfig).value();
-  json missing = config;
-  missing["current-context"] = "nope";
+  Json missing = parse_kubeconfig_text(kKubeconfig).value();
+  missing.set("current-context", "nope");
   auto error = kubeconfig_credentials(missing, "");
   ASSERT_FALSE(error.ok());
   EXPECT_NE(error.error().message.find("context \"nope\" not found"), std::string::npos);
-  json exec = config;
-  exec["users"][1]["user"] = {{"exec", {{"command", "aws"}}}};
-  auto unsupported = kubeconfig_credentials(exec, "");
+  std::string exec_text = kKubeconfig;
+  const std::string token_line = "    token: abc123\n";
+  ASSERT_NE(exec_text.find(token_line), std::string::npos);
+  exec_text.replace(exec_text.find(token_line), token_line.size(),
+                    "    exec:\n      command: aws\n");
+  auto exec = parse_kubeconfig_text(exec_text);
+  ASSERT_TRUE(exec.ok()) << exec.error().message;
+  auto unsupported = kubeconfig_credentials(exec.value(), "");
   ASSERT_FALSE(unsupported.ok());
   EXPECT_NE(unsupported.error().message.find("not supported"), std::string::npos);
   EXPECT_FALSE(parse_kubeconfig_text("a: b\n  c: d\n").ok());
