@@ -4,7 +4,8 @@
 // value with a message a user can act on: the scheduler not running (no socket, connection
 // refused), the socket not being ours to use (permission), no answer within the timeout, or an
 // answer that is not JSON. The one client of nvsharectl, the device plugin, the pod watcher, the
-// bench and the tests; requests are typed (requests.h), raw JSON only for tests of bad input.
+// bench and the tests; requests and answers are typed (requests.h, answers.h), raw JSON only for
+// tests of bad input.
 #pragma once
 
 #include <string>
@@ -12,6 +13,7 @@
 #include "common/json.h"
 #include "common/result.h"
 #include "common/unix_socket.h"
+#include "control/answers.h"
 #include "control/requests.h"
 
 namespace nvshare::control {
@@ -41,5 +43,14 @@ class ControlClient {
 // Connects, sends one request, returns the response.
 Result<Json> control_call(const std::string& path, const Request& request, int timeout_ms = 5000);
 Result<Json> control_call(const std::string& path, const Json& request, int timeout_ms = 5000);
+
+// Connects, sends one typed request and reads the answer it expects, or the scheduler's refusal.
+// Errors: the scheduler cannot be reached, or what came back is not that answer.
+template <typename R>
+Result<Reply<AnswerOf<R>>> ask(const std::string& path, const R& request, int timeout_ms = 5000) {
+  auto response = control_call(path, Request(request), timeout_ms);
+  if (!response) return response.error();
+  return decode_reply<AnswerOf<R>>(response.value());
+}
 
 }  // namespace nvshare::control

@@ -306,12 +306,11 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     auto response = control::control_call(config.control_socket, request,
                                           static_cast<int>(timing.rpc_timeout.count()));
     if (!response) return response.error();
-    const Json* ok = response.value().find("ok");
-    if (ok == nullptr || ok->as_bool() != std::optional<bool>(true)) {
-      const Json* error = response.value().find("error");
-      const std::string* message = error != nullptr ? error->as_string() : nullptr;
+    auto refusal = control::decode_refusal(response.value());
+    if (!refusal) return refusal.error();
+    if (refusal.value()) {
       return make_error(std::string("the scheduler refused the ") + what + ": " +
-                        (message != nullptr ? *message : response.value().dump()));
+                        refusal.value()->error);
     }
     return Status::Ok();
   }

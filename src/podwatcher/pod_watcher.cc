@@ -422,14 +422,12 @@ struct PodWatcher::Impl {
       control.reset();
       return false;
     }
-    const Json* ok = response.value().find("ok");
-    if (ok != nullptr && ok->as_bool().value_or(false)) {
+    auto refusal = control::decode_refusal(response.value());
+    if (refusal && !refusal.value()) {
       count(&PodWatcherStats::pushes);
       return true;
     }
-    const Json* error = response.value().find("error");
-    const std::string message =
-        error != nullptr && error->as_string() != nullptr ? *error->as_string() : "no reason given";
+    const std::string message = refusal ? refusal.value()->error : refusal.error().message;
     if (command.kind == ControlCommand::Kind::kForgetPod) {
       // Not remembered: the scheduler restarted since, which is what forgetting wanted anyway.
       NVSHARE_DEBUG("pod watcher: forget-pod %s: %s", command.pod_uid.c_str(), message.c_str());

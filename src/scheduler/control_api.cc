@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "common/quantity.h"
+#include "control/answers.h"
 #include "scheduler/pod_identity.h"
 
 #ifndef NVSHARE_VERSION
@@ -28,12 +29,6 @@ Result<std::string> canonical_pod_uid_of(const std::string& text, std::string_vi
                       "\"7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d\", or a static pod's 32 hex digits)");
   }
   return *canonical;
-}
-
-Json ok_response() {
-  Json out = Json::object();
-  out.set("ok", true);
-  return out;
 }
 
 Json config_json(const DaemonConfig& config) {
@@ -59,19 +54,17 @@ Json config_json(const DaemonConfig& config) {
 }
 
 Json status(ControlContext& context) {
-  Json out = ok_response();
-  Json scheduler = Json::object();
-  scheduler.set("version", NVSHARE_VERSION);
-  scheduler.set("pid", static_cast<long long>(::getpid()));
-  scheduler.set("uptime_s", static_cast<double>((context.now - context.started).count()) / 1e9);
-  scheduler.set("client_sessions", context.client_sessions);
-  scheduler.set("clients", context.scheduler.client_count());
-  scheduler.set("limits_synced", context.scheduler.synced());
-  scheduler.set("config", config_json(context.scheduler.config()));
-  out.set("scheduler", std::move(scheduler));
-  Json body = to_json(context.scheduler.snapshot(context.now));
-  for (auto& [key, value] : *body.as_object()) out.set(key, std::move(value));
-  return out;
+  control::StatusAnswer answer;
+  control::SchedulerInfo& s = answer.scheduler;
+  s.version = NVSHARE_VERSION;
+  s.pid = ::getpid();
+  s.uptime_s = static_cast<double>((context.now - context.started).count()) / 1e9;
+  s.client_sessions = context.client_sessions;
+  s.clients = context.scheduler.client_count();
+  s.limits_synced = context.scheduler.synced();
+  s.config = config_json(context.scheduler.config());
+  answer.body = to_json(context.scheduler.snapshot(context.now));
+  return control::encode(answer);
 }
 
 Json set_limits(control::SetLimitsRequest request, ControlContext& context) {
@@ -82,14 +75,10 @@ Json set_limits(control::SetLimitsRequest request, ControlContext& context) {
   }
   auto outcome = context.scheduler.set_limits(request.selector, request.change, context.now);
   if (!outcome) return error_response(outcome.error().message);
-  Json out = ok_response();
-  Json clients = Json::array();
-  for (ClientId id : outcome.value().clients) clients.push_back(id);
-  Json pods = Json::array();
-  for (const std::string& uid : outcome.value().remembered_pods) pods.push_back(uid);
-  out.set("clients", std::move(clients));
-  out.set("pods", std::move(pods));
-  return out;
+  control::SetLimitsAnswer answer;
+  answer.clients.assign(outcome.value().clients.begin(), outcome.value().clients.end());
+  answer.pods = outcome.value().remembered_pods;
+  return control::encode(answer);
 }
 
 Json forget_pod(const control::ForgetPodRequest& request, ControlContext& context) {
@@ -98,7 +87,7 @@ Json forget_pod(const control::ForgetPodRequest& request, ControlContext& contex
   if (Status s = context.scheduler.forget_pod(uid.value(), context.now); !s) {
     return error_response(s.error().message);
   }
-  return ok_response();
+  return control::encode(control::Ack{});
 }
 
 Json set_policy(const control::SetPolicyRequest& request, ControlContext& context) {
@@ -117,11 +106,7 @@ Json set_policy(const control::SetPolicyRequest& request, ControlContext& contex
   }
   auto changed = context.scheduler.set_policy(request.gpu, values, context.now);
   if (!changed) return error_response(changed.error().message);
-  Json out = ok_response();
-  Json gpus = Json::array();
-  for (const std::string& uuid : changed.value()) gpus.push_back(uuid);
-  out.set("gpus", std::move(gpus));
-  return out;
+  return control::encode(control::SetPolicyAnswer{changed.value()});
 }
 
 // The device plugin's inventory; every entry was checked before any is applied.
@@ -129,104 +114,75 @@ Json set_gpus(const control::SetGpusRequest& request, ControlContext& context) {
   if (Status s = context.scheduler.set_gpus(request.gpus, "device plugin", context.now); !s) {
     return error_response(s.error().message);
   }
-  Json out = ok_response();
-  out.set("gpus", context.scheduler.gpu_count());
-  return out;
+  return control::encode(control::SetGpusAnswer{context.scheduler.gpu_count()});
 }
 
 // The control plane (the device plugin) has pushed every limit it holds.
 Json sync(ControlContext& context) {
   context.scheduler.mark_synced(context.now);
-  return ok_response();
+  return control::encode(control::Ack{});
 }
 
 Json explain(const control::ExplainRequest& request, ControlContext& context) {
   auto explanation = context.scheduler.explain(request.client, context.now);
   if (!explanation) return error_response(explanation.error().message);
-  Json out = ok_response();
-  out.set("client", explanation.value().client);
-  out.set("gpu", explanation.value().gpu);
-  out.set("state", std::string(policy::to_string(explanation.value().state)));
-  out.set("waiting_for",
-          explanation.value().waiting_for
-              ? Json(std::string(protocol::to_string(*explanation.value().waiting_for)))
-              : Json());
-  out.set("explanation", explanation.value().text);
-  return out;
+  control::ExplainAnswer answer;
+  answer.client = explanation.value().client;
+  answer.gpu = explanation.value().gpu;
+  answer.state = std::string(policy::to_string(explanation.value().state));
+  if (explanation.value().waiting_for) {
+    answer.waiting_for = std::string(protocol::to_string(*explanation.value().waiting_for));
+  }
+  answer.explanation = explanation.value().text;
+  return control::encode(answer);
 }
 
 Json stats(const control::StatsRequest& request, ControlContext& context) {
-  const bool reset = request.reset;
   DaemonStats& s = context.stats;
-  Json out = ok_response();
-  Json in = Json::object();
-  Json sent = Json::object();
-  std::uint64_t total_in = 0;
-  std::uint64_t total_out = 0;
+  control::StatsAnswer answer;
   for (std::size_t t = 1; t < DaemonStats::kTypes; ++t) {
     const std::string name(protocol::to_string(static_cast<protocol::MessageType>(t)));
-    in.set(name, s.frames_in[t]);
-    sent.set(name, s.frames_out[t]);
-    total_in += s.frames_in[t];
-    total_out += s.frames_out[t];
+    answer.frames_in.emplace_back(name, s.frames_in[t]);
+    answer.frames_out.emplace_back(name, s.frames_out[t]);
+    answer.frames_in_total += s.frames_in[t];
+    answer.frames_out_total += s.frames_out[t];
   }
-  out.set("frames_in", std::move(in));
-  out.set("frames_out", std::move(sent));
-  out.set("frames_in_total", total_in);
-  out.set("frames_out_total", total_out);
-  out.set("bytes_in", s.bytes_in);
-  out.set("bytes_out", s.bytes_out);
-  Json sessions = Json::object();
-  sessions.set("open", context.client_sessions);
-  sessions.set("opened", s.sessions_opened);
-  sessions.set("closed", s.sessions_closed);
-  sessions.set("closed_malformed", s.closed_malformed);
-  sessions.set("closed_protocol", s.closed_protocol);
-  sessions.set("closed_version", s.closed_version);
-  sessions.set("closed_slow", s.closed_slow);
-  sessions.set("closed_unknown_gpu", s.closed_unknown_gpu);
-  sessions.set("closed_no_hello", s.closed_no_hello);
-  sessions.set("refused_identity", s.refused_identity);
-  sessions.set("refused_limit", s.refused_limit);
-  sessions.set("refused_descriptors", s.refused_descriptors);
-  out.set("sessions", std::move(sessions));
-  out.set("control_requests", s.control_requests);
-  out.set("control_refused", s.control_refused);
+  answer.bytes_in = s.bytes_in;
+  answer.bytes_out = s.bytes_out;
+  answer.sessions = {
+      {"open", context.client_sessions},      {"opened", s.sessions_opened},
+      {"closed", s.sessions_closed},          {"closed_malformed", s.closed_malformed},
+      {"closed_protocol", s.closed_protocol}, {"closed_version", s.closed_version},
+      {"closed_slow", s.closed_slow},         {"closed_unknown_gpu", s.closed_unknown_gpu},
+      {"closed_no_hello", s.closed_no_hello}, {"refused_identity", s.refused_identity},
+      {"refused_limit", s.refused_limit},     {"refused_descriptors", s.refused_descriptors}};
+  answer.control_requests = s.control_requests;
+  answer.control_refused = s.control_refused;
   const LatencyHistogram& h = s.decision_latency;
-  Json latency = Json::object();
-  latency.set("count", h.count());
-  latency.set("mean", us(h.mean()));
-  latency.set("p50", us(h.percentile(0.50)));
-  latency.set("p90", us(h.percentile(0.90)));
-  latency.set("p99", us(h.percentile(0.99)));
-  latency.set("p999", us(h.percentile(0.999)));
-  latency.set("max", us(h.max()));
-  out.set("decision_latency_us", std::move(latency));
-  if (reset) {
+  answer.decision_latency_us = {h.count(),
+                                us(h.mean()),
+                                us(h.percentile(0.50)),
+                                us(h.percentile(0.90)),
+                                us(h.percentile(0.99)),
+                                us(h.percentile(0.999)),
+                                us(h.max())};
+  if (request.reset) {
     const std::uint64_t refused = s.control_refused;
     s = DaemonStats{};
     s.control_refused = refused;
   }
-  return out;
+  return control::encode(answer);
 }
 
 Json version() {
-  Json out = ok_response();
-  out.set("version", NVSHARE_VERSION);
-  Json protocol_range = Json::object();
-  protocol_range.set("min", static_cast<int>(protocol::kMinVersion));
-  protocol_range.set("max", static_cast<int>(protocol::kMaxVersion));
-  out.set("protocol", std::move(protocol_range));
-  return out;
+  return control::encode(
+      control::VersionAnswer{NVSHARE_VERSION, protocol::kMinVersion, protocol::kMaxVersion});
 }
 
 }  // namespace
 
 Json error_response(std::string_view message) {
-  Json out = Json::object();
-  out.set("ok", false);
-  out.set("error", std::string(message));
-  return out;
+  return control::encode(control::Refusal{std::string(message)});
 }
 
 Json handle_control_request(const Json& json, ControlContext& context) {

@@ -2,8 +2,9 @@
 // the normative description).
 //
 // Requests are objects with a "cmd" member: status, set-limits, forget-pod, set-policy, explain,
-// stats, version. Responses are {"ok":true,...} or {"ok":false,"error":"..."}. Unknown members are
-// errors (a typo such as "cores" must not be silently ignored). Nothing here touches sockets, so
+// stats, version, decoded by control/requests. Answers are control/answers types, encoded there:
+// {"ok":true,...} or {"ok":false,"error":"..."}. Unknown members of a request are errors (a typo
+// such as "cores" must not be silently ignored). Nothing here touches sockets, so
 // the commands can be tested against a Scheduler directly; control_server.h carries the lines.
 #pragma once
 

@@ -153,27 +153,32 @@ int refused(const std::string& message) {
   return kExitRefused;
 }
 
-// Sends one request and prints the scheduler's error when it refuses. Returns the response on
-// success.
-std::optional<Json> call(const Global& global, const nvshare::control::Request& request,
-                         int& exit_code) {
-  auto response = nvshare::control::control_call(global.socket, request, global.timeout_ms);
-  if (!response) {
-    std::fprintf(stderr, "nvsharectl: %s\n", response.error().message.c_str());
+// Sends one request and prints why when the scheduler cannot be reached or refuses. Returns the
+// answer the request expects.
+template <typename R>
+std::optional<nvshare::control::AnswerOf<R>> call(const Global& global, const R& request,
+                                                  int& exit_code) {
+  auto reply = nvshare::control::ask(global.socket, request, global.timeout_ms);
+  if (!reply) {
+    std::fprintf(stderr, "nvsharectl: %s\n", reply.error().message.c_str());
     exit_code = kExitUnreachable;
     return std::nullopt;
   }
-  const Json* ok = response.value().find("ok");
-  if (ok == nullptr || ok->as_bool() != true) {
-    const Json* error = response.value().find("error");
+  if (reply.value().refused()) {
     std::fprintf(stderr, "nvsharectl: the scheduler refused: %s\n",
-                 error && error->is_string() ? error->as_string()->c_str()
-                                             : response.value().dump().c_str());
+                 reply.value().refusal().c_str());
     exit_code = kExitRefused;
     return std::nullopt;
   }
   exit_code = kExitOk;
-  return std::move(response).value();
+  return reply.value().answer();
+}
+
+// The answer as the scheduler wrote it (--json).
+template <typename A>
+void print_json(const A& answer, bool pretty) {
+  const Json json = nvshare::control::encode(answer);
+  std::printf("%s\n", pretty ? json.dump_pretty().c_str() : json.dump().c_str());
 }
 
 int cmd_status(const Global& global, std::vector<std::string> rest) {
@@ -181,12 +186,12 @@ int cmd_status(const Global& global, std::vector<std::string> rest) {
   if (auto error = args.parse()) return usage_error(*error);
   if (!args.positionals().empty()) return usage_error("status takes no arguments");
   int code;
-  auto response = call(global, nvshare::control::StatusRequest{}, code);
-  if (!response) return code;
+  auto answer = call(global, nvshare::control::StatusRequest{}, code);
+  if (!answer) return code;
   if (args.has("json")) {
-    std::printf("%s\n", response->dump_pretty().c_str());
+    print_json(*answer, true);
   } else {
-    std::fputs(nvshare::tools::render_status_table(*response).c_str(), stdout);
+    std::fputs(nvshare::tools::render_status_table(answer->body).c_str(), stdout);
   }
   return kExitOk;
 }
@@ -210,17 +215,17 @@ int cmd_top(const Global& global, std::vector<std::string> rest) {
   for (long long i = 0; iterations == 0 || i < iterations; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval));
     int code;
-    auto response = call(global, nvshare::control::StatusRequest{}, code);
-    if (!response) return code;
+    auto answer = call(global, nvshare::control::StatusRequest{}, code);
+    if (!answer) return code;
     if (args.has("json")) {
-      std::printf("%s\n", response->dump().c_str());
+      print_json(*answer, false);
     } else {
       if (clear) std::fputs("\x1b[H\x1b[2J", stdout);
       char stamp[32];
       const std::time_t t = std::time(nullptr);
       std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&t));
       std::printf("nvsharectl top  %s  every %gs\n\n", stamp, interval);
-      std::fputs(nvshare::tools::render_status_table(*response).c_str(), stdout);
+      std::fputs(nvshare::tools::render_status_table(answer->body).c_str(), stdout);
       if (!clear) std::fputs("\n", stdout);
     }
     std::fflush(stdout);
@@ -278,12 +283,10 @@ int cmd_set_limits(const Global& global, std::vector<std::string> rest) {
   auto typed = nvshare::control::decode(request);
   if (!typed) return refused(typed.error().message);
   int code;
-  auto response = call(global, typed.value(), code);
-  if (!response) return code;
-  const Json* clients = response->find("clients");
-  const Json* pods = response->find("pods");
-  const std::size_t n_clients = clients && clients->as_array() ? clients->as_array()->size() : 0;
-  const std::size_t n_pods = pods && pods->as_array() ? pods->as_array()->size() : 0;
+  auto answer = call(global, std::get<nvshare::control::SetLimitsRequest>(typed.value()), code);
+  if (!answer) return code;
+  const std::size_t n_clients = answer->clients.size();
+  const std::size_t n_pods = answer->pods.size();
   std::printf("limits updated: %zu client%s", n_clients, n_clients == 1 ? "" : "s");
   if (n_pods > 0) std::printf(", %zu pod%s remembered", n_pods, n_pods == 1 ? "" : "s");
   std::printf("\n");
@@ -295,8 +298,8 @@ int cmd_forget_pod(const Global& global, std::vector<std::string> rest) {
   if (auto error = args.parse()) return usage_error(*error);
   if (args.positionals().size() != 1) return usage_error("forget-pod takes one pod UID");
   int code;
-  auto response = call(global, nvshare::control::ForgetPodRequest{args.positionals()[0]}, code);
-  if (!response) return code;
+  auto answer = call(global, nvshare::control::ForgetPodRequest{args.positionals()[0]}, code);
+  if (!answer) return code;
   std::printf("forgot pod %s\n", args.positionals()[0].c_str());
   return kExitOk;
 }
@@ -334,10 +337,9 @@ int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
   auto typed = nvshare::control::decode(request);
   if (!typed) return refused(typed.error().message);
   int code;
-  auto response = call(global, typed.value(), code);
-  if (!response) return code;
-  const Json* gpus = response->find("gpus");
-  const std::size_t n = gpus && gpus->as_array() ? gpus->as_array()->size() : 0;
+  auto answer = call(global, std::get<nvshare::control::SetPolicyRequest>(typed.value()), code);
+  if (!answer) return code;
+  const std::size_t n = answer->gpus.size();
   std::printf("policy updated (%zu active GPU%s reconfigured)\n", n, n == 1 ? "" : "s");
   return kExitOk;
 }
@@ -349,20 +351,15 @@ int cmd_explain(const Global& global, std::vector<std::string> rest) {
   auto id = parse_integer(args.positionals()[0]);
   if (!id || *id < 1) return usage_error("explain takes a client id (a positive integer)");
   int code;
-  auto response =
+  auto answer =
       call(global, nvshare::control::ExplainRequest{static_cast<std::uint64_t>(*id)}, code);
-  if (!response) return code;
+  if (!answer) return code;
   if (args.has("json")) {
-    std::printf("%s\n", response->dump_pretty().c_str());
+    print_json(*answer, true);
     return kExitOk;
   }
-  const Json* text = response->find("explanation");
-  const Json* gpu = response->find("gpu");
-  const Json* state = response->find("state");
-  std::printf("client %lld on %s: %s\n%s\n", *id,
-              gpu && gpu->is_string() ? gpu->as_string()->c_str() : "?",
-              state && state->is_string() ? state->as_string()->c_str() : "?",
-              text && text->is_string() ? text->as_string()->c_str() : "");
+  std::printf("client %lld on %s: %s\n%s\n", *id, answer->gpu.c_str(), answer->state.c_str(),
+              answer->explanation.c_str());
   return kExitOk;
 }
 
@@ -370,40 +367,40 @@ int cmd_stats(const Global& global, std::vector<std::string> rest) {
   Args args(std::move(rest), {}, {"json", "reset"});
   if (auto error = args.parse()) return usage_error(*error);
   int code;
-  auto response = call(global, nvshare::control::StatsRequest{args.has("reset")}, code);
-  if (!response) return code;
+  auto answer = call(global, nvshare::control::StatsRequest{args.has("reset")}, code);
+  if (!answer) return code;
   if (args.has("json")) {
-    std::printf("%s\n", response->dump_pretty().c_str());
+    print_json(*answer, true);
     return kExitOk;
   }
-  const auto number = [&](const Json* object, const char* key) {
-    const Json* v = object ? object->find(key) : nullptr;
-    return v ? v->dump() : std::string("-");
+  const auto counter = [&](const char* name) {
+    for (const auto& [key, value] : answer->sessions) {
+      if (key == name) return std::to_string(value);
+    }
+    return std::string("-");
   };
-  std::printf("frames in %s, out %s\n", number(&*response, "frames_in_total").c_str(),
-              number(&*response, "frames_out_total").c_str());
-  const Json* latency = response->find("decision_latency_us");
-  std::printf("decision latency (us): count %s  p50 %s  p99 %s  max %s\n",
-              number(latency, "count").c_str(), number(latency, "p50").c_str(),
-              number(latency, "p99").c_str(), number(latency, "max").c_str());
-  const Json* sessions = response->find("sessions");
+  const auto us = [](double value) { return Json(value).dump(); };
+  const nvshare::control::LatencySummary& latency = answer->decision_latency_us;
+  std::printf("frames in %llu, out %llu\n",
+              static_cast<unsigned long long>(answer->frames_in_total),
+              static_cast<unsigned long long>(answer->frames_out_total));
+  std::printf("decision latency (us): count %llu  p50 %s  p99 %s  max %s\n",
+              static_cast<unsigned long long>(latency.count), us(latency.p50).c_str(),
+              us(latency.p99).c_str(), us(latency.max).c_str());
   std::printf(
       "sessions: open %s  opened %s  closed %s (malformed %s, protocol %s, version %s, slow %s)\n",
-      number(sessions, "open").c_str(), number(sessions, "opened").c_str(),
-      number(sessions, "closed").c_str(), number(sessions, "closed_malformed").c_str(),
-      number(sessions, "closed_protocol").c_str(), number(sessions, "closed_version").c_str(),
-      number(sessions, "closed_slow").c_str());
+      counter("open").c_str(), counter("opened").c_str(), counter("closed").c_str(),
+      counter("closed_malformed").c_str(), counter("closed_protocol").c_str(),
+      counter("closed_version").c_str(), counter("closed_slow").c_str());
   return kExitOk;
 }
 
 int cmd_version(const Global& global, const std::vector<std::string>& rest) {
   if (!rest.empty()) return usage_error("version takes no arguments");
   int code;
-  auto response = call(global, nvshare::control::VersionRequest{}, code);
-  if (!response) return code;
-  const Json* version = response->find("version");
-  std::printf("scheduler %s\n",
-              version && version->is_string() ? version->as_string()->c_str() : "?");
+  auto answer = call(global, nvshare::control::VersionRequest{}, code);
+  if (!answer) return code;
+  std::printf("scheduler %s\n", answer->version.c_str());
   return kExitOk;
 }
 

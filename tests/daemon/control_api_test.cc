@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "control/answers.h"
+
 namespace nvshare::scheduler {
 namespace {
 
@@ -234,6 +236,53 @@ TEST_F(ControlApiTest, ExplainStatsAndVersion) {
   r = call(R"({"cmd":"version"})");
   EXPECT_EQ(r.find("ok")->as_bool(), true);
   EXPECT_EQ(r.find("protocol")->find("max")->as_int64(), protocol::kMaxVersion);
+}
+
+// What the scheduler answers is what the clients' typed decoder reads: every command's answer
+// decodes as the answer type its request expects, and a refusal as a refusal.
+TEST_F(ControlApiTest, EveryAnswerDecodesAsTheTypeItsRequestExpects) {
+  const ClientId a = add(kPodA);
+  control::SetLimitsRequest limits;
+  limits.selector.pod_uid = kPodA;
+  limits.change.core = control::FieldChange{control::FieldChange::Op::kSet, 30};
+  control::SetPolicyRequest policy;
+  policy.settings = {{"quantum", std::string("2")}};
+  control::SetGpusRequest gpus;
+  gpus.gpus = {GpuInfo{"GPU-2", 1, 16ull << 30}};
+  const std::vector<control::Request> requests = {control::StatusRequest{},
+                                                  limits,
+                                                  control::ForgetPodRequest{kPodA},
+                                                  policy,
+                                                  gpus,
+                                                  control::SyncRequest{},
+                                                  control::ExplainRequest{a},
+                                                  control::StatsRequest{},
+                                                  control::VersionRequest{}};
+  for (const control::Request& request : requests) {
+    const Json response = call(control::encode(request).dump());
+    std::visit(
+        [&](const auto& r) {
+          using Answer = control::AnswerOf<std::decay_t<decltype(r)>>;
+          auto reply = control::decode_reply<Answer>(response);
+          ASSERT_TRUE(reply.ok()) << response.dump() << ": " << reply.error().message;
+          EXPECT_FALSE(reply.value().refused()) << response.dump();
+          // Encoding the typed answer gives back what the scheduler wrote.
+          if (!reply.value().refused()) {
+            EXPECT_EQ(control::encode(reply.value().answer()).dump(), response.dump());
+          }
+        },
+        request);
+  }
+  auto explained = control::decode_reply<control::ExplainAnswer>(
+      call(R"({"cmd":"explain","client":)" + std::to_string(a) + "}"));
+  ASSERT_TRUE(explained.ok());
+  EXPECT_EQ(explained.value().answer().client, a);
+  EXPECT_EQ(explained.value().answer().gpu, "GPU-1");
+  auto refused =
+      control::decode_reply<control::ExplainAnswer>(call(R"({"cmd":"explain","client":999})"));
+  ASSERT_TRUE(refused.ok());
+  ASSERT_TRUE(refused.value().refused());
+  EXPECT_FALSE(refused.value().refusal().empty());
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The control protocol's one codec (src/control/requests.h): every request survives a round trip,
-// bad input is refused with the member named, and docs/control-api.md describes exactly the
-// commands the codec knows.
+// The control protocol's one codec (src/control/requests.h, answers.h): every request and every
+// answer survives a round trip, bad input is refused with the member named, and docs/control-api.md
+// describes exactly the commands the codec knows.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "control/answers.h"
 #include "control/requests.h"
 
 namespace nvshare::control {
@@ -54,6 +55,70 @@ TEST(ControlCodec, EveryRequestSurvivesARoundTrip) {
     EXPECT_EQ(decoded.value(), request) << encoded.dump();
     EXPECT_EQ(command_name(decoded.value()), *encoded.find("cmd")->as_string());
   }
+}
+
+template <typename A>
+void expect_round_trip(const A& answer) {
+  const Json encoded = encode(answer);
+  auto decoded = decode_reply<A>(encoded);
+  ASSERT_TRUE(decoded.ok()) << encoded.dump() << ": " << decoded.error().message;
+  ASSERT_FALSE(decoded.value().refused()) << encoded.dump();
+  EXPECT_EQ(decoded.value().answer(), answer) << encoded.dump();
+  // Any answer may be a refusal instead.
+  auto refused = decode_reply<A>(encode(Refusal{"no such client 9"}));
+  ASSERT_TRUE(refused.ok());
+  ASSERT_TRUE(refused.value().refused());
+  EXPECT_EQ(refused.value().refusal(), "no such client 9");
+}
+
+TEST(ControlCodec, EveryAnswerSurvivesARoundTrip) {
+  expect_round_trip(Ack{});
+  expect_round_trip(SetLimitsAnswer{{3, 9}, {"7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d"}});
+  expect_round_trip(SetLimitsAnswer{});
+  expect_round_trip(SetPolicyAnswer{{"GPU-a", "GPU-b"}});
+  expect_round_trip(SetGpusAnswer{2});
+  expect_round_trip(ExplainAnswer{7, "GPU-a", "waiting", "memory", "waits for 3 GiB"});
+  expect_round_trip(ExplainAnswer{7, "GPU-a", "running", std::nullopt, "holds the GPU"});
+  expect_round_trip(VersionAnswer{"1.2.3", 1, 2});
+  StatsAnswer stats;
+  stats.frames_in = {{"hello", 4}, {"request", 10}};
+  stats.frames_out = {{"grant", 9}};
+  stats.frames_in_total = 14;
+  stats.frames_out_total = 9;
+  stats.bytes_in = 1000;
+  stats.bytes_out = 800;
+  stats.sessions = {{"open", 2}, {"closed_slow", 1}};
+  stats.control_requests = 5;
+  stats.control_refused = 1;
+  stats.decision_latency_us = {3, 1.5, 1.25, 2, 3.5, 3.5, 4};
+  expect_round_trip(stats);
+  StatusAnswer status;
+  status.scheduler = {"1.2.3", 4242, 12.5, 3, 2, true, Json::Object{{"mode", "auto"}}};
+  status.body = Json::Object{{"gpus", Json::array()}, {"pods", Json::array()}};
+  expect_round_trip(status);
+}
+
+TEST(ControlCodec, AnswersThatAreNotWhatTheRequestExpectsAreErrorsNamingTheMember) {
+  const auto error_of = [](const std::string& text) {
+    auto reply = decode_reply<SetLimitsAnswer>(parse_json(text).value());
+    return reply.ok() ? std::string("decoded") : reply.error().message;
+  };
+  EXPECT_NE(error_of(R"({"clients":[],"pods":[]})").find("\"ok\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"ok":false})").find("\"error\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"ok":true,"pods":[]})").find("\"clients\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"ok":true,"clients":[-1],"pods":[]})").find("\"clients\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"ok":true,"clients":[],"pods":[3]})").find("\"pods\""), std::string::npos);
+  auto stats =
+      decode_reply<StatsAnswer>(parse_json(R"({"ok":true,"decision_latency_us":{}})").value());
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.error().message.find("decision_latency_us: no \"count\""), std::string::npos)
+      << stats.error().message;
+  // Members an answer does not know are ignored: a newer scheduler may say more.
+  auto newer =
+      decode_reply<SetGpusAnswer>(parse_json(R"({"ok":true,"gpus":2,"added":["GPU-c"]})").value());
+  ASSERT_TRUE(newer.ok()) << newer.error().message;
+  EXPECT_EQ(newer.value().answer().gpus, 2u);
 }
 
 TEST(ControlCodec, TheSpellingsPeopleWriteDecodeToTheSameChange) {

@@ -2,12 +2,14 @@
 // against a Scheduler with two GPUs and three clients (one in a pod).
 //
 // Properties: every line gets one response, an object whose "ok" is a boolean and which carries
-// "error" exactly when "ok" is false; nothing crashes; the persistent state the commands leave
-// renders to text that parses back to the same text.
+// "error" exactly when "ok" is false; the response to a line that decodes as a request decodes as
+// the answer that request expects (or a refusal); nothing crashes; the persistent state the
+// commands leave renders to text that parses back to the same text.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "control/answers.h"
 #include "fuzz_check.h"
 #include "scheduler/control_api.h"
 #include "scheduler/scheduler.h"
@@ -60,6 +62,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Json* ok = response.find("ok");
     check(ok != nullptr && ok->is_bool());
     check((response.find("error") != nullptr) == !*ok->as_bool());
+    auto parsed_line = parse_json(line);
+    auto request = parsed_line ? control::decode(parsed_line.value())
+                               : Result<control::Request>(Error{"not JSON"});
+    if (request) {
+      std::visit(
+          [&](const auto& r) {
+            using Answer = control::AnswerOf<std::decay_t<decltype(r)>>;
+            check(control::decode_reply<Answer>(response).ok());
+          },
+          request.value());
+    }
   }
   const std::string state = render_state(scheduler.persistent_state());
   auto parsed = parse_state(state);
