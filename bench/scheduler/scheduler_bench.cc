@@ -196,10 +196,12 @@ double daemon_cpu_seconds(pid_t pid) {
   return (std::stod(all[11]) + std::stod(all[12])) / ticks;  // utime + stime
 }
 
-Json control(const Daemon& d, const nvshare::control::Request& request) {
-  auto response = nvshare::control::control_call(d.control, request, 10000);
-  if (!response) die(response.error().message);
-  return response.value();
+template <typename R>
+nvshare::control::AnswerOf<R> control(const Daemon& d, const R& request) {
+  auto reply = nvshare::control::ask(d.control, request, 10000);
+  if (!reply) die(reply.error().message);
+  if (reply.value().refused()) die("the scheduler refused: " + reply.value().refusal());
+  return reply.value().answer();
 }
 
 // ---- the load generator -------------------------------------------------------------------------
@@ -435,11 +437,6 @@ double percentile(std::vector<double>& values, double q) {
   return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-double number(const Json* object, const char* key) {
-  const Json* v = object ? object->find(key) : nullptr;
-  return v && v->as_double() ? *v->as_double() : 0;
-}
-
 std::string machine_description() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -483,21 +480,18 @@ int main(int argc, char** argv) {
            true);
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
   const double cpu = daemon_cpu_seconds(daemon.pid) - cpu_before;
-  const Json stats = control(daemon, nvshare::control::StatsRequest{});
-  const Json status = control(daemon, nvshare::control::StatusRequest{});
+  const auto stats = control(daemon, nvshare::control::StatsRequest{});
+  const auto status = control(daemon, nvshare::control::StatusRequest{});
 
-  const Json* latency = stats.find("decision_latency_us");
-  const double frames_in = number(&stats, "frames_in_total");
-  const double frames_out = number(&stats, "frames_out_total");
+  const nvshare::control::LatencySummary& latency = stats.decision_latency_us;
+  const auto frames_in = static_cast<double>(stats.frames_in_total);
+  const auto frames_out = static_cast<double>(stats.frames_out_total);
   const double msgs_per_s = (frames_in + frames_out) / elapsed;
   std::vector<double> rtt = load.roomy_rtt_us;
   const double rtt_p50 = percentile(rtt, 0.50);
   const double rtt_p99 = percentile(rtt, 0.99);
   const double rtt_max = rtt.empty() ? 0 : rtt.back();
-  const std::size_t sessions =
-      status.find("scheduler") && status.find("scheduler")->find("client_sessions")
-          ? static_cast<std::size_t>(number(status.find("scheduler"), "client_sessions"))
-          : 0;
+  const std::size_t sessions = status.scheduler.client_sessions;
 
   std::printf(
       "\nnvshare-scheduler benchmark: %d clients over %d GPUs, %.1f s measured (after %.1f s "
@@ -506,11 +500,11 @@ int main(int argc, char** argv) {
   std::printf("machine: %s\n\n", machine_description().c_str());
   std::printf("  %-58s %12s\n", "metric", "value");
   std::printf("  %-58s %12.1f\n", "decision latency p50 (us, in daemon: read -> grant written)",
-              number(latency, "p50"));
-  std::printf("  %-58s %12.1f\n", "decision latency p90 (us)", number(latency, "p90"));
-  std::printf("  %-58s %12.1f\n", "decision latency p99 (us)", number(latency, "p99"));
-  std::printf("  %-58s %12.1f\n", "decision latency max (us)", number(latency, "max"));
-  std::printf("  %-58s %12.0f\n", "decisions measured", number(latency, "count"));
+              latency.p50);
+  std::printf("  %-58s %12.1f\n", "decision latency p90 (us)", latency.p90);
+  std::printf("  %-58s %12.1f\n", "decision latency p99 (us)", latency.p99);
+  std::printf("  %-58s %12.1f\n", "decision latency max (us)", latency.max);
+  std::printf("  %-58s %12.0f\n", "decisions measured", static_cast<double>(latency.count));
   std::printf("  %-58s %12.1f\n", "request -> grant round trip p50 (us, clients, roomy GPUs)",
               rtt_p50);
   std::printf("  %-58s %12.1f\n", "request -> grant round trip p99 (us)", rtt_p99);
@@ -532,7 +526,8 @@ int main(int argc, char** argv) {
   out.set("hold_ms_mean", o.hold_ms);
   out.set("think_ms_mean", o.think_ms);
   out.set("ping_ms", o.ping_ms);
-  out.set("decision_latency_us", *latency);
+  const Json stats_json = nvshare::control::encode(stats);
+  out.set("decision_latency_us", *stats_json.find("decision_latency_us"));
   Json rtt_json = Json::object();
   rtt_json.set("count", rtt.size());
   rtt_json.set("p50", rtt_p50);
@@ -545,7 +540,7 @@ int main(int argc, char** argv) {
   out.set("grants_per_s", static_cast<double>(load.grants) / elapsed);
   out.set("waits_per_s", static_cast<double>(load.waits) / elapsed);
   out.set("daemon_cpu_percent", 100 * cpu / elapsed);
-  out.set("daemon_stats", stats);
+  out.set("daemon_stats", stats_json);
   std::ofstream(o.out) << out.dump_pretty() << "\n";
   std::printf("\nwrote %s\n", o.out.c_str());
 
