@@ -13,7 +13,6 @@
 #include "common/json.h"
 #include "common/result.h"
 #include "common/unix_socket.h"
-#include "control/answers.h"
 #include "control/requests.h"
 
 namespace nvshare::control {

@@ -29,6 +29,7 @@
 #include "common/gpu_inventory.h"
 #include "common/json.h"
 #include "common/result.h"
+#include "control/answers.h"
 
 namespace nvshare::control {
 
@@ -60,46 +61,59 @@ struct Selector {
 };
 
 struct StatusRequest {
+  using AnswerType = StatusAnswer;
   bool operator==(const StatusRequest&) const = default;
 };
 struct SetLimitsRequest {
+  using AnswerType = SetLimitsAnswer;
   Selector selector;
   LimitsChange change;
   bool operator==(const SetLimitsRequest&) const = default;
 };
 struct ForgetPodRequest {
+  using AnswerType = Ack;
   std::string pod_uid;
   bool operator==(const ForgetPodRequest&) const = default;
 };
 // Policy knobs by their set-policy member names (the scheduler checks the names); a value of
 // nullopt puts the knob back to its default.
 struct SetPolicyRequest {
+  using AnswerType = SetPolicyAnswer;
   std::optional<std::string> gpu;  // nullopt: every GPU and the defaults for GPUs to come
   std::vector<std::pair<std::string, std::optional<std::string>>> settings;
   bool operator==(const SetPolicyRequest&) const = default;
 };
 struct SetGpusRequest {
+  using AnswerType = SetGpusAnswer;
   std::vector<GpuInfo> gpus;  // uuid and memory_bytes travel; index is the position
   bool operator==(const SetGpusRequest& other) const;
 };
 struct SyncRequest {
+  using AnswerType = Ack;
   bool operator==(const SyncRequest&) const = default;
 };
 struct ExplainRequest {
+  using AnswerType = ExplainAnswer;
   std::uint64_t client = 0;
   bool operator==(const ExplainRequest&) const = default;
 };
 struct StatsRequest {
+  using AnswerType = StatsAnswer;
   bool reset = false;
   bool operator==(const StatsRequest&) const = default;
 };
 struct VersionRequest {
+  using AnswerType = VersionAnswer;
   bool operator==(const VersionRequest&) const = default;
 };
 
 using Request =
     std::variant<StatusRequest, SetLimitsRequest, ForgetPodRequest, SetPolicyRequest,
                  SetGpusRequest, SyncRequest, ExplainRequest, StatsRequest, VersionRequest>;
+
+// The answer each request expects (answers.h).
+template <typename R>
+using AnswerOf = typename R::AnswerType;
 
 // "status", "set-limits", ... in the order of Request's alternatives.
 std::span<const std::string_view> command_names();

@@ -176,7 +176,7 @@ Json stats(const control::StatsRequest& request, ControlContext& context) {
 
 Json version() {
   return control::encode(
-      control::VersionAnswer{NVSHARE_VERSION, protocol::kMinVersion, protocol::kMaxVersion});
+      control::VersionAnswer{NVSHARE_VERSION, {protocol::kMinVersion, protocol::kMaxVersion}});
 }
 
 }  // namespace

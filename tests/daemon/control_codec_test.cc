@@ -79,7 +79,7 @@ TEST(ControlCodec, EveryAnswerSurvivesARoundTrip) {
   expect_round_trip(SetGpusAnswer{2});
   expect_round_trip(ExplainAnswer{7, "GPU-a", "waiting", "memory", "waits for 3 GiB"});
   expect_round_trip(ExplainAnswer{7, "GPU-a", "running", std::nullopt, "holds the GPU"});
-  expect_round_trip(VersionAnswer{"1.2.3", 1, 2});
+  expect_round_trip(VersionAnswer{"1.2.3", {1, 2}});
   StatsAnswer stats;
   stats.frames_in = {{"hello", 4}, {"request", 10}};
   stats.frames_out = {{"grant", 9}};
@@ -109,10 +109,14 @@ TEST(ControlCodec, AnswersThatAreNotWhatTheRequestExpectsAreErrorsNamingTheMembe
   EXPECT_NE(error_of(R"({"ok":true,"clients":[-1],"pods":[]})").find("\"clients\""),
             std::string::npos);
   EXPECT_NE(error_of(R"({"ok":true,"clients":[],"pods":[3]})").find("\"pods\""), std::string::npos);
-  auto stats =
-      decode_reply<StatsAnswer>(parse_json(R"({"ok":true,"decision_latency_us":{}})").value());
+  std::string stats_text = encode(StatsAnswer{}).dump();
+  const std::string count = R"("count":0,)";
+  ASSERT_NE(stats_text.find(count), std::string::npos) << stats_text;
+  stats_text.erase(stats_text.find(count), count.size());
+  auto stats = decode_reply<StatsAnswer>(parse_json(stats_text).value());
   ASSERT_FALSE(stats.ok());
-  EXPECT_NE(stats.error().message.find("decision_latency_us: no \"count\""), std::string::npos)
+  EXPECT_NE(stats.error().message.find(R"("decision_latency_us"."count" is missing)"),
+            std::string::npos)
       << stats.error().message;
   // Members an answer does not know are ignored: a newer scheduler may say more.
   auto newer =
