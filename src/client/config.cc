@@ -1,7 +1,6 @@
 #include "client/config.h"
 
 #include <strings.h>
-#include <sys/un.h>
 
 #include <algorithm>
 #include <array>
@@ -40,12 +39,9 @@ Status apply_enable(std::string_view value, ClientConfig& config) {
 }
 
 Status apply_socket(std::string_view value, ClientConfig& config) {
-  if (value.empty()) return make_error("the path is empty");
-  if (value.size() >= sizeof(sockaddr_un::sun_path)) {
-    return make_error("the path is longer than " +
-                      std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
-  }
-  config.socket_path = std::string(value);
+  auto path = knobparse::parse_socket_path(value);
+  if (!path) return path.error();
+  config.socket_path = std::move(path).value();
   return Status::Ok();
 }
 
@@ -127,11 +123,8 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
      "virtualization. Ignored in a container whose settings file enforces (`/etc/nvshare`).",
      apply_enable},
-    {"socket", kDefaultSocketPath, "a filesystem path (at most 107 bytes)",
-     "The scheduler's client socket. When nothing listens there the process runs unscheduled "
-     "(fail-open) and the library keeps trying to connect. In a container whose settings file "
-     "enforces, the file's.",
-     apply_socket},
+    {knobtable::kSocket.name, knobtable::kSocket.default_value, knobtable::kSocket.range,
+     knobtable::kSocket.meaning, apply_socket},
     {"idle-release-ms", "100", "0..3600000 (milliseconds; 0: never)",
      "A holder that has submitted nothing for this long, with all its work complete, gives the "
      "grant back by itself and asks again on its next submission.",

@@ -51,6 +51,18 @@ Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std:
   return value;
 }
 
+Result<std::string> parse_socket_path(std::string_view text) {
+  constexpr std::size_t kMaxUnixPath = 107;  // sun_path holds 108 bytes with the terminating NUL
+  if (text.empty()) return make_error("the path is empty");
+  if (text.front() != '/')
+    return make_error("\"" + std::string(text) + "\" is not an absolute path");
+  if (text.size() > kMaxUnixPath) {
+    return make_error("\"" + std::string(text) + "\" is longer than " +
+                      std::to_string(kMaxUnixPath) + " bytes (a unix socket path)");
+  }
+  return std::string(text);
+}
+
 Result<bool> parse_bool(std::string_view text) {
   std::string lower(text);
   for (char& c : lower) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;

@@ -31,6 +31,8 @@ Result<std::int64_t> parse_integer(std::string_view text, std::int64_t min, std:
 // true/1/yes/on or false/0/no/off, in any letter case (the one reading of a switch for every
 // program and the library).
 Result<bool> parse_bool(std::string_view text);
+// A unix socket's path: absolute, and short enough for sun_path (107 bytes).
+Result<std::string> parse_socket_path(std::string_view text);
 // error, warn, info, debug, trace (log_level_from_name's reading).
 Result<LogLevel> parse_log_level(std::string_view text);
 

@@ -17,6 +17,7 @@ using knobparse::parse_integer;
 using knobparse::parse_log_level;
 using knobparse::parse_seconds;
 using knobparse::parse_seconds_with_unit;
+using knobparse::parse_socket_path;
 using knobparse::split_list;
 
 constexpr std::size_t kMaxUnixPath = 107;  // sun_path holds 108 bytes with the terminating NUL
@@ -187,17 +188,6 @@ Result<std::string> parse_path(std::string_view text) {
   return std::string(text);
 }
 
-// A unix socket path must fit sun_path.
-Result<std::string> parse_socket_path(std::string_view text) {
-  auto path = parse_path(text);
-  if (!path) return path;
-  if (path.value().size() > kMaxUnixPath) {
-    return make_error("\"" + path.value() + "\" is longer than " + std::to_string(kMaxUnixPath) +
-                      " bytes (a unix socket path)");
-  }
-  return path;
-}
-
 Result<std::string> parse_directory(std::string_view text, std::string_view longest_child) {
   auto path = parse_path(text);
   if (!path) return path;
@@ -358,10 +348,8 @@ const Knob kKnobs[] = {
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(parse_seconds(v, 0, 60), [&](Duration d) { c.client_register_wait = d; });
      }},
-    {"control-socket", kDefaultControlSocketPath, "an absolute socket path",
-     "The scheduler's control socket: pod memory limits and the memory capacity are pushed there. "
-     "It admits root, so it belongs outside socket-dir, which every GPU container gets (the plugin "
-     "warns at start otherwise).",
+    {knobtable::kControlSocket.name, knobtable::kControlSocket.default_value,
+     knobtable::kControlSocket.range, knobtable::kControlSocket.meaning,
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(parse_socket_path(v), [&](std::string p) { c.control_socket = std::move(p); });
      }},

@@ -20,6 +20,7 @@ using knobparse::parse_decimal;
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
 using knobparse::parse_seconds;
+using knobparse::parse_socket_path;
 using knobparse::split_list;
 
 Result<CapacitySpec> parse_capacity(std::string_view text) {
@@ -99,25 +100,16 @@ Status store(Result<T> parsed, Store&& assign) {
 constexpr double kMaxSeconds = 86400;
 
 const Knob kKnobs[] = {
-    {"socket", kDefaultSocketPath, "a filesystem path",
-     "Unix socket the client library connects to. Created mode 0666 so processes of any uid in any "
-     "container can reach it.",
-     KnobScope::kDaemon, false,
+    {knobtable::kSocket.name, knobtable::kSocket.default_value, knobtable::kSocket.range,
+     knobtable::kSocket.meaning, KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       if (v.empty()) return make_error("the path is empty");
-       c.socket_path = std::string(v);
-       return Status::Ok();
+       return store(parse_socket_path(v), [&](std::string p) { c.socket_path = std::move(p); });
      }},
-    {"control-socket", kDefaultControlSocketPath, "a filesystem path",
-     "Unix socket of the control API (line-delimited JSON; nvsharectl, the device plugin). Created "
-     "mode 0600, its directory mode 0700 when missing; peers whose uid is neither the scheduler's "
-     "nor root are refused. It admits root, so it lies outside the client socket's directory, "
-     "which GPU containers get.",
-     KnobScope::kDaemon, false,
+    {knobtable::kControlSocket.name, knobtable::kControlSocket.default_value,
+     knobtable::kControlSocket.range, knobtable::kControlSocket.meaning, KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       if (v.empty()) return make_error("the path is empty");
-       c.control_socket_path = std::string(v);
-       return Status::Ok();
+       return store(parse_socket_path(v),
+                    [&](std::string p) { c.control_socket_path = std::move(p); });
      }},
     {"state-file", kDefaultStateFile, "a filesystem path, or empty",
      "Where the scheduler keeps the limits set for pods and processes, and the node's GPUs, "

@@ -44,8 +44,10 @@
 #include <vector>
 
 #include "common/default_paths.h"
+#include "common/knob_parse.h"
 #include "common/quantity.h"
 #include "common/result.h"
+#include "common/shared_knobs.h"
 #include "common/unix_socket.h"
 
 #ifndef NVSHARE_VERSION
@@ -216,6 +218,8 @@ std::string directory_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// NVSHARE_LIBRARY and NVSHARE_SCHEDULER_BIN are not knobs of the library or of a daemon: they
+// tell nvshare-run where its own pieces are (--help lists them), and are checked here.
 Result<std::string> find_library() {
   if (const char* env = std::getenv("NVSHARE_LIBRARY"); env != nullptr && *env != '\0') {
     if (!is_file(env)) return make_error("NVSHARE_LIBRARY=" + std::string(env) + " is not a file");
@@ -288,12 +292,17 @@ Status make_directory(const std::string& dir, mode_t mode, bool must_be_private)
   return Status::Ok();
 }
 
+// The library's and the scheduler's socket knob, by its environment variable (NVSHARE_SOCKET).
+const std::string kSocketVariable =
+    "NVSHARE_" + nvshare::knobparse::upper_snake(nvshare::knobtable::kSocket.name);
+
 Result<SchedulerPaths> scheduler_paths(const Options& options) {
   SchedulerPaths paths;
   bool per_user = false;
   if (options.socket) {
     paths.socket = *options.socket;
-  } else if (const char* env = std::getenv("NVSHARE_SOCKET"); env != nullptr && *env != '\0') {
+  } else if (const char* env = std::getenv(kSocketVariable.c_str());
+             env != nullptr && *env != '\0') {
     paths.socket = env;
   } else if (::geteuid() == 0) {
     paths.socket = nvshare::kDefaultSocketPath;
@@ -312,6 +321,10 @@ Result<SchedulerPaths> scheduler_paths(const Options& options) {
     char cwd[PATH_MAX];
     if (::getcwd(cwd, sizeof cwd) == nullptr) return make_error("getcwd: " + errno_text());
     paths.socket = std::string(cwd) + "/" + paths.socket;
+  }
+  // The same check as the scheduler's and the library's socket knob (common/shared_knobs.h).
+  if (auto checked = nvshare::knobparse::parse_socket_path(paths.socket); !checked) {
+    return make_error("the scheduler's socket: " + checked.error().message);
   }
   const std::string dir = directory_of(paths.socket);
   if (Status made = make_directory(dir, per_user ? 0700 : 0755, per_user); !made) {
@@ -532,7 +545,7 @@ int main(int argc, char** argv) {
   }
 
   set_env("LD_PRELOAD", preload_value(library.value()));
-  set_env("NVSHARE_SOCKET", paths.value().socket);
+  set_env(kSocketVariable.c_str(), paths.value().socket);
   if (options.memory_limit) set_env("NVSHARE_MEMORY_LIMIT", *options.memory_limit);
   if (options.core_limit) set_env("NVSHARE_CORE_LIMIT", *options.core_limit);
   if (options.gpu) set_env("CUDA_VISIBLE_DEVICES", *options.gpu);

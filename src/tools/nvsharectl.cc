@@ -22,6 +22,8 @@
 
 #include "common/default_paths.h"
 #include "common/json.h"
+#include "common/knob_parse.h"
+#include "common/shared_knobs.h"
 #include "control/client.h"
 #include "tools/status_table.h"
 
@@ -408,9 +410,16 @@ int cmd_version(const Global& global, const std::vector<std::string>& rest) {
 
 int main(int argc, char** argv) {
   Global global;
-  const char* env_socket = std::getenv("NVSHARE_CONTROL_SOCKET");
-  global.socket = env_socket != nullptr && *env_socket != '\0' ? env_socket
-                                                               : nvshare::kDefaultControlSocketPath;
+  // The control socket is the scheduler's control-socket knob (common/shared_knobs.h): its
+  // environment variable, else its default; --control-socket below overrides both.
+  const std::string env_name =
+      "NVSHARE_" + nvshare::knobparse::upper_snake(nvshare::knobtable::kControlSocket.name);
+  global.socket = nvshare::knobtable::kControlSocket.default_value;
+  if (const char* env = std::getenv(env_name.c_str()); env != nullptr && *env != '\0') {
+    auto path = nvshare::knobparse::parse_socket_path(env);
+    if (!path) return usage_error(env_name + ": " + path.error().message);
+    global.socket = std::move(path).value();
+  }
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -430,8 +439,9 @@ int main(int argc, char** argv) {
       return usage_error("flag " + arg + " needs a value");
     }
     if (arg == "--control-socket") {
-      if (value.empty()) return usage_error("--control-socket is empty");
-      global.socket = value;
+      auto path = nvshare::knobparse::parse_socket_path(value);
+      if (!path) return usage_error("--control-socket: " + path.error().message);
+      global.socket = std::move(path).value();
     } else if (arg == "--timeout") {
       auto seconds = parse_seconds(value);
       if (!seconds || *seconds <= 0 || *seconds > 3600)

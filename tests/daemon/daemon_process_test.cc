@@ -628,6 +628,24 @@ TEST_F(DaemonProcessTest, NvsharectlExplainsWhenTheSchedulerIsNotRunning) {
   EXPECT_NE(result.value().err.find("/nonexistent/nvshare/control.sock"), std::string::npos);
 }
 
+// nvsharectl checks its control socket as the scheduler's knob does, from the flag or the
+// environment, and says which one is wrong (exit 2) instead of trying to connect.
+TEST_F(DaemonProcessTest, NvsharectlRefusesAControlSocketTheSchedulerWouldRefuse) {
+  auto flag = run_command({NVSHARE_CTL_BIN, "--control-socket", "relative/control.sock", "status"});
+  ASSERT_TRUE(flag.ok()) << flag.error().message;
+  EXPECT_EQ(flag.value().exit_code, 2);
+  EXPECT_NE(
+      flag.value().err.find("--control-socket: \"relative/control.sock\" is not an absolute path"),
+      std::string::npos)
+      << flag.value().err;
+  auto env = run_command({"/usr/bin/env", "NVSHARE_CONTROL_SOCKET=/" + std::string(200, 'c'),
+                          NVSHARE_CTL_BIN, "status"});
+  ASSERT_TRUE(env.ok()) << env.error().message;
+  EXPECT_EQ(env.value().exit_code, 2);
+  EXPECT_NE(env.value().err.find("NVSHARE_CONTROL_SOCKET: "), std::string::npos) << env.value().err;
+  EXPECT_NE(env.value().err.find("longer than 107 bytes"), std::string::npos) << env.value().err;
+}
+
 // ---- lifecycle ----------------------------------------------------------------------------------
 
 // The default control socket has a directory of its own, which nothing else creates outside

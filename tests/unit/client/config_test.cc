@@ -139,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(
     Values, ClientConfigInvalid,
     ::testing::Values(
         BadValue{"NVSHARE_ENABLE", "maybe", "is not a boolean (1, 0"},
-        BadValue{"NVSHARE_SOCKET", std::string(200, 'x'), "longer than 107 bytes"},
+        BadValue{"NVSHARE_SOCKET", "/" + std::string(200, 'x'), "longer than 107 bytes"},
         BadValue{"NVSHARE_IDLE_RELEASE_MS", "fast", "not a whole number of milliseconds"},
         BadValue{"NVSHARE_IDLE_RELEASE_MS", "-5", "outside 0..3600000"},
         BadValue{"NVSHARE_IDLE_RELEASE_MS", "3600001", "outside 0..3600000"},
