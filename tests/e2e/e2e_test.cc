@@ -573,6 +573,30 @@ TEST_F(E2eTest, CoreCapThirtyPercent) {
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap gave " << share << "% of the GPU's time";
 }
 
+// The same cap for a process that queues deep and synchronizes rarely: each of 6 iterations queues
+// 100 kernels of 10 ms (1 s of GPU work) and synchronizes once at its end. The library bounds what may
+// be queued by the GPU time it will take (the drain bound), so a revoke is honoured within the
+// bound and the cap holds as for a trainer that synchronizes after every kernel.
+TEST_F(E2eTest, CoreCapThirtyPercentHoldsForADeepQueue) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const long iterations = 2;
+  const long per_iteration = 30;
+  const double kernel_s = 0.100;
+  Trainer& t = start_trainer({"deep",
+                              {"--kernels", std::to_string(iterations), "--kernel-us", "100000",
+                               "--kernels-per-iter", std::to_string(per_iteration)},
+                              {{"NVSHARE_CORE_LIMIT", "30"}}});
+  ASSERT_FALSE(HasFailure());
+  Json report = finish(t);
+  ASSERT_FALSE(HasFailure());
+  const double wall = json_number(&report, "wall_s");
+  const double share =
+      100.0 * static_cast<double>(iterations * per_iteration) * kernel_s / wall;
+  measure("wall time", wall, "s");
+  measure("GPU share (K x D / wall_s)", share, "%");
+  EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap on a deep queue gave " << share << "%";
+}
+
 // Two simulated GPUs: each GPU's clients are scheduled on their own.
 class TwoGpuTest : public E2eTest {
  protected:

@@ -154,6 +154,17 @@ under -- "$build/tests/fakecuda/nvshare-trainer" --bytes 1Gi --kernels 200 --ker
 stop_scheduler
 record trainer trainer "$out/trainer.native.json" "$out/trainer.nvshare.json" gpu_s "driver API"
 
+# 7b. A deep queue under a 30% cap: 2 iterations of 30 x 100 ms kernels (3 s of GPU work queued,
+#     then one synchronization). The cap holds when the wall time is 1 / 0.30 = 3.33 x native.
+deep=(--bytes 1Gi --kernels 2 --kernels-per-iter 30 --kernel-us 100000)
+"$build/tests/fakecuda/nvshare-trainer" "${deep[@]}" >"$out/deep.native.json" 2>&1
+start_scheduler deep
+under --core-limit 30 -- "$build/tests/fakecuda/nvshare-trainer" "${deep[@]}" \
+  >"$out/deep.nvshare.json" 2>"$out/deep.nvshare.err"
+stop_scheduler
+record capdeep trainer "$out/deep.native.json" "$out/deep.nvshare.json" wall_s \
+  "30% cap, 3 s queued per sync: expect ratio ~3.33"
+
 # 8. A container with the settings the device plugin mounts at /etc/nvshare (memory-limit 4Gi), whose
 #    environment says NVSHARE_ENABLE=0 and which no scheduler answers: PyTorch still sees 4Gi and a
 #    5 GiB tensor fails. Needs root and a mount namespace (the settings are bind-mounted read-only).

@@ -15,8 +15,8 @@
 // outside every lock) for the marker after which at most the drain bound (NVSHARE_DRAIN_BOUND_MS)
 // of work remains. Markers are spaced so that one covers about half the bound (at most kMarkerEvery
 // submissions). Whatever tau says, a thread also waits for every marker older than the bound, and,
-// before tau is measured, when more than kMaxPendingMarkers are pending (at most
-// kFirstMarkerEvery * kMaxPendingMarkers submissions can queue before the first measurement). So a
+// before tau is measured, when more than kMaxPendingMarkers are pending (at most two submissions of
+// unknown length are queued before the first measurement). So a
 // revoke's drain waits for about the bound at most, for short and long kernels alike, while
 // launch-bound work (tiny kernels the GPU keeps up with) never waits.
 //
@@ -53,11 +53,14 @@ namespace nvshare::client::cuda {
 // At most one marker per this many submissions: launch-bound work (tiny kernels) pays for a marker
 // (a lock, event queries and an event record, a few microseconds) once per 256 launches.
 inline constexpr std::uint64_t kMarkerEvery = 256;
-// Until tau is measured: markers every kFirstMarkerEvery submissions (doubling up to kMarkerEvery
-// while each marker completes before the next), at most kMaxPendingMarkers pending, so the first
-// measurement comes early and long kernels cannot pile up before it.
-inline constexpr std::uint64_t kFirstMarkerEvery = 8;
-inline constexpr std::size_t kMaxPendingMarkers = 4;
+// Until tau is measured: a marker at the first submission, then every kFirstMarkerEvery submissions
+// (doubling up to kMarkerEvery while each marker completes before the next), and a thread waits as
+// soon as more than kMaxPendingMarkers are pending. So the first measurement comes after the
+// first submission that is still running when the next one is made, and work of unknown length
+// never piles up: a process that queues a few long graph replays and synchronizes once (its own
+// synchronization teaches the tracker nothing) is bounded from its second submission on.
+inline constexpr std::uint64_t kFirstMarkerEvery = 1;
+inline constexpr std::size_t kMaxPendingMarkers = 1;
 inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
 inline constexpr Duration kCaptureWaitBound = std::chrono::seconds(5);
 
