@@ -574,8 +574,8 @@ TEST_F(E2eTest, CoreCapThirtyPercent) {
 }
 
 // The same cap for a process that queues deep and synchronizes rarely: each of 6 iterations queues
-// 100 kernels of 10 ms (1 s of GPU work) and synchronizes once at its end. The library bounds what may
-// be queued by the GPU time it will take (the drain bound), so a revoke is honoured within the
+// 100 kernels of 10 ms (1 s of GPU work) and synchronizes once at its end. The library bounds what
+// may be queued by the GPU time it will take (the drain bound), so a revoke is honoured within the
 // bound and the cap holds as for a trainer that synchronizes after every kernel.
 TEST_F(E2eTest, CoreCapThirtyPercentHoldsForADeepQueue) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
@@ -590,11 +590,62 @@ TEST_F(E2eTest, CoreCapThirtyPercentHoldsForADeepQueue) {
   Json report = finish(t);
   ASSERT_FALSE(HasFailure());
   const double wall = json_number(&report, "wall_s");
-  const double share =
-      100.0 * static_cast<double>(iterations * per_iteration) * kernel_s / wall;
+  const double share = 100.0 * static_cast<double>(iterations * per_iteration) * kernel_s / wall;
   measure("wall time", wall, "s");
   measure("GPU share (K x D / wall_s)", share, "%");
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap on a deep queue gave " << share << "%";
+}
+
+// Caps are entitlements beside an uncapped job: 20% and 45% trainers and an uncapped one, started
+// together on one simulated GPU (which time-slices equally among the contexts that have work, as a
+// GPU does). Each trainer's share is the GPU time of the kernels it completed in a common window,
+// from 3 s after the start until the first of them ends: 20%, 45% and the rest, 35%, each within 2
+// points (without entitlements the 45% job got an equal third when all three ran together).
+TEST_F(E2eTest, CapsAreEntitlementsBesideAnUncappedJob) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const double kernel_s = 0.010;
+  const struct {
+    const char* name;
+    int cap;
+    long kernels;  // about 24 s at the expected share
+  } jobs[] = {{"cap20", 20, 480}, {"cap45", 45, 1080}, {"uncapped", 100, 840}};
+  std::vector<Trainer*> trainers;
+  for (const auto& job : jobs) {
+    Env env;
+    if (job.cap < 100) env["NVSHARE_CORE_LIMIT"] = std::to_string(job.cap);
+    trainers.push_back(&start_trainer(
+        {job.name,
+         {"--kernels", std::to_string(job.kernels), "--kernel-us", "10000", "--progress"},
+         env}));
+  }
+  ASSERT_FALSE(HasFailure());
+  std::vector<Json> reports;
+  for (Trainer* t : trainers) {
+    reports.push_back(finish(*t, 90));
+    if (HasFailure()) return;
+  }
+  // The window: 3 s after the last start, until the first trainer's last kernel completed.
+  double begin = 0;
+  double end = 1e300;
+  for (Trainer* t : trainers) {
+    const std::vector<Json> progress = t->progress();
+    ASSERT_FALSE(progress.empty()) << t->name();
+    begin = std::max(begin, json_number(&progress.front(), "launch_s") + 3.0);
+    end = std::min(end, json_number(&progress.back(), "done_s"));
+  }
+  ASSERT_GT(end - begin, 10.0) << "the trainers overlapped for too short a time";
+  const double expected[] = {20, 45, 35};
+  for (std::size_t i = 0; i < trainers.size(); ++i) {
+    long done = 0;
+    for (const Json& p : trainers[i]->progress()) {
+      const double at = json_number(&p, "done_s");
+      done += at > begin && at <= end ? 1 : 0;
+    }
+    const double share = 100.0 * static_cast<double>(done) * kernel_s / (end - begin);
+    measure(std::string(jobs[i].name) + ": share over " + std::to_string(end - begin) + " s", share,
+            "%");
+    EXPECT_NEAR(share, expected[i], 2.0) << jobs[i].name;
+  }
 }
 
 // Two simulated GPUs: each GPU's clients are scheduled on their own.

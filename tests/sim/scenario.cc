@@ -270,6 +270,13 @@ std::vector<CapCase> cap_cases() {
     caps.push_back(100);
     cases.push_back({"mixed with uncapped", cap_scenario("cap mixed", seed++, caps)});
   }
+  // Entitlements beside uncapped clients: a cap above an equal split, caps that leave the uncapped
+  // clients only their floor, two uncapped clients sharing the rest, low caps.
+  const std::vector<std::vector<int>> entitlements = {{20, 45, 100},  {45, 100},    {60, 50, 100},
+                                                      {30, 100, 100}, {10, 30, 50}, {10, 25, 100}};
+  for (const std::vector<int>& caps : entitlements) {
+    cases.push_back({"entitlements", cap_scenario("cap entitlements", seed++, caps)});
+  }
   return cases;
 }
 

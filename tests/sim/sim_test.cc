@@ -12,6 +12,7 @@
 #include <map>
 #include <numeric>
 
+#include "scheduler/policy/gpu_policy.h"
 #include "simulation.h"
 
 namespace nvshare::sim {
@@ -123,25 +124,25 @@ TEST(Simulation, NamedScenarios) {
   }
 }
 
-// The share each client should get: caps scaled to 100% when they sum over it, then GPU time split
-// max-min fairly (what 1/n billing converges to when everyone fits together): a client whose
-// effective cap is below an equal split gets its cap, the rest share what is left.
+// The share each client should get: a cap is an entitlement. The capped clients' caps, scaled down
+// when they sum over what they may have together (all of the GPU, or kCappedRoomBesideUncapped of
+// it beside uncapped clients); the uncapped clients split the rest equally.
 std::vector<double> expected_shares(const std::vector<int>& caps) {
   int capped_sum = 0;
-  for (int c : caps) capped_sum += c < 100 ? c : 0;
-  const double scale = capped_sum > 100 ? 100.0 / capped_sum : 1.0;
-  std::vector<double> demand;
-  for (int c : caps) demand.push_back(c < 100 ? c / 100.0 * scale : 1.0);
-  std::vector<std::size_t> order(caps.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return demand[a] < demand[b]; });
-  std::vector<double> share(caps.size());
-  double left = 1;
-  std::size_t others = caps.size();
-  for (std::size_t i : order) {
-    share[i] = std::min(demand[i], left / static_cast<double>(others));
-    left -= share[i];
-    --others;
+  int uncapped = 0;
+  for (int c : caps) {
+    if (c < 100) {
+      capped_sum += c;
+    } else {
+      ++uncapped;
+    }
+  }
+  const double room = uncapped > 0 ? policy::kCappedRoomBesideUncapped : 1.0;
+  const double capped = capped_sum / 100.0;
+  const double scale = capped > room ? room / capped : 1.0;
+  std::vector<double> share;
+  for (int c : caps) {
+    share.push_back(c < 100 ? c / 100.0 * scale : (1.0 - capped * scale) / uncapped);
   }
   return share;
 }
@@ -181,6 +182,9 @@ TEST(Simulation, CapAccuracyOverSixtySeconds) {
                               << secs(r.idle_while_waiting) << " s";
       } else {
         w.uncapped = std::max(w.uncapped, error);
+        EXPECT_LE(error, 1.0) << c.category << ", " << where << ": uncapped client " << i + 1
+                              << " got " << share * 100 << "%, expected " << expected[i] * 100
+                              << "%";
       }
     }
   }

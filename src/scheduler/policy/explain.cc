@@ -106,11 +106,14 @@ std::string GpuPolicy::explain(ClientId client, MonoTime now) const {
   return {};
 }
 
-// "capped at 30% (effective 30%), used 29.6% over the last 2.0 s"
+// "capped at 30% (effective 30%), used 29.6% over the last 2.0 s", or for an uncapped client held
+// to what capped ones leave: "uncapped, entitled to 35% beside capped clients, used ..."
 std::string GpuPolicy::describe_quota(const ClientRecord& c, MonoTime now) const {
-  return "capped at " + std::to_string(c.limits.core_percent) + "% (effective " +
-         cap_percent(effective_cap(c)) + "), used " +
-         percent(c.usage.share(now, config_.quota_window)) + " over the last " +
+  const std::string limit = c.capped() ? "capped at " + std::to_string(c.limits.core_percent) +
+                                             "% (effective " + cap_percent(effective_cap(c)) + ")"
+                                       : "uncapped, entitled to " + cap_percent(effective_cap(c)) +
+                                             " beside capped clients";
+  return limit + ", used " + percent(c.usage.share(now, config_.quota_window)) + " over the last " +
          secs(config_.quota_window);
 }
 

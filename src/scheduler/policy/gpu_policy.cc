@@ -124,8 +124,10 @@ void GpuPolicy::on_usage(const UsageReported& e) {
 void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
   ClientRecord* c = find(e.client);
   if (c == nullptr) return;
+  const bool was_capped = c->capped();
   c->limits = e.limits;
-  if (!c->capped()) {
+  if (c->capped() != was_capped) {
+    // A new bucket either way: an entitlement's balance is not a cap's.
     c->quota.reset();
     c->throttled = false;
   }
@@ -153,13 +155,9 @@ void GpuPolicy::settle(MonoTime now) {
 void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   update_caps();
   expire_grace(now, out);
+  release_throttles();
   revoke_spent_quota(now, out);
   revoke_overflow(now, out);
-  for (ClientRecord& c : clients_) {
-    if (c.state == ClientState::kWaiting && c.throttled && (!c.quota || c.quota->refilled())) {
-      c.throttled = false;
-    }
-  }
   grant_in_order(now, out);
   revoke_ended_turns(now, out);
   send_wait_reasons(out);
@@ -169,23 +167,44 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
 }
 
 double GpuPolicy::effective_cap(const ClientRecord& c) const {
-  if (!c.capped()) return 1;
+  if (!c.capped()) return c.active() ? uncapped_share_ : 1;
   const double nominal = c.cap_percent() / 100.0;
   return c.active() ? nominal * cap_scale_ : nominal;
 }
 
+// Entitlements: the active capped clients' caps, scaled down when they sum over what they may have
+// together (all of the GPU, or kCappedRoomBesideUncapped of it while an uncapped client is
+// active); each active uncapped client, while a capped one is active, an equal part of the rest.
+// Idle clients reserve nothing.
 void GpuPolicy::update_caps() {
   int sum = 0;
+  int uncapped = 0;
   for (const ClientRecord& c : clients_) {
-    if (c.capped() && c.active()) sum += c.cap_percent();
-  }
-  cap_scale_ = sum > 100 ? 100.0 / sum : 1.0;
-  for (ClientRecord& c : clients_) {
-    if (!c.capped()) continue;
-    if (c.quota) {
-      c.quota->set_rates(effective_cap(c), c.quota->billed_rate(), config_.quota_window);
+    if (!c.active()) continue;
+    if (c.capped()) {
+      sum += c.cap_percent();
     } else {
-      c.quota.emplace(effective_cap(c), config_.quota_window, now_);
+      ++uncapped;
+    }
+  }
+  const double capped = sum / 100.0;
+  const double room = uncapped > 0 ? kCappedRoomBesideUncapped : 1.0;
+  cap_scale_ = capped > room ? room / capped : 1.0;
+  uncapped_share_ = sum > 0 && uncapped > 0 ? (1.0 - capped * cap_scale_) / uncapped : 1.0;
+  for (ClientRecord& c : clients_) {
+    const double cap = effective_cap(c);
+    if (cap >= 1.0) {
+      // An uncapped client with nothing to leave to capped ones runs unmetered.
+      if (!c.capped()) {
+        c.quota.reset();
+        c.throttled = false;
+      }
+      continue;
+    }
+    if (c.quota) {
+      c.quota->set_rates(cap, c.quota->billed_rate(), config_.quota_window);
+    } else {
+      c.quota.emplace(cap, config_.quota_window, now_);
     }
   }
 }
@@ -193,11 +212,45 @@ void GpuPolicy::update_caps() {
 void GpuPolicy::update_rates() {
   int holders = 0;
   for (const ClientRecord& c : clients_) holders += c.holds() ? 1 : 0;
+  entitlement_binds_ = capped_client_wants_gpu();
   for (ClientRecord& c : clients_) {
     const double rate = c.holds() ? 1.0 / holders : 0.0;
     c.usage.set_rate(rate);
     if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window);
   }
+}
+
+// Capped clients first: whether one of them wants the GPU decides whether the uncapped clients'
+// entitlements bind.
+void GpuPolicy::release_throttles() {
+  for (ClientRecord& c : clients_) {
+    if (c.capped() && c.state == ClientState::kWaiting && c.throttled && c.quota->refilled()) {
+      c.throttled = false;
+    }
+  }
+  entitlement_binds_ = capped_client_wants_gpu();
+  // A waiting uncapped client is throttled exactly while its entitlement binds and its bucket is
+  // below the level it may enter at (or, once throttled, below the resume level).
+  for (ClientRecord& c : clients_) {
+    if (c.capped() || c.state != ClientState::kWaiting) continue;
+    if (!binds(c)) {
+      c.throttled = false;
+    } else if (!c.throttled) {
+      c.throttled = !c.quota->may_enter();
+    } else if (c.quota->refilled()) {
+      c.throttled = false;
+    }
+  }
+}
+
+bool GpuPolicy::capped_client_wants_gpu() const {
+  return std::any_of(clients_.begin(), clients_.end(), [](const ClientRecord& c) {
+    return c.capped() && c.active() && !c.throttled;
+  });
+}
+
+bool GpuPolicy::binds(const ClientRecord& c) const {
+  return c.quota && (c.capped() || entitlement_binds_);
 }
 
 void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
@@ -212,7 +265,7 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
 
 void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
-    if (c.state != ClientState::kRunning || !c.quota || !c.quota->spent()) continue;
+    if (c.state != ClientState::kRunning || !binds(c) || !c.quota->spent()) continue;
     // Memory must move only if the client that runs next cannot sit beside it.
     const ClientRecord* next = head();
     bool swap_out = false;
@@ -325,7 +378,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   };
   for (const ClientRecord& c : clients_) {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
-    if (c.state == ClientState::kRunning && c.quota) consider(c.quota->spent_at());
+    if (c.state == ClientState::kRunning && binds(c)) consider(c.quota->spent_at());
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
       consider(c.quota->refilled_at());
     }
@@ -349,7 +402,7 @@ void GpuPolicy::enqueue(ClientRecord& c, MonoTime now) {
   c.waiting_since = now;
   c.wait_reason.reset();
   // Granting a nearly empty bucket would buy a swap-in for a few milliseconds of work.
-  c.throttled = c.quota && !c.quota->may_enter();
+  c.throttled = binds(c) && !c.quota->may_enter();
   queue_.push_back(c.id);
 }
 

@@ -31,13 +31,16 @@
 //    preempted, not idle); a release nobody asked for (idle release) makes the client idle until
 //    it requests again.
 //  - Compute caps: core percent < 100 caps a client's share of GPU time with a QuotaLedger. Hold
-//    time is billed, 1/n of wall time while n clients hold grants; effective caps are the caps
-//    scaled down proportionally when the caps of the active capped clients on this GPU sum over
-//    100%. A capped client whose budget is spent is revoked (reason quota); a capped client that
-//    enters the queue with its bucket below the entry level waits (reason quota), blocking
-//    nobody, until the bucket is back at the resume level. Time held after the revoke (the drain)
-//    is billed too, so overshoot carries forward. Uncapped clients are measured but never charged
-//    or throttled.
+//    time is billed, 1/n of wall time while n clients hold grants. A cap is a ceiling and an
+//    entitlement: effective caps are the caps scaled down proportionally when the caps of the
+//    active capped clients on this GPU sum over 100% (over kCappedRoomBesideUncapped while an
+//    uncapped client is active), and while a capped client is active each active uncapped client
+//    is held, by a bucket of its own, to an equal part of what the capped ones leave. A capped
+//    client whose budget is spent is revoked (reason quota); a capped client that enters the queue
+//    with its bucket below the entry level waits (reason quota), blocking nobody, until the bucket
+//    is back at the resume level. Time held after the revoke (the drain) is billed too, so
+//    overshoot carries forward. An uncapped client is charged only while it is held to an
+//    entitlement.
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
 //    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
@@ -100,6 +103,10 @@ struct GpuView {
   std::vector<ClientId> queue;             // waiting clients, FIFO order
   std::vector<ClientView> clients;         // in registration order
 };
+
+// What the caps of capped clients may take together while an uncapped client is active: the rest
+// is the uncapped clients' floor, so that caps summing to 100% or more never starve them.
+inline constexpr double kCappedRoomBesideUncapped = 0.9;
 
 class GpuPolicy {
  public:
@@ -178,7 +185,14 @@ class GpuPolicy {
   Duration swap_allowance(const ClientRecord& c, bool swap_out) const;
   std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
   std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;
-  double effective_cap(const ClientRecord& c) const;  // fraction; 1 for uncapped
+  // Fraction of the GPU's time: a capped client's scaled cap, an uncapped one's entitlement (1
+  // while no capped client is active).
+  double effective_cap(const ClientRecord& c) const;
+  bool capped_client_wants_gpu() const;
+  void release_throttles();
+  // Revoked and throttled by its bucket now: a capped client, or an uncapped one whose
+  // entitlement binds.
+  bool binds(const ClientRecord& c) const;
 
   // explain() pieces (explain.cc).
   std::string explain_waiting(const ClientRecord& c, MonoTime now) const;
@@ -191,7 +205,13 @@ class GpuPolicy {
   std::deque<ClientId> queue_;         // waiting clients, FIFO
   GrantEpoch last_epoch_ = 0;
   std::uint64_t unresponsive_count_ = 0;
-  double cap_scale_ = 1;  // applied to the caps of active capped clients
+  double cap_scale_ = 1;       // applied to the caps of active capped clients
+  double uncapped_share_ = 1;  // each active uncapped client's entitlement
+  // An uncapped client's entitlement binds only while a capped client wants the GPU (active and
+  // not throttled): in the gaps capped clients cannot use, uncapped ones run anyway. They are
+  // billed all the time, so what they take in the gaps they repay, by waiting, when a capped
+  // client wants the GPU again; their bucket (and its debt) goes when no capped client is active.
+  bool entitlement_binds_ = false;
   MonoTime now_{};
   std::optional<MonoTime> next_deadline_;
 };
