@@ -165,6 +165,35 @@ stop_scheduler
 record capdeep trainer "$out/deep.native.json" "$out/deep.nvshare.json" wall_s \
   "30% cap, 3 s queued per sync: expect ratio ~3.33"
 
+# 7c. Caps as entitlements: PyTorch matmul jobs capped at 20% and 45% and an uncapped one run together
+#     for 40 s (the GPU time-slices among them). A job's share is the matmuls it completed in the
+#     common window over what one job completes alone in that time (tests/gpu/shares.py): expect 20,
+#     45 and 35 (the rest). The native column is the expected share.
+$torch_job --matmul --iters 500 --progress-every 5 >"$out/entitle.alone.json" 2>"$out/entitle.alone.err"
+alone_rate=$(python3 -c 'import json,sys
+d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(d["iters"]/d["loop_s"])' \
+  "$out/entitle.alone.json" 2>/dev/null || echo 0)
+start_scheduler entitle
+pids=()
+for job in cap20:20 cap45:45 uncapped:100; do
+  IFS=: read -r name cap <<<"$job"
+  limit=()
+  [ "$cap" -lt 100 ] && limit=(--core-limit "$cap")
+  under "${limit[@]}" -- $torch_job --matmul --seconds 40 --progress-every 5 \
+    >"$out/entitle.$name.json" 2>"$out/entitle.$name.err" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+stop_scheduler
+python3 "$root/tests/gpu/shares.py" "$alone_rate" cap20="$out/entitle.cap20.err" \
+  cap45="$out/entitle.cap45.err" uncapped="$out/entitle.uncapped.err" >"$out/entitle.tsv"
+while IFS=$'\t' read -r name share window; do
+  case $name in cap20) want=20 ;; cap45) want=45 ;; *) want=35 ;; esac
+  printf 'entitle\t%s\t%s\t%s\t%s\t%s/%s\t%s\n' "$name" "$want" "$share" "$(ratio "$want" "$share")" \
+    "$(field "$out/entitle.alone.json" result)" "$(field "$out/entitle.$name.json" result)" \
+    "share % over ${window} s (alone ${alone_rate} matmul/s): want / got" >>"$results"
+done <"$out/entitle.tsv"
+
 # 8. A container with the settings the device plugin mounts at /etc/nvshare (memory-limit 4Gi), whose
 #    environment says NVSHARE_ENABLE=0 and which no scheduler answers: PyTorch still sees 4Gi and a
 #    5 GiB tensor fails. Needs root and a mount namespace (the settings are bind-mounted read-only).

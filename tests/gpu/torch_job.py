@@ -2,6 +2,7 @@
 
 Modes:
   loop      allocate --gib GiB as three fp32 tensors and run `z = x + y` for --iters iterations
+            (--matmul: 8192 x 8192 matmuls instead, for --iters or --seconds, with progress lines)
   limit     report torch.cuda.mem_get_info(), then try to allocate --gib GiB and report whether PyTorch
             raised its out-of-memory error
 The script checks its own numerical result so a run under the library that computes garbage fails.
@@ -18,6 +19,11 @@ def main() -> int:
     ap.add_argument("--gib", type=float, default=4.0)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--matmul", action="store_true", help="compute-bound matmul loop instead")
+    ap.add_argument("--seconds", type=float, default=0,
+                    help="matmul: run for this long instead of --iters iterations")
+    ap.add_argument("--progress-every", type=int, default=0,
+                    help="matmul: synchronize every N iterations and print a progress line on "
+                         "stderr: {\"progress\":i,\"done_s\":t,\"iters\":i} (monotonic time)")
     args = ap.parse_args()
 
     import torch
@@ -49,8 +55,16 @@ def main() -> int:
         b = torch.randn(n, n, device=dev)
         torch.cuda.synchronize()
         t1 = time.monotonic()
-        for _ in range(args.iters):
+        every = args.progress_every
+        i = 0
+        while (i < args.iters) if args.seconds <= 0 else (time.monotonic() - t1 < args.seconds):
             c = a @ b
+            i += 1
+            if every > 0 and i % every == 0:
+                torch.cuda.synchronize()
+                print(json.dumps({"progress": i, "done_s": time.monotonic(), "iters": i}),
+                      file=sys.stderr, flush=True)
+        args.iters = i
         torch.cuda.synchronize()
         ref = (a[:4].double() @ b[:, :4].double()).float()
         ok = torch.allclose(c[:4, :4], ref, rtol=1e-2, atol=1e-1)
