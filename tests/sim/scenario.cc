@@ -40,6 +40,7 @@ ClientSpec random_client(Rng& rng, std::uint64_t capacity, Duration length) {
   c.working_set = static_cast<std::uint64_t>(fraction * static_cast<double>(capacity));
   if (rng.chance(0.4)) c.limits.core_percent = static_cast<std::uint8_t>(rng.range(5, 95));
   if (rng.chance(0.3)) c.limits.memory_bytes = c.working_set + kGiB;
+  if (c.behaviour == Behaviour::kComputeBound && rng.chance(0.4)) c.step = rng.between(1ms, 300ms);
   c.start = rng.between(0s, 5s);
   c.swap_bytes_per_s = rng.uniform(4e9, 20e9);
   c.grows = rng.chance(0.3);
@@ -174,6 +175,14 @@ std::vector<Scenario> named_scenarios() {
                  client(Behaviour::kComputeBound, 2 * kGiB)};
     all.push_back(s);
   }
+  {  // Exclusive mode: a job of short steps (it honours yields) beside one that never idles.
+    Scenario s = base("exclusive steps beside a trainer");
+    s.config.mode = Mode::kExclusive;
+    ClientSpec steps = client(Behaviour::kComputeBound, 2 * kGiB);
+    steps.step = 3ms;
+    s.clients = {client(Behaviour::kComputeBound, 2 * kGiB), steps};
+    all.push_back(s);
+  }
   {  // Auto quantum from measured swap bandwidth, large clients that never fit together.
     Scenario s = base("auto quantum with swaps");
     s.config.fixed_quantum.reset();
@@ -276,6 +285,31 @@ std::vector<CapCase> cap_cases() {
                                                       {30, 100, 100}, {10, 30, 50}, {10, 25, 100}};
   for (const std::vector<int>& caps : entitlements) {
     cases.push_back({"entitlements", cap_scenario("cap entitlements", seed++, caps)});
+  }
+  return cases;
+}
+
+std::vector<Scenario> fair_turn_cases() {
+  std::vector<Scenario> cases;
+  Rng rng(77);
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    Scenario s;
+    s.name = "fair turns";
+    s.seed = seed;
+    s.config.mode = Mode::kExclusive;
+    s.config.capacity_bytes = 16 * kGiB;  // 1Gi each: hand-offs move no memory, yields are sent
+    if (rng.chance(0.5)) s.config.fixed_quantum = rng.between(500ms, 5s);  // else auto: 5 s
+    s.length = 120s;
+    const int n = rng.range(2, 4);
+    for (int i = 0; i < n; ++i) {
+      ClientSpec c;
+      c.behaviour = Behaviour::kComputeBound;
+      c.working_set = kGiB;
+      // The first never idles, the second always has gaps: every case mixes the two kinds.
+      if (i == 1 || (i > 1 && rng.chance(0.5))) c.step = rng.between(1ms, 200ms);
+      s.clients.push_back(c);
+    }
+    cases.push_back(s);
   }
   return cases;
 }

@@ -34,7 +34,11 @@ struct ClientSpec {
   Duration start{0};               // when it connects
   double swap_bytes_per_s = 10e9;  // its true swap bandwidth (reported after each swap)
   Duration max_drain = std::chrono::milliseconds(50);  // release after 0..max_drain on revoke
-  bool grows = false;                                  // changes its allocation now and then
+  // kComputeBound: 0, it never goes idle; else its work comes in steps this long, each followed by
+  // a short idle gap (a synchronize, host work). Asked to yield, it releases at the end of its step
+  // and asks again after the gap.
+  Duration step{0};
+  bool grows = false;          // changes its allocation now and then
   int hang_after_revokes = 0;  // kHung: answers this many revokes, then ignores one
   Duration wake_after{0};      // kHung: releases this long after hanging (0: never)
   Duration crash_at{0};        // kCrashing: when it disconnects
@@ -70,5 +74,9 @@ struct CapCase {
   Scenario scenario;
 };
 std::vector<CapCase> cap_cases();
+
+// Fair turns: exclusive mode, compute-bound clients that all want the GPU all the time, some with
+// idle gaps between steps (they honour yields) and some without, for 120 s from t = 0.
+std::vector<Scenario> fair_turn_cases();
 
 }  // namespace nvshare::sim

@@ -286,7 +286,17 @@ class World {
       return fail("yield to " + name(*c) + " for epoch " + std::to_string(a.epoch) +
                   ", which it does not hold unrevoked");
     }
-    ++result_.yields;  // simulated clients keep their grant until revoked or idle as before
+    ++result_.yields;
+    // A client of steps hands over at the end of the current one (after the library's 200 us of
+    // idleness); the others keep their grant until revoked or idle as before.
+    if (stepped(*c)) {
+      const int index = static_cast<int>(c - clients_.data());
+      schedule(now_ + rng_.between(0ms, c->spec.step) + 200us, What::kRelease, index, a.epoch);
+    }
+  }
+
+  static bool stepped(const SimClient& c) {
+    return c.behaviour == Behaviour::kComputeBound && c.spec.step > 0s;
   }
 
   void on_action(const policy::SendWait& a) {
@@ -486,8 +496,9 @@ class World {
                    "usage after swap " + name(c));
     }
     if (!answered_revoke) {
-      const Duration gap =
-          c.behaviour == Behaviour::kIdle ? rng_.between(3s, 10s) : rng_.between(50ms, 2s);
+      const Duration gap = c.behaviour == Behaviour::kIdle ? rng_.between(3s, 10s)
+                           : stepped(c)                    ? rng_.between(100us, 1ms)
+                                                           : rng_.between(50ms, 2s);
       schedule(now_ + gap, What::kRequest, index);
     }
     if (s_.stale_releases && rng_.chance(0.3)) {
@@ -618,10 +629,14 @@ std::string describe(const Scenario& s) {
                      ", window " + std::to_string(seconds(c.quota_window)) + " s, grace " +
                      std::to_string(seconds(c.revoke_grace)) + " s; clients:";
   for (const ClientSpec& spec : s.clients) {
-    text += " [" + std::string(to_string(spec.behaviour)) + " " +
-            std::to_string(static_cast<double>(spec.working_set) / kGiB).substr(0, 4) + "Gi " +
-            std::to_string(spec.limits.core_percent) + "% start " +
-            std::to_string(seconds(spec.start)).substr(0, 4) + "s]";
+    text +=
+        " [" + std::string(to_string(spec.behaviour)) + " " +
+        std::to_string(static_cast<double>(spec.working_set) / kGiB).substr(0, 4) + "Gi " +
+        std::to_string(spec.limits.core_percent) + "% start " +
+        std::to_string(seconds(spec.start)).substr(0, 4) + "s" +
+        (spec.step > 0s ? " step " + std::to_string(seconds(spec.step) * 1e3).substr(0, 5) + "ms"
+                        : std::string()) +
+        "]";
   }
   return text;
 }

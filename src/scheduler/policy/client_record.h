@@ -51,6 +51,9 @@ struct ClientRecord {
 
   std::optional<QuotaLedger> quota;  // capped clients only
   UsageWindow usage;
+  // Its fair clock is its billed seconds plus this credit, which is raised when it becomes active
+  // so that time spent idle earns it no precedence over clients that kept wanting the GPU.
+  double fair_credit_s = 0;
 
   bool capped() const { return limits.core_percent < 100; }
   // The cap in percent, 1..100 (0 never reaches us from the wire; treated as the smallest cap).

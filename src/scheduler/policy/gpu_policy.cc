@@ -12,6 +12,8 @@
 namespace nvshare::policy {
 namespace {
 
+double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
+
 template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
@@ -99,7 +101,9 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
 
 void GpuPolicy::on_requested(const Requested& e, MonoTime now) {
   ClientRecord* c = find(e.client);
-  if (c != nullptr && c->state == ClientState::kIdle) enqueue(*c, now);
+  if (c == nullptr || c->state != ClientState::kIdle) return;
+  catch_up_fair_clock(*c);
+  enqueue(*c, now);
 }
 
 void GpuPolicy::on_released(const Released& e, MonoTime now) {
@@ -150,6 +154,7 @@ void GpuPolicy::settle(MonoTime now) {
     c.usage.settle(now, config_.quota_window);
   }
   now_ = now;
+  update_fair_floor();
 }
 
 void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
@@ -354,21 +359,65 @@ void GpuPolicy::send_wait_reasons(std::vector<Action>& out) {
 
 // Exclusive mode: while the head of the queue waits for its turn and would fit beside the holders'
 // memory (the hand-off moves nothing), each holder is asked once per grant to give the GPU back as
-// soon as it is idle. A busy holder keeps its quantum; one that pauses (host work between short
-// kernels, a finished job) hands over at once instead of after its idle release.
+// soon as it is idle, from the moment its fair clock has reached the head's. A busy holder keeps
+// its quantum; one that pauses (host work between short kernels, a finished job) hands over at once
+// instead of after its idle release, unless it has had less of the GPU than the head: a job whose
+// steps leave short idle gaps is not handed over at every gap to one that leaves none.
 void GpuPolicy::send_yields(std::vector<Action>& out) {
-  if (config_.mode != Mode::kExclusive) return;
-  const ClientRecord* next = head();
+  const ClientRecord* next = yield_target();
   if (next == nullptr) return;
-  const std::vector<const ClientRecord*> holders = blocking_holders();
-  if (holders.empty() || !fits(sum_working_sets(holders) + next->allocated_bytes)) return;
-  for (const ClientRecord* holder : holders) {
-    ClientRecord& c = *find(holder->id);
-    if (c.state == ClientState::kRunning && c.yield_epoch != c.epoch) {
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning && c.yield_epoch != c.epoch &&
+        yield_time(c, *next) <= now_) {
       c.yield_epoch = c.epoch;
       out.push_back(SendYield{c.id, c.epoch});
     }
   }
+}
+
+const ClientRecord* GpuPolicy::yield_target() const {
+  if (config_.mode != Mode::kExclusive) return nullptr;
+  const ClientRecord* next = head();
+  if (next == nullptr) return nullptr;
+  const std::vector<const ClientRecord*> holders = blocking_holders();
+  if (holders.empty() || !fits(sum_working_sets(holders) + next->allocated_bytes)) return nullptr;
+  return next;
+}
+
+MonoTime GpuPolicy::yield_time(const ClientRecord& holder, const ClientRecord& next) const {
+  // The slack keeps a holder that is a little behind (a short burst, then idle) from holding an
+  // idle GPU until its idle release; a waiting head's clock stands still while the holder's runs
+  // at its billing rate.
+  const double behind_s = fair_clock(next) - fair_clock(holder) - fair_slack_s();
+  const double rate = holder.usage.rate();
+  if (behind_s <= 1e-6) return now_;
+  if (rate <= 0) return MonoTime::max();
+  return now_ + Duration(static_cast<std::int64_t>(std::ceil(behind_s / rate * 1e9)));
+}
+
+double GpuPolicy::fair_clock(const ClientRecord& c) const {
+  return c.usage.total_seconds(now_) + c.fair_credit_s;
+}
+
+void GpuPolicy::update_fair_floor() {
+  std::optional<double> least;
+  for (const ClientRecord& c : clients_) {
+    if (c.active() && (!least || fair_clock(c) < *least)) least = fair_clock(c);
+  }
+  if (least) fair_floor_s_ = std::max(fair_floor_s_, *least);
+}
+
+// Up to the slack below the floor: a holder that answered a yield a little behind and asks again at
+// once keeps what it was owed, so that it does not lose the slack at every hand-over.
+void GpuPolicy::catch_up_fair_clock(ClientRecord& c) {
+  update_fair_floor();
+  const double start = fair_floor_s_ - fair_slack_s();
+  const double clock = fair_clock(c);
+  if (clock < start) c.fair_credit_s += start - clock;
+}
+
+double GpuPolicy::fair_slack_s() const {
+  return kYieldSlack * seconds(config_.fixed_quantum.value_or(config_.quantum_min));
 }
 
 std::optional<MonoTime> GpuPolicy::compute_deadline() const {
@@ -385,6 +434,14 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   }
   if (const ClientRecord* next = head()) {
     if (const std::optional<TurnPlan> plan = turn_plan(*next)) consider(plan->at);
+  }
+  if (const ClientRecord* next = yield_target()) {
+    for (const ClientRecord& c : clients_) {
+      if (c.state == ClientState::kRunning && c.yield_epoch != c.epoch) {
+        const MonoTime at = yield_time(c, *next);
+        if (at != MonoTime::max()) consider(at);
+      }
+    }
   }
   return best;
 }

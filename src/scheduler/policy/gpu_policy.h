@@ -20,7 +20,12 @@
 //    memory (config.device_bytes); while it is unknown nobody runs beside anybody. Runners
 //    whose working sets grow past usable are revoked (reason memory, swap out), newest grant
 //    first, until the rest fit.
-//  - Exclusive mode: one runner at a time.
+//  - Exclusive mode: one runner at a time. While the head of the queue would fit beside the
+//    holder's memory, the holder is asked to yield (hand over once idle) as soon as its fair clock
+//    (billed seconds, raised on becoming active to the least clock among active clients, less the
+//    slack) is within the slack (kYieldSlack of a quantum) of the head's: a holder that has had
+//    clearly less than the client that would run next keeps its turn, so a job with short idle gaps
+//    is not cut short at every gap by one without them.
 //  - Turn-taking: while the head of the queue waits behind runners it cannot run beside, a
 //    runner's turn ends one quantum after its grant (fixed, or auto = clamp(k x (swap time of the
 //    runner + swap time of the head), min, max)); runners whose turns have ended are
@@ -104,6 +109,11 @@ struct GpuView {
   std::vector<ClientView> clients;         // in registration order
 };
 
+// Exclusive mode: a holder is asked to yield once its fair clock is within this fraction of a
+// quantum (the fixed one, else quantum_min) of the head's; a client that becomes active starts
+// no further than that below the least clock among active clients.
+inline constexpr double kYieldSlack = 0.1;
+
 // What the caps of capped clients may take together while an uncapped client is active: the rest
 // is the uncapped clients' floor, so that caps summing to 100% or more never starve them.
 inline constexpr double kCappedRoomBesideUncapped = 0.9;
@@ -156,6 +166,18 @@ class GpuPolicy {
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   void send_wait_reasons(std::vector<Action>& out);
   void send_yields(std::vector<Action>& out);
+  // Exclusive mode: the head, when a hand-off to it moves no memory (yields may be due).
+  const ClientRecord* yield_target() const;
+  // When a running holder is due to yield to `next`: once its fair clock has reached next's.
+  MonoTime yield_time(const ClientRecord& holder, const ClientRecord& next) const;
+  double fair_clock(const ClientRecord& c) const;
+  // Raises the floor to the least fair clock among active clients (it never goes down).
+  void update_fair_floor();
+  // A client that becomes active starts no lower than the floor less the slack: idle time earns
+  // no precedence.
+  void catch_up_fair_clock(ClientRecord& c);
+  // kYieldSlack of the quantum (the fixed one, else quantum_min), in seconds.
+  double fair_slack_s() const;
   void update_rates();
   std::optional<MonoTime> compute_deadline() const;
 
@@ -212,6 +234,9 @@ class GpuPolicy {
   // billed all the time, so what they take in the gaps they repay, by waiting, when a capped
   // client wants the GPU again; their bucket (and its debt) goes when no capped client is active.
   bool entitlement_binds_ = false;
+  // The least fair clock among active clients, as last seen: where a client that becomes active
+  // starts at the earliest.
+  double fair_floor_s_ = 0;
   MonoTime now_{};
   std::optional<MonoTime> next_deadline_;
 };

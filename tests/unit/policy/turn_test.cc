@@ -97,7 +97,8 @@ TEST(Quantum, ExclusiveClientsAlternateByQuantum) {
   h.add_and_request(2, 1 * kGiB);
   std::vector<ClientId> runners{1};
   for (int turn = 0; turn < 4; ++turn) {
-    const auto revoke = revoke_of(h.fire(), runners.back());
+    // A turn: the quantum from the grant (a yield may come before; the client is busy).
+    const auto revoke = revoke_of(h.advance(2s), runners.back());
     ASSERT_TRUE(revoke) << "turn " << turn;
     EXPECT_FALSE(revoke->swap_out);  // 1Gi + 1Gi fit together: nothing has to move
     h.now += 10ms;                   // the drain
@@ -197,6 +198,42 @@ TEST(Yield, ExclusiveHolderIsAskedOnceWhenAFittingClientWaits) {
   EXPECT_TRUE(granted(after, 2));
   ASSERT_EQ(only<SendYield>(after).size(), 1u);
   EXPECT_EQ(only<SendYield>(after)[0].client, 2u);
+}
+
+// A holder that has had less of the GPU than the head keeps its turn until its fair clock has
+// caught up: a job that idles between steps is not handed over at every gap to one that never
+// idles.
+TEST(Yield, AHolderIsAskedOnlyOnceItHasHadAsMuchAsTheHead) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 5s;
+  Harness h(config);
+  h.add_and_request(1, 4 * kGiB);
+  ASSERT_EQ(only<SendYield>(h.add_and_request(2, 4 * kGiB)).size(), 1u) << "both at 0 s";
+  h.advance(3s);
+  std::vector<Action> actions = h.release(1);  // 1 answers the yield after 3 s of work
+  ASSERT_TRUE(granted(actions, 2));
+  actions = h.request(1);  // and wants the GPU again at once: 3 s billed, 2 has had none
+  EXPECT_TRUE(only<SendYield>(actions).empty());
+  // When 2 is within the slack (a tenth of the 5 s quantum) of the 3 s 1 has had.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 2500ms);
+  actions = h.fire();
+  ASSERT_EQ(only<SendYield>(actions).size(), 1u);
+  EXPECT_EQ(only<SendYield>(actions)[0].client, 2u);
+  EXPECT_EQ(h.state(2), ClientState::kRunning) << "a yield is not a revoke";
+}
+
+// Idle time earns no precedence: a client that comes back starts level with the least-served
+// active client, so the holder it interrupted is not kept waiting for the time it was away.
+TEST(Yield, ComingBackFromIdleEarnsNoPrecedence) {
+  Harness h(virtual_gpu(Mode::kExclusive));
+  h.add(2, 4 * kGiB);
+  h.add_and_request(1, 4 * kGiB);
+  h.advance(10s);  // 1 alone for 10 s; 2 idle
+  ASSERT_EQ(only<SendYield>(h.request(2)).size(), 1u);
+  ASSERT_TRUE(granted(h.release(1), 2));
+  const std::vector<Action> actions = h.request(1);
+  ASSERT_EQ(only<SendYield>(actions).size(), 1u) << "2 came in level with 1, not 10 s behind";
+  EXPECT_EQ(only<SendYield>(actions)[0].client, 2u);
 }
 
 TEST(Yield, NoYieldWhenTheHandOffWouldMoveMemory) {
