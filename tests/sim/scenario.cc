@@ -286,6 +286,17 @@ std::vector<CapCase> cap_cases() {
   for (const std::vector<int>& caps : entitlements) {
     cases.push_back({"entitlements", cap_scenario("cap entitlements", seed++, caps)});
   }
+  // Exclusive mode, every client a loop of short steps with a synchronize between them (they
+  // honour yields): the turns follow the entitlements.
+  const std::vector<std::vector<int>> turns = {{20, 45, 100}, {30, 60},      {50, 50},
+                                               {80, 80},      {30, 100},     {10, 30, 50},
+                                               {10, 100},     {25, 100, 100}};
+  for (const std::vector<int>& caps : turns) {
+    Scenario s = cap_scenario("cap exclusive steps", seed++, caps);
+    s.config.mode = Mode::kExclusive;
+    for (ClientSpec& c : s.clients) c.step = rng.between(2ms, 30ms);
+    cases.push_back({"exclusive, steps", s});
+  }
   return cases;
 }
 

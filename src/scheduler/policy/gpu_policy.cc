@@ -150,6 +150,7 @@ void GpuPolicy::on_disconnected(const Disconnected& e) {
 
 void GpuPolicy::settle(MonoTime now) {
   for (ClientRecord& c : clients_) {
+    if (now > now_) c.fair_s += c.usage.rate() * seconds(now - now_) / fair_weight(c);
     if (c.quota) c.quota->settle(now);
     c.usage.settle(now, config_.quota_window);
   }
@@ -388,21 +389,21 @@ MonoTime GpuPolicy::yield_time(const ClientRecord& holder, const ClientRecord& n
   // The slack keeps a holder that is a little behind (a short burst, then idle) from holding an
   // idle GPU until its idle release; a waiting head's clock stands still while the holder's runs
   // at its billing rate.
-  const double behind_s = fair_clock(next) - fair_clock(holder) - fair_slack_s();
-  const double rate = holder.usage.rate();
+  const double behind_s = next.fair_s - holder.fair_s - fair_slack_s();
+  const double rate = holder.usage.rate() / fair_weight(holder);
   if (behind_s <= 1e-6) return now_;
   if (rate <= 0) return MonoTime::max();
   return now_ + Duration(static_cast<std::int64_t>(std::ceil(behind_s / rate * 1e9)));
 }
 
-double GpuPolicy::fair_clock(const ClientRecord& c) const {
-  return c.usage.total_seconds(now_) + c.fair_credit_s;
+double GpuPolicy::fair_weight(const ClientRecord& c) const {
+  return std::max(effective_cap(c), 0.01);
 }
 
 void GpuPolicy::update_fair_floor() {
   std::optional<double> least;
   for (const ClientRecord& c : clients_) {
-    if (c.active() && (!least || fair_clock(c) < *least)) least = fair_clock(c);
+    if (c.active() && (!least || c.fair_s < *least)) least = c.fair_s;
   }
   if (least) fair_floor_s_ = std::max(fair_floor_s_, *least);
 }
@@ -412,8 +413,7 @@ void GpuPolicy::update_fair_floor() {
 void GpuPolicy::catch_up_fair_clock(ClientRecord& c) {
   update_fair_floor();
   const double start = fair_floor_s_ - fair_slack_s();
-  const double clock = fair_clock(c);
-  if (clock < start) c.fair_credit_s += start - clock;
+  c.fair_s = std::max(c.fair_s, start);
 }
 
 double GpuPolicy::fair_slack_s() const {

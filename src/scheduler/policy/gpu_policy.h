@@ -22,10 +22,10 @@
 //    first, until the rest fit.
 //  - Exclusive mode: one runner at a time. While the head of the queue would fit beside the
 //    holder's memory, the holder is asked to yield (hand over once idle) as soon as its fair clock
-//    (billed seconds, raised on becoming active to the least clock among active clients, less the
-//    slack) is within the slack (kYieldSlack of a quantum) of the head's: a holder that has had
-//    clearly less than the client that would run next keeps its turn, so a job with short idle gaps
-//    is not cut short at every gap by one without them.
+//    (billed seconds over its entitlement, raised on becoming active to the least clock among
+//    active clients, less the slack) is within the slack (kYieldSlack of a quantum) of the head's:
+//    a holder that has had clearly less than the client that would run next keeps its turn, so a
+//    job with short idle gaps is not cut short at every gap by one without them.
 //  - Turn-taking: while the head of the queue waits behind runners it cannot run beside, a
 //    runner's turn ends one quantum after its grant (fixed, or auto = clamp(k x (swap time of the
 //    runner + swap time of the head), min, max)); runners whose turns have ended are
@@ -170,7 +170,8 @@ class GpuPolicy {
   const ClientRecord* yield_target() const;
   // When a running holder is due to yield to `next`: once its fair clock has reached next's.
   MonoTime yield_time(const ClientRecord& holder, const ClientRecord& next) const;
-  double fair_clock(const ClientRecord& c) const;
+  // What a client's fair clock is divided by: its entitlement (effective_cap), at least 1%.
+  double fair_weight(const ClientRecord& c) const;
   // Raises the floor to the least fair clock among active clients (it never goes down).
   void update_fair_floor();
   // A client that becomes active starts no lower than the floor less the slack: idle time earns
