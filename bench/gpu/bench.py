@@ -365,9 +365,9 @@ class Bench:
 
     def cap_mixes(self, name, configs, flags, label=""):
         """Runs each mix of caps (a list of percents, None for an uncapped job) as compute-bound jobs
-        started together under a scheduler with `flags`; returns one row per capped job: the
+        started together under a scheduler with `flags`; returns one row per job: the
         achieved share (rate over the steady window after the first quota window, over the native
-        rate) and its error against the effective cap, in points."""
+        rate) and its error against its entitlement (docs/scheduling.md), in points."""
         d = self.scenario_dir(name)
         window, skip = 10.0, 2.0
         base = self.run_jobs(name, [(self.torch_job("matmul", seconds=window, skip_s=skip), None)])
@@ -380,16 +380,18 @@ class Bench:
                      {"NVSHARE_CORE_LIMIT": str(c)} if c else {}) for c in caps]
             with Scheduler(self, d, flags) as s:
                 res = self.run_jobs(name, jobs, env=s.env())
+            # Caps are entitlements (docs/scheduling.md): scaled to fit 100% (90% beside an
+            # uncapped job), and the uncapped jobs split the rest.
+            room = 90.0 if uncapped else 100.0
+            scale = room / total if total > room else 1.0
+            n_uncapped = sum(1 for c in caps if c is None)
             for c, r in zip(caps, res):
-                if c is None:
-                    continue
-                # Caps that sum over 100% on one GPU are scaled to share it.
-                target = c * 100.0 / total if total > 100 and not uncapped else float(c)
+                target = c * scale if c else (100.0 - total * scale) / n_uncapped
                 ok = r.get("result") == "ok"
                 share = 100.0 * r.get("steady_rate", 0) / native_rate if ok else None
                 whole = 100.0 * r.get("rate", 0) / native_rate if ok else None
                 rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps) + label,
-                             "cap": c, "target": target, "share": share, "whole_share": whole,
+                             "cap": c or 100, "target": target, "share": share, "whole_share": whole,
                              "error": None if share is None else share - target})
                 log(f"cap {rows[-1]}")
         errors = [abs(r["error"]) for r in rows if r["error"] is not None]
@@ -399,17 +401,77 @@ class Bench:
     def caps(self):
         """Compute caps in mode exclusive (capped jobs take turns): every single cap and every mix
         sharing a GPU."""
-        configs = [[10], [25], [30], [50], [75], [90], [30, 60], [50, 50], [80, 80], [30, None]]
+        configs = [[10], [25], [30], [50], [75], [90], [30, 60], [50, 50], [80, 80], [30, None],
+                   [20, 45, None], [10, 30, 50]]
         v, rows, how = self.cap_mixes("caps", configs, ["--mode", "exclusive"])
         self.metric("cap_error_max_points_exclusive", v, "<= 2", v is not None and v <= 2,
                     "points", native=None, rows=rows, **how)
 
     def caps_auto(self):
         """The mixes that share one GPU, again in mode auto (co-running instead of turns)."""
-        configs = [[30, 60], [50, 50], [80, 80], [30, None]]
+        configs = [[30, 60], [50, 50], [80, 80], [30, None], [20, 45, None], [10, 30, 50]]
         v, rows, how = self.cap_mixes("caps_auto", configs, ["--mode", "auto"], " auto")
         self.metric("cap_error_max_points_auto", v, "<= 2", v is not None and v <= 2, "points",
                     rows=rows, **how)
+
+    def latency(self):
+        """A latency-sensitive service (serve: forward + synchronize, back to back) beside a
+        compute-bound trainer (matmul), started together for a window: natively (time-sliced by
+        the driver) and under nvshare in each mode. Each job's rate over its rate alone, and the
+        service's p99 step latency over its p99 alone. Goals: in the default mode the service's
+        steps/s and p99 and the trainer's rate at least as good as native time-slicing; in every
+        mode nobody starves (each job at least 0.25 of its rate alone)."""
+        name = "latency"
+        self.scenario_dir(name)
+        window = self.job_seconds
+        serve = self.torch_job("serve", seconds=window)
+        train = self.torch_job("matmul", seconds=window)
+        alone = {"serve": [], "train": [], "p99": []}
+        for _ in range(self.repeats):
+            r = self.run_jobs(name, [(serve, None)])[0]
+            if r.get("result") == "ok":
+                alone["serve"].append(r["rate"])
+                alone["p99"].append(r["p99_ms"])
+            r = self.run_jobs(name, [(train, None)])[0]
+            if r.get("result") == "ok":
+                alone["train"].append(r["rate"])
+        base = {k: median(v) for k, v in alone.items()}
+        runs = {"native": [], **{m: [] for m in self.MODES}}
+        for _ in range(self.repeats):
+            runs["native"].append(self.run_jobs(name, [(serve, None), (train, None)]))
+            for mode in self.MODES:
+                with Scheduler(self, self.raw / name, ["--mode", mode]) as s:
+                    runs[mode].append(self.run_jobs(name, [(serve, None), (train, None)],
+                                                    env=s.env()))
+        figures = {}
+        for key, rs in runs.items():
+            good = [r for r in rs if self.ok(r)]
+            figures[key] = {
+                "serve_steps": median([r[0]["rate"] / base["serve"] for r in good]) if base["serve"] else None,
+                "serve_p99": median([r[0]["p99_ms"] / base["p99"] for r in good]) if base["p99"] else None,
+                "trainer": median([r[1]["rate"] / base["train"] for r in good]) if base["train"] else None,
+            }
+        nat = figures["native"]
+        for mode in self.MODES:
+            f = figures[mode]
+            values = [f["serve_steps"], f["serve_p99"], f["trainer"]]
+            known = all(v is not None for v in values) and all(v is not None for v in nat.values())
+            starve = known and min(f["serve_steps"], f["trainer"]) >= 0.25
+            if mode == "auto":
+                met = known and f["serve_steps"] >= nat["serve_steps"] and \
+                    f["serve_p99"] <= nat["serve_p99"] and f["trainer"] >= nat["trainer"]
+                goal = ">= native steps/s, <= native p99, trainer >= native"
+            else:
+                met = starve
+                goal = "nobody starves: each >= 0.25 of alone"
+            for metric, value in (("serve_steps_ratio", f["serve_steps"]),
+                                  ("serve_p99_ratio", f["serve_p99"]),
+                                  ("trainer_ratio", f["trainer"])):
+                native_value = nat["serve_steps" if metric.startswith("serve_steps") else
+                                   "serve_p99" if metric.startswith("serve_p99") else "trainer"]
+                self.metric(f"latency_{metric}_{mode}", value, goal, met, "x alone",
+                            native=native_value, starvation_free=starve, alone=base,
+                            figures=figures)
 
     def handoff(self):
         """Hand-off latency without swap: two compute-bound jobs in exclusive mode with a 0.25 s
@@ -584,7 +646,7 @@ def machine_info():
 # Groups of scenarios that fit in one call of a few minutes each.
 PHASES = {
     "overhead": ["single", "launch", "handoff"],
-    "together": ["pair_fit", "idle3", "caps_auto"],
+    "together": ["pair_fit", "idle3", "caps_auto", "latency"],
     "turns": ["notfit", "caps"],
     "multi": ["multi", "ddp"],
 }
@@ -615,6 +677,8 @@ def main():
         needs |= {"membound", "matmul"}
     if "idle3" in scenarios:
         needs.add("idle")
+    if "latency" in scenarios:
+        needs.add("matmul")
     bench.calibrate(sorted(needs))
     if "single" not in scenarios and any(s in scenarios for s in ("pair_fit", "notfit")):
         # The efficiency and serial-sum rows divide by native single times: measure them.

@@ -4,6 +4,8 @@ Kinds:
   membound  z = x + y on three 28000x28000 fp32 tensors (about 9.4 GB): memory-bandwidth bound
   matmul    c = a @ b on 8192x8192 fp32 tensors: compute bound
   idle      a short kernel (a 1024x1024 matmul) then --host-ms of host work (a sleep) per iteration
+  serve     a latency-sensitive service: each step is the forward pass of an 8-layer MLP (4096 wide,
+            batch --batch, GELU) then a synchronize; steps back to back; reports p50/p99 step latency
 
 Work is either a number of iterations (--iters) or a wall-time window (--seconds: as many iterations
 as fit; the rate is what a capped job achieves). --devices runs the loop on several GPUs from one
@@ -26,12 +28,13 @@ from start_barrier import wait_for_go
 
 def parse_args():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kind", choices=["membound", "matmul", "idle"], required=True)
+    ap.add_argument("--kind", choices=["membound", "matmul", "idle", "serve"], required=True)
     ap.add_argument("--iters", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=0.0)
     ap.add_argument("--devices", default="0", help="comma-separated CUDA device indexes")
     ap.add_argument("--side", type=int, default=0, help="matrix side (default per kind)")
     ap.add_argument("--host-ms", type=float, default=20.0, help="idle: host work per iteration")
+    ap.add_argument("--batch", type=int, default=256, help="serve: rows per forward pass")
     ap.add_argument("--ready", default="")
     ap.add_argument("--go", default="")
     ap.add_argument("--skip-s", type=float, default=0.0,
@@ -59,6 +62,12 @@ def main() -> int:
             y = torch.full((side, side), 2.25, device=dev)
             z = torch.empty_like(x)
             state.append((x, y, z))
+        elif args.kind == "serve":
+            side = args.side or 4096
+            g = torch.Generator(device=dev).manual_seed(7)
+            layers = [torch.randn(side, side, device=dev, generator=g) / side ** 0.5 for _ in range(8)]
+            x = torch.randn(args.batch, side, device=dev, generator=g)
+            state.append((x, layers))
         else:
             side = args.side or (8192 if args.kind == "matmul" else 1024)
             g = torch.Generator(device=dev).manual_seed(7)
@@ -68,9 +77,16 @@ def main() -> int:
             state.append((a, b, c))
     out["side"] = side
 
+    def forward(x, layers):
+        for w in layers:
+            x = torch.nn.functional.gelu(x @ w)
+        return x
+
     def step():
         for tensors in state:
-            if args.kind == "membound":
+            if args.kind == "serve":
+                tensors[0].copy_(forward(*tensors) * 0.5 + tensors[0] * 0.5)
+            elif args.kind == "membound":
                 torch.add(tensors[0], tensors[1], out=tensors[2])
             else:
                 torch.matmul(tensors[0], tensors[1], out=tensors[2])
@@ -89,6 +105,7 @@ def main() -> int:
     # finished iterations without a host-device round trip per kernel.
     batch = 1 if args.kind != "membound" else 8
     iters = 0
+    step_ms = []  # serve: each step's latency
     skip_mark = None  # (time, iterations) at the first completion after --skip-s
     t1 = time.monotonic()
     deadline = t1 + args.seconds if args.seconds > 0 else None
@@ -97,9 +114,13 @@ def main() -> int:
             break
         if deadline is not None and time.monotonic() >= deadline:
             break
+        t_step = time.monotonic()
         step()
         iters += 1
-        if args.kind == "idle":
+        if args.kind == "serve":
+            sync()
+            step_ms.append((time.monotonic() - t_step) * 1000.0)
+        elif args.kind == "idle":
             sync()
             time.sleep(host_s)
         elif deadline is not None and iters % batch == 0:
@@ -114,9 +135,16 @@ def main() -> int:
         out.update(steady_s=t2 - skip_mark[0], steady_iters=iters - skip_mark[1],
                    steady_rate=(iters - skip_mark[1]) / (t2 - skip_mark[0]))
 
+    if step_ms:
+        ordered = sorted(step_ms)
+        out.update(p50_ms=ordered[len(ordered) // 2],
+                   p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))])
+
     ok = True
     for tensors in state:
-        if args.kind == "membound":
+        if args.kind == "serve":
+            ok = ok and bool(torch.isfinite(tensors[0]).all())
+        elif args.kind == "membound":
             ok = ok and bool((tensors[2][:2, :64] == 3.75).all()) and bool(
                 (tensors[2][-2:, -64:] == 3.75).all())
         else:
