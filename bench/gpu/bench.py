@@ -473,6 +473,35 @@ class Bench:
                             native=native_value, starvation_free=starve, alone=base,
                             figures=figures)
 
+    def capdeep(self):
+        """A deep queue under a 30% cap: about 3 s of GPU work queued, then one synchronize, as
+        plain kernels (8192² matmuls) and as CUDA-graph replays (10 matmuls a graph). The share is
+        the native time over the capped time; the cap holds when it is 30%."""
+        name = "capdeep"
+        self.scenario_dir(name)
+        per_kernel = 1.0 / self.calibration["matmul"]
+        kernels = max(10, round(3.0 / per_kernel))
+        variants = {"kernels": self.torch_job("matmul", iters=kernels),
+                    "graphs": self.torch_job("graph", iters=max(1, kernels // 10))}
+        rows = []
+        for variant, argv in variants.items():
+            native, capped = [], []
+            for _ in range(self.repeats):
+                native += self.run_jobs(name, [(argv, None)])
+                with Scheduler(self, self.raw / name, []) as s:
+                    capped += self.run_jobs(name, [(argv, {"NVSHARE_CORE_LIMIT": "30"})],
+                                            env=s.env())
+            n = median([r["loop_s"] for r in native if r.get("result") == "ok"])
+            c = median([r["loop_s"] for r in capped if r.get("result") == "ok"])
+            share = 100.0 * n / c if n and c else None
+            rows.append({"variant": variant, "native_s": n, "capped_s": c,
+                         "share": share, "error": None if share is None else share - 30.0})
+            log(f"capdeep {rows[-1]}")
+        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+        worst = max(errors) if len(errors) == len(rows) else None
+        self.metric("cap_deep_queue_error_points", worst, "<= 2", worst is not None and worst <= 2,
+                    "points", native=None, rows=rows, kernels=kernels)
+
     def handoff(self):
         """Hand-off latency without swap: two compute-bound jobs in exclusive mode with a 0.25 s
         quantum; from the library's trace: revoke -> release (drain) and release -> the other
@@ -647,7 +676,7 @@ def machine_info():
 PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto", "latency"],
-    "turns": ["notfit", "caps"],
+    "turns": ["notfit", "caps", "capdeep"],
     "multi": ["multi", "ddp"],
 }
 
@@ -673,7 +702,8 @@ def main():
                "calibration": bench.calibration, "job_seconds": args.job_seconds,
                "repeats": args.repeats}
     needs = set()
-    if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "caps_auto", "multi")):
+    if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "caps_auto", "multi",
+                                    "capdeep")):
         needs |= {"membound", "matmul"}
     if "idle3" in scenarios:
         needs.add("idle")

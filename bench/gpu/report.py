@@ -34,6 +34,7 @@ ROWS = [
     ("cap_error_single_job_max_points", "cap error (points), one job alone at 10..90%"),
     ("cap_error_max_points_shared_gpu_exclusive", "cap error (points), jobs sharing a GPU, mode exclusive"),
     ("cap_error_max_points_auto", "cap error (points), jobs sharing a GPU, mode auto"),
+    ("cap_deep_queue_error_points", "cap error (points), 30% cap, ~3 s queued per synchronize (kernels, CUDA graphs)"),
     ("release_to_grant_p99_yield_ms", "release -> next grant, no swap, p99 (ms)"),
     ("release_to_grant_p99_ms", "release -> next grant at quantum ends, p99 (ms)"),
     ("two_gpu_independent_time_ratio", "two GPUs: a job on each, makespan / native"),

@@ -4,8 +4,9 @@
 #
 #   bench/gpu/run.sh [PHASE[,PHASE...]] [--repeats N]
 #       PHASE: overhead (single job, launch-bound, hand-off latency), together (two compute-bound jobs
-#       that fit, three idle-ish jobs), turns (two jobs that do not fit, compute caps), multi (two
-#       GPUs), or all (the default; about 20 minutes on one H200)
+#       that fit, three idle-ish jobs, caps co-running, a service beside a trainer), turns (two jobs
+#       that do not fit, compute caps, deep queues under a cap), multi (two GPUs), or all (the
+#       default; about 30 minutes on one H200)
 #
 # Builds libnvshare.so, nvshare-scheduler, nvsharectl and nvshare-launch-bench (Release) in build-bench/,
 # runs every scenario of the phases with and without nvshare in this one call, and writes under

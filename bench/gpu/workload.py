@@ -4,6 +4,7 @@ Kinds:
   membound  z = x + y on three 28000x28000 fp32 tensors (about 9.4 GB): memory-bandwidth bound
   matmul    c = a @ b on 8192x8192 fp32 tensors: compute bound
   idle      a short kernel (a 1024x1024 matmul) then --host-ms of host work (a sleep) per iteration
+  graph     a CUDA graph of --graph-kernels matmul kernels (as matmul), one replay per iteration
   serve     a latency-sensitive service: each step is the forward pass of an 8-layer MLP (4096 wide,
             batch --batch, GELU) then a synchronize; steps back to back; reports p50/p99 step latency
 
@@ -28,13 +29,14 @@ from start_barrier import wait_for_go
 
 def parse_args():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kind", choices=["membound", "matmul", "idle", "serve"], required=True)
+    ap.add_argument("--kind", choices=["membound", "matmul", "idle", "serve", "graph"], required=True)
     ap.add_argument("--iters", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=0.0)
     ap.add_argument("--devices", default="0", help="comma-separated CUDA device indexes")
     ap.add_argument("--side", type=int, default=0, help="matrix side (default per kind)")
     ap.add_argument("--host-ms", type=float, default=20.0, help="idle: host work per iteration")
     ap.add_argument("--batch", type=int, default=256, help="serve: rows per forward pass")
+    ap.add_argument("--graph-kernels", type=int, default=10, help="graph: kernels per graph")
     ap.add_argument("--ready", default="")
     ap.add_argument("--go", default="")
     ap.add_argument("--skip-s", type=float, default=0.0,
@@ -69,7 +71,7 @@ def main() -> int:
             x = torch.randn(args.batch, side, device=dev, generator=g)
             state.append((x, layers))
         else:
-            side = args.side or (8192 if args.kind == "matmul" else 1024)
+            side = args.side or (8192 if args.kind in ("matmul", "graph") else 1024)
             g = torch.Generator(device=dev).manual_seed(7)
             a = torch.randn(side, side, device=dev, generator=g) / side ** 0.5
             b = torch.randn(side, side, device=dev, generator=g)
@@ -97,6 +99,25 @@ def main() -> int:
 
     step()  # warm up (cuBLAS handles, kernels loaded)
     sync()
+    if args.kind == "graph":
+        # Capture the matmul step --graph-kernels times into one graph; an iteration replays it.
+        plain_step = step
+        side_stream = torch.cuda.Stream(devices[0])
+        side_stream.wait_stream(torch.cuda.current_stream(devices[0]))
+        with torch.cuda.stream(side_stream):
+            plain_step()
+        torch.cuda.current_stream(devices[0]).wait_stream(side_stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(args.graph_kernels):
+                plain_step()
+        out["graph_kernels"] = args.graph_kernels
+
+        def step():
+            graph.replay()
+
+        step()
+        sync()
     out["setup_s"] = time.monotonic() - t_start
     wait_for_go(args.ready, args.go)
 
