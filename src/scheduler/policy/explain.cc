@@ -221,7 +221,19 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
             secs(quantum_between(c, *next)) +
             (ends > now ? " ends in " + secs(ends - now) : std::string(" has ended"));
   }
-  return text;
+  return text + describe_yield(c, now);
+}
+
+// Exclusive mode, a hand-off that moves no memory: whether the holder hands over at its next idle
+// moment, or keeps its turn until it has had its fair part beside the head.
+std::string GpuPolicy::describe_yield(const ClientRecord& c, MonoTime now) const {
+  const ClientRecord* next = yield_target();
+  if (next == nullptr || c.state != ClientState::kRunning) return {};
+  if (c.yield_epoch == c.epoch) return "; it was asked to hand over as soon as it is idle";
+  const MonoTime at = yield_time(c, *next);
+  return "; it keeps its turn through idle moments until it has had its fair part beside client " +
+         std::to_string(next->id) +
+         (at == MonoTime::max() ? std::string() : ", in " + secs(std::max(at, now) - now));
 }
 
 }  // namespace nvshare::policy

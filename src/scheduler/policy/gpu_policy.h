@@ -221,6 +221,7 @@ class GpuPolicy {
   std::string explain_waiting(const ClientRecord& c, MonoTime now) const;
   std::string explain_holding(const ClientRecord& c, MonoTime now) const;
   std::string describe_quota(const ClientRecord& c, MonoTime now) const;
+  std::string describe_yield(const ClientRecord& c, MonoTime now) const;
 
   PolicyConfig config_;
   SwapEstimate swap_;

@@ -77,6 +77,22 @@ TEST(Explain, QueuedBehindTheHeadAndExclusiveTurns) {
               HasSubstr("client 2 waits, so its quantum of 4.0 s ends in 3.0 s"));
 }
 
+TEST(Explain, ExclusiveHolderSaysWhenItHandsOverAtItsNextIdleMoment) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 5s;
+  Harness h(config);
+  h.add_and_request(1, 1 * kGiB);
+  h.add_and_request(2, 1 * kGiB);
+  EXPECT_THAT(h.policy.explain(1, h.now),
+              HasSubstr("; it was asked to hand over as soon as it is idle"));
+  h.now += 3s;
+  h.release(1);  // 2 runs; 1 has had 3 s and wants the GPU again at once
+  h.request(1);
+  EXPECT_THAT(h.policy.explain(2, h.now),
+              HasSubstr("; it keeps its turn through idle moments until it has had its fair part "
+                        "beside client 1, in 2.5 s"));
+}
+
 TEST(Explain, RevokingUnresponsiveIdleAndUnknown) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 1s;
