@@ -464,14 +464,9 @@ class Bench:
             else:
                 met = starve
                 goal = "nobody starves: each >= 0.25 of alone"
-            for metric, value in (("serve_steps_ratio", f["serve_steps"]),
-                                  ("serve_p99_ratio", f["serve_p99"]),
-                                  ("trainer_ratio", f["trainer"])):
-                native_value = nat["serve_steps" if metric.startswith("serve_steps") else
-                                   "serve_p99" if metric.startswith("serve_p99") else "trainer"]
-                self.metric(f"latency_{metric}_{mode}", value, goal, met, "x alone",
-                            native=native_value, starvation_free=starve, alone=base,
-                            figures=figures)
+            for key in ("serve_steps", "serve_p99", "trainer"):
+                self.metric(f"latency_{key}_ratio_{mode}", f[key], goal, met, "x alone",
+                            native=nat[key], starvation_free=starve, alone=base, figures=figures)
 
     def capdeep(self):
         """A deep queue under a 30% cap: about 3 s of GPU work queued, then one synchronize, as

@@ -28,5 +28,6 @@ inline std::uint64_t to_us(Duration d) {
   return d.count() <= 0 ? 0 : static_cast<std::uint64_t>(d.count() / 1000);
 }
 inline double to_ms(Duration d) { return static_cast<double>(d.count()) / 1e6; }
+inline double to_seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
 
 }  // namespace nvshare

@@ -12,8 +12,6 @@
 namespace nvshare::policy {
 namespace {
 
-double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
-
 Duration from_seconds(double s) {
   return Duration(static_cast<std::int64_t>(std::llround(s * 1e9)));
 }
@@ -25,7 +23,7 @@ std::string fixed(double value, int decimals, const char* unit) {
   return buffer;
 }
 
-std::string secs(Duration d) { return fixed(seconds(d), 1, " s"); }
+std::string secs(Duration d) { return fixed(to_seconds(d), 1, " s"); }
 std::string millis(double s) { return fixed(s * 1e3, 0, " ms"); }
 std::string percent(double fraction) { return fixed(fraction * 100, 1, "%"); }
 // An effective cap: whole when it is ("30%"), else one decimal ("33.3%").
@@ -229,7 +227,7 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
 std::string GpuPolicy::describe_yield(const ClientRecord& c, MonoTime now) const {
   const ClientRecord* next = yield_target();
   if (next == nullptr || c.state != ClientState::kRunning) return {};
-  if (c.yield_epoch == c.epoch) return "; it was asked to hand over as soon as it is idle";
+  if (!yield_unsent(c)) return "; it was asked to hand over as soon as it is idle";
   const MonoTime at = yield_time(c, *next);
   return "; it keeps its turn through idle moments until it has had its fair part beside client " +
          std::to_string(next->id) +

@@ -12,8 +12,6 @@
 namespace nvshare::policy {
 namespace {
 
-double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
-
 template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
@@ -150,7 +148,7 @@ void GpuPolicy::on_disconnected(const Disconnected& e) {
 
 void GpuPolicy::settle(MonoTime now) {
   for (ClientRecord& c : clients_) {
-    if (now > now_) c.fair_s += c.usage.rate() * seconds(now - now_) / fair_weight(c);
+    if (now > now_) c.fair_s += c.usage.rate() * to_seconds(now - now_) / fair_weight(c);
     if (c.quota) c.quota->settle(now);
     c.usage.settle(now, config_.quota_window);
   }
@@ -360,16 +358,16 @@ void GpuPolicy::send_wait_reasons(std::vector<Action>& out) {
 
 // Exclusive mode: while the head of the queue waits for its turn and would fit beside the holders'
 // memory (the hand-off moves nothing), each holder is asked once per grant to give the GPU back as
-// soon as it is idle, from the moment its fair clock has reached the head's. A busy holder keeps
-// its quantum; one that pauses (host work between short kernels, a finished job) hands over at once
-// instead of after its idle release, unless it has had less of the GPU than the head: a job whose
-// steps leave short idle gaps is not handed over at every gap to one that leaves none.
+// soon as it is idle, from the moment its fair clock is within the slack of the head's. A busy
+// holder keeps its quantum; one that pauses (host work between short kernels, a finished job) hands
+// over at once instead of after its idle release, unless it has had clearly less of the GPU than
+// the head: a job whose steps leave short idle gaps is not handed over at every gap to one that
+// leaves none.
 void GpuPolicy::send_yields(std::vector<Action>& out) {
   const ClientRecord* next = yield_target();
   if (next == nullptr) return;
   for (ClientRecord& c : clients_) {
-    if (c.state == ClientState::kRunning && c.yield_epoch != c.epoch &&
-        yield_time(c, *next) <= now_) {
+    if (yield_unsent(c) && yield_time(c, *next) <= now_) {
       c.yield_epoch = c.epoch;
       out.push_back(SendYield{c.id, c.epoch});
     }
@@ -383,6 +381,10 @@ const ClientRecord* GpuPolicy::yield_target() const {
   const std::vector<const ClientRecord*> holders = blocking_holders();
   if (holders.empty() || !fits(sum_working_sets(holders) + next->allocated_bytes)) return nullptr;
   return next;
+}
+
+bool GpuPolicy::yield_unsent(const ClientRecord& c) {
+  return c.state == ClientState::kRunning && c.yield_epoch != c.epoch;
 }
 
 MonoTime GpuPolicy::yield_time(const ClientRecord& holder, const ClientRecord& next) const {
@@ -408,16 +410,16 @@ void GpuPolicy::update_fair_floor() {
   if (least) fair_floor_s_ = std::max(fair_floor_s_, *least);
 }
 
-// Up to the slack below the floor: a holder that answered a yield a little behind and asks again at
-// once keeps what it was owed, so that it does not lose the slack at every hand-over.
+// Up to the slack below the floor (settle() keeps the floor current): a holder that answered a
+// yield a little behind and asks again at once keeps what it was owed, so that it does not lose the
+// slack at every hand-over.
 void GpuPolicy::catch_up_fair_clock(ClientRecord& c) {
-  update_fair_floor();
   const double start = fair_floor_s_ - fair_slack_s();
   c.fair_s = std::max(c.fair_s, start);
 }
 
 double GpuPolicy::fair_slack_s() const {
-  return kYieldSlack * seconds(config_.fixed_quantum.value_or(config_.quantum_min));
+  return kYieldSlack * to_seconds(config_.fixed_quantum.value_or(config_.quantum_min));
 }
 
 std::optional<MonoTime> GpuPolicy::compute_deadline() const {
@@ -437,10 +439,9 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   }
   if (const ClientRecord* next = yield_target()) {
     for (const ClientRecord& c : clients_) {
-      if (c.state == ClientState::kRunning && c.yield_epoch != c.epoch) {
-        const MonoTime at = yield_time(c, *next);
-        if (at != MonoTime::max()) consider(at);
-      }
+      if (!yield_unsent(c)) continue;
+      const MonoTime at = yield_time(c, *next);
+      if (at != MonoTime::max()) consider(at);
     }
   }
   return best;

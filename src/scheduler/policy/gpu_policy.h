@@ -168,7 +168,10 @@ class GpuPolicy {
   void send_yields(std::vector<Action>& out);
   // Exclusive mode: the head, when a hand-off to it moves no memory (yields may be due).
   const ClientRecord* yield_target() const;
-  // When a running holder is due to yield to `next`: once its fair clock has reached next's.
+  // A running holder not yet asked to yield for its current grant.
+  static bool yield_unsent(const ClientRecord& c);
+  // When a running holder is due to yield to `next`: once its fair clock is within the slack of
+  // next's.
   MonoTime yield_time(const ClientRecord& holder, const ClientRecord& next) const;
   // What a client's fair clock is divided by: its entitlement (effective_cap), at least 1%.
   double fair_weight(const ClientRecord& c) const;

@@ -6,8 +6,6 @@
 namespace nvshare::policy {
 namespace {
 
-double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
-
 // Rates closer to zero than this count as zero: caps scaled to exactly 1/n (say 73% x 100/146
 // beside one other holder) must not produce a deadline centuries away from rounding noise.
 constexpr double kStillRate = 1e-9;
@@ -23,13 +21,13 @@ MonoTime after_seconds(MonoTime from, double s) {
 }  // namespace
 
 QuotaLedger::QuotaLedger(double cap, Duration window, MonoTime now)
-    : cap_(cap), window_s_(seconds(window)), level_(0), settled_at_(now) {
+    : cap_(cap), window_s_(to_seconds(window)), level_(0), settled_at_(now) {
   level_ = entry_level();
 }
 
 double QuotaLedger::level_at(MonoTime now) const {
   if (now <= settled_at_) return level_;
-  const double moved = level_ + (cap_ - billed_rate_) * seconds(now - settled_at_);
+  const double moved = level_ + (cap_ - billed_rate_) * to_seconds(now - settled_at_);
   // A rising level stops at the depth; a level already above it (never after set_rates) is kept.
   return moved > level_ ? std::min(moved, std::max(level_, depth())) : moved;
 }
@@ -43,7 +41,7 @@ void QuotaLedger::settle(MonoTime now) {
 void QuotaLedger::set_rates(double cap, double billed_rate, Duration window) {
   cap_ = cap;
   billed_rate_ = billed_rate;
-  window_s_ = seconds(window);
+  window_s_ = to_seconds(window);
   level_ = std::min(level_, depth());
 }
 

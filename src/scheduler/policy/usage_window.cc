@@ -3,15 +3,10 @@
 #include <algorithm>
 
 namespace nvshare::policy {
-namespace {
-
-double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
-
-}  // namespace
 
 void UsageWindow::settle(MonoTime now, Duration keep) {
   if (now > settled_at_ && rate_ > 0) {
-    total_s_ += rate_ * seconds(now - settled_at_);
+    total_s_ += rate_ * to_seconds(now - settled_at_);
     if (!segments_.empty() && segments_.back().end == settled_at_ &&
         segments_.back().rate == rate_) {
       segments_.back().end = now;  // same rate as before: extend rather than grow the list
@@ -24,7 +19,7 @@ void UsageWindow::settle(MonoTime now, Duration keep) {
 }
 
 double UsageWindow::total_seconds(MonoTime now) const {
-  return total_s_ + (now > settled_at_ ? rate_ * seconds(now - settled_at_) : 0);
+  return total_s_ + (now > settled_at_ ? rate_ * to_seconds(now - settled_at_) : 0);
 }
 
 double UsageWindow::share(MonoTime now, Duration window) const {
@@ -34,11 +29,11 @@ double UsageWindow::share(MonoTime now, Duration window) const {
   auto book = [&](MonoTime begin, MonoTime end, double rate) {
     const MonoTime b = std::max(begin, from);
     const MonoTime e = std::min(end, now);
-    if (e > b) billed += rate * seconds(e - b);
+    if (e > b) billed += rate * to_seconds(e - b);
   };
   for (const Segment& s : segments_) book(s.begin, s.end, s.rate);
   if (rate_ > 0) book(settled_at_, now, rate_);
-  return billed / seconds(window);
+  return billed / to_seconds(window);
 }
 
 }  // namespace nvshare::policy
