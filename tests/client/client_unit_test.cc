@@ -342,6 +342,38 @@ TEST_F(GpuTest, DrainBoundKeepsQueuedWorkNearTheBound) {
   EXPECT_LT(drained, 150ms) << "queued work at the end was not bounded";
 }
 
+// Graph replays are bounded by their own learnt length, not by the per-submission time learnt from
+// other work: after short kernels (0.2 ms each) taught the tracker that a submission is short, 20
+// replays of a graph of ten 10 ms kernels (2 s of GPU time) submitted as fast as possible still
+// leave about the bound plus one replay queued.
+TEST_F(GpuTest, DrainBoundHoldsForReplaysOfALongGraph) {
+  for (int i = 0; i < 400; ++i) ASSERT_EQ(launch(200'000, stream_), CUDA_SUCCESS);
+  agent_->drain();
+  const cuda::TrackerStats taught = device_->tracker.stats();
+  ASSERT_GT(taught.gpu_ns_per_submission, 0);
+  ASSERT_LT(taught.gpu_ns_per_submission, 1e6) << "short kernels did not teach a short tau";
+
+  ASSERT_EQ(cuStreamBeginCapture_v2(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(launch(10'000'000, stream_), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(stream_, &graph), CUDA_SUCCESS);
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&exec, graph, 0), CUDA_SUCCESS);
+
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(cuGraphLaunch(exec, stream_), CUDA_SUCCESS);
+  const auto submitted = std::chrono::steady_clock::now() - start;
+  const Duration drained = agent_->drain();
+  const cuda::TrackerStats after = device_->tracker.stats();
+  EXPECT_EQ(after.graph_replays, taught.graph_replays + 20);
+  EXPECT_GT(after.graphs_measured, 0u);
+  EXPECT_GT(after.bound_waits, taught.bound_waits);
+  EXPECT_GE(submitted, 1500ms) << "the replays were queued without bound";
+  EXPECT_LT(drained, 250ms) << "queued replays at the end were not bounded";
+  EXPECT_EQ(cuGraphExecDestroy(exec), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+}
+
 TEST_F(GpuTest, IdleOnlyWhenAllWorkIsComplete) {
   ASSERT_EQ(launch(100'000'000, stream_), CUDA_SUCCESS);
   EXPECT_EQ(agent_->idle_for(), Duration::zero());  // marks the work submitted since the last look

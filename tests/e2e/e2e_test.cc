@@ -596,6 +596,32 @@ TEST_F(E2eTest, CoreCapThirtyPercentHoldsForADeepQueue) {
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap on a deep queue gave " << share << "%";
 }
 
+// The same for CUDA-graph replays: after 400 short warm-up kernels (0.2 ms) have taught the library
+// that a submission is short, each of 2 iterations queues 30 replays of a graph of ten 10 ms
+// kernels (3 s of GPU work) and synchronizes once. Replays are bounded by their own learnt length,
+// so the cap holds (bounded by the per-submission time alone, the replays queued freely and the
+// cap did not hold).
+TEST_F(E2eTest, CoreCapThirtyPercentHoldsForDeepGraphReplays) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const long iterations = 2;
+  const long per_iteration = 300;
+  const double kernel_s = 0.010;
+  Trainer& t =
+      start_trainer({"graphs",
+                     {"--kernels", std::to_string(iterations), "--kernel-us", "10000",
+                      "--kernels-per-iter", std::to_string(per_iteration), "--graph-kernels", "10",
+                      "--warmup-kernels", "400", "--warmup-us", "200"},
+                     {{"NVSHARE_CORE_LIMIT", "30"}}});
+  ASSERT_FALSE(HasFailure());
+  Json report = finish(t);
+  ASSERT_FALSE(HasFailure());
+  const double wall = json_number(&report, "wall_s");
+  const double share = 100.0 * static_cast<double>(iterations * per_iteration) * kernel_s / wall;
+  measure("wall time", wall, "s");
+  measure("GPU share (K x D / wall_s)", share, "%");
+  EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap on deep graph replays gave " << share << "%";
+}
+
 // Caps are entitlements beside an uncapped job: 20% and 45% trainers and an uncapped one, started
 // together on one simulated GPU (which time-slices equally among the contexts that have work, as a
 // GPU does). Each trainer's share is the GPU time of the kernels it completed in a common window,

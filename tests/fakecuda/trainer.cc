@@ -84,6 +84,9 @@ struct Options {
   long kernels = 100;
   long kernel_us = 1000;
   long kernels_per_iter = 1;
+  long graph_kernels = 0;
+  long warmup_kernels = 0;
+  long warmup_us = 100;
   long sleep_us = 0;
   unsigned blocks = 1;
   unsigned threads = 32;
@@ -219,6 +222,11 @@ void usage(FILE* out) {
       "  --kernels K           iterations (default 100)\n"
       "  --kernel-us D         duration of each kernel in microseconds (default 1000)\n"
       "  --kernels-per-iter M  kernels per iteration (default 1)\n"
+      "  --graph-kernels N     capture N kernels into a CUDA graph once; an iteration replays it\n"
+      "                        M/N times (M must be a multiple of N) instead of launching kernels\n"
+      "  --warmup-kernels W    before the timed loop, queue W kernels of --warmup-us each and\n"
+      "                        synchronize once (default 0)\n"
+      "  --warmup-us U         duration of each warm-up kernel (default 100)\n"
       "  --sleep-us S          host sleep after each iteration (default 0)\n"
       "  --blocks B            grid size of each launch (default 1)\n"
       "  --threads T           block size of each launch (default 32)\n"
@@ -291,6 +299,12 @@ bool parse_options(int argc, char** argv, Options* options) {
       options->kernels = number;
     } else if (arg == "--kernel-us" && value(&v) && parse_long(v, 0, &number)) {
       options->kernel_us = number;
+    } else if (arg == "--graph-kernels" && value(&v) && parse_long(v, 1, &number)) {
+      options->graph_kernels = number;
+    } else if (arg == "--warmup-kernels" && value(&v) && parse_long(v, 0, &number)) {
+      options->warmup_kernels = number;
+    } else if (arg == "--warmup-us" && value(&v) && parse_long(v, 0, &number)) {
+      options->warmup_us = number;
     } else if (arg == "--kernels-per-iter" && value(&v) && parse_long(v, 1, &number)) {
       options->kernels_per_iter = number;
     } else if (arg == "--sleep-us" && value(&v) && parse_long(v, 0, &number)) {
@@ -303,6 +317,11 @@ bool parse_options(int argc, char** argv, Options* options) {
       std::fprintf(stderr, "nvshare-trainer: bad or incomplete option %s\n", argv[i]);
       return false;
     }
+  }
+  if (options->graph_kernels > 0 && options->kernels_per_iter % options->graph_kernels != 0) {
+    std::fprintf(stderr,
+                 "nvshare-trainer: --kernels-per-iter must be a multiple of --graph-kernels\n");
+    return false;
   }
   return true;
 }
@@ -469,6 +488,30 @@ int main(int argc, char** argv) {
     report.have_late_alloc = true;
   };
 
+  // Warm-up: short kernels queued back to back (they teach a sharing layer a per-launch time).
+  std::uint64_t warmup_ns = static_cast<std::uint64_t>(options.warmup_us) * 1000;
+  void* warmup_params[] = {&warmup_ns};
+  for (long k = 0; k < options.warmup_kernels; ++k) {
+    CU_CHECK(cuLaunchKernel, (spin, options.blocks, 1, 1, options.threads, 1, 1, 0, stream,
+                              warmup_params, nullptr));
+  }
+  if (options.warmup_kernels > 0) CU_CHECK(cuStreamSynchronize, (stream));
+  // --graph-kernels: one graph of N kernels, captured once; launches become its replays.
+  CUgraph graph = nullptr;
+  CUgraphExec graph_exec = nullptr;
+  if (options.graph_kernels > 0) {
+    CU_CHECK(cuStreamBeginCapture, (stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (long k = 0; k < options.graph_kernels; ++k) {
+      CU_CHECK(cuLaunchKernel,
+               (spin, options.blocks, 1, 1, options.threads, 1, 1, 0, stream, params, nullptr));
+    }
+    CU_CHECK(cuStreamEndCapture, (stream, &graph));
+    CU_CHECK(cuGraphInstantiateWithFlags, (&graph_exec, graph, 0));
+  }
+  const long launches_per_iter = options.graph_kernels > 0
+                                     ? options.kernels_per_iter / options.graph_kernels
+                                     : options.kernels_per_iter;
+
   const auto wall_start = std::chrono::steady_clock::now();
   double gpu_ms = 0;
   for (long iteration = 0; iteration < options.kernels; ++iteration) {
@@ -479,10 +522,14 @@ int main(int argc, char** argv) {
     }
     CU_CHECK(cuEventRecord, (begin, stream));
     double launch_s = 0;
-    for (long k = 0; k < options.kernels_per_iter; ++k) {
+    for (long k = 0; k < launches_per_iter; ++k) {
       const double call_s = monotonic_s();
-      CU_CHECK(cuLaunchKernel,
-               (spin, options.blocks, 1, 1, options.threads, 1, 1, 0, stream, params, nullptr));
+      if (graph_exec != nullptr) {
+        CU_CHECK(cuGraphLaunch, (graph_exec, stream));
+      } else {
+        CU_CHECK(cuLaunchKernel,
+                 (spin, options.blocks, 1, 1, options.threads, 1, 1, 0, stream, params, nullptr));
+      }
       if (k == 0) launch_s = monotonic_s();
       if (iteration == 0 && k == 0) {
         report.first_launch_call_s = call_s;
@@ -514,6 +561,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (graph_exec != nullptr) CU_CHECK(cuGraphExecDestroy, (graph_exec));
+  if (graph != nullptr) CU_CHECK(cuGraphDestroy, (graph));
   CU_CHECK(cuEventDestroy, (begin));
   CU_CHECK(cuEventDestroy, (end));
   if (buffer != 0) CU_CHECK(cuMemFree, (buffer));

@@ -6,7 +6,9 @@
 //   link.after_submit()    always paired with before_submit, whatever the call returned
 //   tracker.submitted()    one atomic increment; every kMarkerEvery-th submission records a marker
 //                          and may wait for the drain bound (outside the gate, so a revoke never
-//                          waits for a thread that waits for the bound)
+//                          waits for a thread that waits for the bound); for a graph replay,
+//                          tracker.replayed(), which always records one (the graph's own length
+//                          is learnt)
 //
 // The GPU is the one of the calling thread's current context (current_device(): a driver TLS read
 // and a per-thread cache). Without a current context, or with the library disabled, the call goes
@@ -17,8 +19,18 @@
 
 namespace nvshare::client::cuda {
 
+// What a submission queues: work on `stream` (kernels, copies, memsets, prefetches), or a replay of
+// an executable graph, whose GPU time the tracker learns per graph. Hook rows name the stream; a
+// replay's row names both.
+struct Work {
+  Work(CUstream s) : stream(s) {}  // NOLINT(google-explicit-constructor): rows name a stream
+  Work(CUstream s, CUgraphExec g) : stream(s), graph(g) {}
+  CUstream stream;
+  CUgraphExec graph = nullptr;
+};
+
 template <typename Call>
-CUresult submit(CUstream stream, bool per_thread, Call&& call) {
+CUresult submit(Work work, bool per_thread, Call&& call) {
   const CurrentDevice current = current_device();
   if (current.device == nullptr) return call();
   DeviceLink& link = *current.device->link;
@@ -27,8 +39,13 @@ CUresult submit(CUstream stream, bool per_thread, Call&& call) {
   link.after_submit();
   if (rc == CUDA_SUCCESS) {
     // The per-thread-stream forms mean the thread's default stream by the null handle.
-    current.device->tracker.submitted(
-        current.ctx, per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream);
+    const CUstream stream =
+        per_thread && work.stream == nullptr ? CU_STREAM_PER_THREAD : work.stream;
+    if (work.graph != nullptr) {
+      current.device->tracker.replayed(current.ctx, stream, work.graph);
+    } else {
+      current.device->tracker.submitted(current.ctx, stream);
+    }
   }
   return rc;
 }

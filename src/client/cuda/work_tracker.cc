@@ -89,7 +89,7 @@ void WorkTracker::recycle(ContextWork& work, CUevent event) noexcept {
 }
 
 bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_t count,
-                                bool context_wide) {
+                                bool context_wide, CUgraphExec graph) {
   const hooks::DriverApi& api = driver();
   CUevent event = nullptr;
   if (!work.spare.empty()) {
@@ -110,8 +110,12 @@ bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_
     NVSHARE_DEBUG("marker not recorded: %s", hooks::error_name(rc));
     return false;
   }
+  // A replay's marker covers the other submissions since the previous marker besides the replay.
+  const std::uint64_t others = graph != nullptr ? 1 : 0;
+  const std::uint64_t covered = count > marked_ + others ? count - marked_ - others : 0;
   try {
-    work.pending.push_back(Marker{event, clock_.now(), count > marked_ ? count - marked_ : 0});
+    work.pending.push_back(Marker{event, clock_.now(), covered, graph,
+                                  graph != nullptr ? graph_cost_locked(graph) : 0});
   } catch (...) {
     recycle(work, event);
     return false;
@@ -119,6 +123,95 @@ bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_
   marked_ = std::max(marked_, count);
   ++markers_;
   return true;
+}
+
+double WorkTracker::estimate(const Marker& marker) const {
+  return static_cast<double>(marker.submissions) * tau_ns_ + marker.graph_ns;
+}
+
+bool WorkTracker::unknown(const Marker& marker) const {
+  return (marker.submissions > 0 && tau_ns_ == 0) ||
+         (marker.graph != nullptr && marker.graph_ns == 0);
+}
+
+double WorkTracker::graph_cost_locked(CUgraphExec graph) {
+  for (GraphCost& cost : graph_costs_) {
+    if (cost.graph == graph) {
+      cost.used = graph_replays_;
+      return cost.ns;
+    }
+  }
+  return 0;
+}
+
+void WorkTracker::set_graph_cost_locked(CUgraphExec graph, double ns) {
+  auto it = std::find_if(graph_costs_.begin(), graph_costs_.end(),
+                         [graph](const GraphCost& cost) { return cost.graph == graph; });
+  if (it == graph_costs_.end() && graph_costs_.size() >= kMaxGraphCosts) {
+    // Full: the least recently replayed graph (likely destroyed) makes room.
+    it = std::min_element(graph_costs_.begin(), graph_costs_.end(),
+                          [](const GraphCost& a, const GraphCost& b) { return a.used < b.used; });
+    it->graph = graph;
+  }
+  if (it == graph_costs_.end()) {
+    try {
+      graph_costs_.push_back(GraphCost{graph, ns, graph_replays_});
+    } catch (...) {
+      return;  // not kept: the graph stays of unknown length, which only bounds it more tightly
+    }
+  } else {
+    it->ns = ns;
+    it->used = graph_replays_;
+  }
+  // Pending replays of the graph are estimated from what is known now.
+  for (ContextWork& work : contexts_) {
+    for (Marker& marker : work.pending) {
+      if (marker.graph == graph) marker.graph_ns = ns;
+    }
+  }
+}
+
+void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
+                               std::deque<Marker>::const_iterator last, double elapsed_ns) {
+  std::uint64_t kernels = 0;  // other submissions than replays
+  double known_graphs = 0;
+  std::size_t unknown_graphs = 0;
+  for (auto it = first; it != last; ++it) {
+    kernels += it->submissions;
+    if (it->graph == nullptr) continue;
+    if (it->graph_ns > 0) {
+      known_graphs += it->graph_ns;
+    } else {
+      ++unknown_graphs;
+    }
+  }
+  const double kernel_ns = static_cast<double>(kernels) * tau_ns_;
+  if (unknown_graphs > 0) {
+    // What the known part does not explain is the unmeasured replays' time (at least 1 us each).
+    const double each = std::max(
+        (elapsed_ns - known_graphs - kernel_ns) / static_cast<double>(unknown_graphs), 1e3);
+    for (auto it = first; it != last; ++it) {
+      if (it->graph != nullptr && it->graph_ns == 0) set_graph_cost_locked(it->graph, each);
+    }
+    return;
+  }
+  if (tau_ns_ == 0) {
+    if (kernels > 0 && elapsed_ns > known_graphs) {
+      tau_ns_ = (elapsed_ns - known_graphs) / static_cast<double>(kernels);
+    }
+    return;
+  }
+  // Everything covered was estimated: correct each estimate by the factor the total missed by
+  // (for plain submissions alone, a new sample of tau).
+  const double estimated = kernel_ns + known_graphs;
+  if (estimated <= 0) return;
+  const double keep = 0.75 + 0.25 * elapsed_ns / estimated;
+  if (kernels > 0) tau_ns_ *= keep;
+  for (auto it = first; it != last; ++it) {
+    if (it->graph == nullptr) continue;
+    const double now_known = graph_cost_locked(it->graph);
+    if (now_known > 0) set_graph_cost_locked(it->graph, now_known * keep);
+  }
 }
 
 bool WorkTracker::reap_locked(ContextWork& work) {
@@ -140,24 +233,24 @@ CUevent WorkTracker::over_bound_locked(const ContextWork& work) const {
   // The newest marker that has to complete for every rule to hold again; waiting for it covers all
   // older ones, so one wait restores the bound.
   std::ptrdiff_t target = -1;
-  // Until tau is measured the count of pending markers is the only estimate; once it is, the time
-  // estimate decides, so launch-bound work (tiny kernels the GPU keeps up with) never waits.
-  const std::size_t max_pending = tau_ns_ > 0 ? kMaxPendingMarkersMeasured : kMaxPendingMarkers;
-  if (n > max_pending) target = static_cast<std::ptrdiff_t>(n - max_pending - 1);
-  const MonoTime now = clock_.now();
-  for (std::size_t i = 0; i < n && now - work.pending[i].recorded > drain_bound_; ++i) {
+  const auto at_least = [&target](std::size_t i) {
     target = std::max(target, static_cast<std::ptrdiff_t>(i));
-  }
-  if (tau_ns_ > 0) {
-    const double bound = static_cast<double>(drain_bound_.count());
-    double after = 0;  // GPU time queued after marker i
-    for (std::size_t i = n; i-- > 0;) {
-      if (after > bound) {
-        target = std::max(target, static_cast<std::ptrdiff_t>(i));
-        break;
-      }
-      after += static_cast<double>(work.pending[i].submissions) * tau_ns_;
+  };
+  if (n > kMaxPendingMarkersMeasured) at_least(n - kMaxPendingMarkersMeasured - 1);
+  const MonoTime now = clock_.now();
+  for (std::size_t i = 0; i < n && now - work.pending[i].recorded > drain_bound_; ++i) at_least(i);
+  // From the newest back: the GPU time estimated after marker i, and how many markers of unknown
+  // length are newer. Launch-bound work (tiny kernels the GPU keeps up with) never waits.
+  const double bound = static_cast<double>(drain_bound_.count());
+  double after = 0;
+  std::size_t unknowns = 0;
+  for (std::size_t i = n; i-- > 0;) {
+    const Marker& marker = work.pending[i];
+    if (after > bound || (unknown(marker) && ++unknowns > kMaxPendingMarkers)) {
+      at_least(i);
+      break;
     }
+    after += estimate(marker);
   }
   return target >= 0 ? work.pending[static_cast<std::size_t>(target)].event : nullptr;
 }
@@ -172,30 +265,33 @@ void WorkTracker::waited_locked(CUcontext ctx, CUevent event, MonoTime done) {
   // The GPU worked on these markers' submissions from when it finished the marker before them (or
   // from when they were submitted, if later) until now.
   const MonoTime began = std::max(work->last_done, work->pending.front().recorded);
-  std::uint64_t submissions = 0;
   const auto last = std::next(waited);
-  for (auto it = work->pending.begin(); it != last; ++it) {
-    submissions += it->submissions;
-    recycle(*work, it->event);
+  if (done > began) {
+    learn_locked(work->pending.begin(), last, static_cast<double>((done - began).count()));
   }
+  for (auto it = work->pending.begin(); it != last; ++it) recycle(*work, it->event);
   work->pending.erase(work->pending.begin(), last);
   work->last_done = done;
-  if (submissions == 0 || done <= began) return;
-  const double sample =
-      static_cast<double>((done - began).count()) / static_cast<double>(submissions);
-  tau_ns_ = tau_ns_ == 0 ? sample : 0.75 * tau_ns_ + 0.25 * sample;
 }
 
-void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t count) noexcept {
+void WorkTracker::replayed(CUcontext ctx, CUstream stream, CUgraphExec graph) noexcept {
+  const std::uint64_t n = submissions_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // A replay into a capture adds a child graph there; nothing runs yet.
+  if (captures_.load(std::memory_order_acquire) == 0) record_and_bound(ctx, stream, n, graph);
+}
+
+void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t count,
+                                   CUgraphExec graph) noexcept {
   CUevent wait_for = nullptr;
   {
     std::lock_guard lock(mu_);
     // Another thread may have recorded this marker already, or a capture may have started since
-    // the fast path looked.
-    if (count < next_marker_.load(std::memory_order_relaxed) ||
+    // the fast path looked. A replay is always marked.
+    if ((graph == nullptr && count < next_marker_.load(std::memory_order_relaxed)) ||
         captures_.load(std::memory_order_acquire) != 0 || ctx == nullptr) {
       return;
     }
+    if (graph != nullptr) ++graph_replays_;
     // Until something is queued long enough to be waited for there is no tau; make sure the next
     // marker point comes even if this one fails below.
     next_marker_.store(count + unmeasured_spacing_, std::memory_order_relaxed);
@@ -214,7 +310,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
       unmeasured_spacing_ = std::min(kMarkerEvery, 2 * unmeasured_spacing_);
     }
     next_marker_.store(count + spacing, std::memory_order_relaxed);
-    record_locked(*work, stream, count, /*context_wide=*/false);
+    record_locked(*work, stream, count, /*context_wide=*/false, graph);
     wait_for = over_bound_locked(*work);
   }
   // Wait outside the lock until the estimate is within the bound (one wait, unless tau changed
@@ -332,6 +428,9 @@ TrackerStats WorkTracker::stats() const {
   s.bound_waits = bound_waits_.load(std::memory_order_relaxed);
   s.captures_open = capturing_.size();
   s.contexts = contexts_.size();
+  s.graph_replays = graph_replays_;
+  s.graphs_measured = static_cast<std::uint64_t>(std::count_if(
+      graph_costs_.begin(), graph_costs_.end(), [](const GraphCost& cost) { return cost.ns > 0; }));
   return s;
 }
 

@@ -14,11 +14,20 @@
 // pending markers' submissions times tau, and when recording a marker waits (cuEventSynchronize,
 // outside every lock) for the marker after which at most the drain bound (NVSHARE_DRAIN_BOUND_MS)
 // of work remains. Markers are spaced so that one covers about half the bound (at most kMarkerEvery
-// submissions). Whatever tau says, a thread also waits for every marker older than the bound, and,
-// before tau is measured, when more than kMaxPendingMarkers are pending (at most two submissions of
-// unknown length are queued before the first measurement). So a
-// revoke's drain waits for about the bound at most, for short and long kernels alike, while
-// launch-bound work (tiny kernels the GPU keeps up with) never waits.
+// submissions). Whatever tau says, a thread also waits for every marker older than the bound, and
+// whenever more than kMaxPendingMarkers markers of unknown length are pending (before tau is
+// measured, every marker is: at most two submissions of unknown length are queued before the first
+// measurement). So a revoke's drain waits for about the bound at most, for short and long kernels
+// alike, while launch-bound work (tiny kernels the GPU keeps up with) never waits.
+//
+// Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
+// cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
+// time separately (kept for the kMaxGraphCosts most recently replayed graphs). A graph replayed for
+// the first time is of unknown length until a wait measures it, so at most one such replay is
+// queued unmeasured: a process that queues seconds of replays of a graph it has never run is held
+// to the bound from its second replay on, whatever tau it learnt from its other work. A wait that
+// covers several known submissions corrects all their estimates by the factor the estimate missed
+// by.
 //
 // Stream capture. The capture hooks call begin_capture()/end_capture(). While any stream of the GPU
 // is capturing, no marker is recorded or waited for (cuCtxRecordEvent would invalidate the
@@ -62,15 +71,18 @@ inline constexpr std::uint64_t kMarkerEvery = 256;
 inline constexpr std::uint64_t kFirstMarkerEvery = 1;
 inline constexpr std::size_t kMaxPendingMarkers = 1;
 inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
+inline constexpr std::size_t kMaxGraphCosts = 512;  // executable graphs whose GPU time is kept
 inline constexpr Duration kCaptureWaitBound = std::chrono::seconds(5);
 
 struct TrackerStats {
   std::uint64_t submissions = 0;
-  double gpu_ns_per_submission = 0;  // tau; 0 until measured
-  std::uint64_t markers = 0;         // marker events recorded
-  std::uint64_t bound_waits = 0;     // times a submitting thread waited for the drain bound
-  std::uint64_t captures_open = 0;   // streams capturing now
-  std::uint64_t contexts = 0;        // contexts known on this GPU
+  double gpu_ns_per_submission = 0;   // tau; 0 until measured
+  std::uint64_t markers = 0;          // marker events recorded
+  std::uint64_t bound_waits = 0;      // times a submitting thread waited for the drain bound
+  std::uint64_t captures_open = 0;    // streams capturing now
+  std::uint64_t contexts = 0;         // contexts known on this GPU
+  std::uint64_t graph_replays = 0;    // cuGraphLaunch calls seen (outside captures)
+  std::uint64_t graphs_measured = 0;  // executable graphs whose GPU time is known now
 };
 
 class WorkTracker {
@@ -84,9 +96,12 @@ class WorkTracker {
     const std::uint64_t n = submissions_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (n >= next_marker_.load(std::memory_order_relaxed) &&
         captures_.load(std::memory_order_acquire) == 0) {
-      record_and_bound(ctx, stream, n);
+      record_and_bound(ctx, stream, n, nullptr);
     }
   }
+  // Application thread, after a replay of `graph` on `stream` returned: always records a marker
+  // (outside captures) so that the replay's GPU time is learnt and bounded on its own.
+  void replayed(CUcontext ctx, CUstream stream, CUgraphExec graph) noexcept;
 
   // Runs the real cuStreamBeginCapture* call; counts the capture when it succeeded.
   template <typename Call>
@@ -134,7 +149,14 @@ class WorkTracker {
   struct Marker {
     CUevent event = nullptr;
     MonoTime recorded{};
-    std::uint64_t submissions = 0;  // covered since the previous marker
+    std::uint64_t submissions = 0;  // covered since the previous marker (graph replays apart)
+    CUgraphExec graph = nullptr;    // the replay this marker directly follows, if any
+    double graph_ns = 0;            // that replay's estimated GPU time; 0 while unknown
+  };
+  struct GraphCost {
+    CUgraphExec graph = nullptr;
+    double ns = 0;
+    std::uint64_t used = 0;  // replay sequence number of its latest use (least recent is evicted)
   };
   struct ContextWork {
     CUcontext ctx = nullptr;
@@ -144,13 +166,26 @@ class WorkTracker {
     MonoTime last_done{};        // when the newest completed marker was seen complete
   };
 
-  void record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t count) noexcept;
+  // Records a marker after submission `count` (a replay of `graph`, or null for other work) and
+  // waits while the queued estimate is over the bound.
+  void record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t count,
+                        CUgraphExec graph) noexcept;
   ContextWork* find_locked(CUcontext ctx);
   ContextWork* add_locked(CUcontext ctx);
   void forget_locked(CUcontext ctx);
   // Records a marker; the context must be current on this thread. Context-wide (every stream of
   // `work.ctx`, cuCtxRecordEvent) or on `stream` only (cuEventRecord).
-  bool record_locked(ContextWork& work, CUstream stream, std::uint64_t count, bool context_wide);
+  bool record_locked(ContextWork& work, CUstream stream, std::uint64_t count, bool context_wide,
+                     CUgraphExec graph = nullptr);
+  // A marker's estimated GPU time, and whether part of it is of unknown length.
+  double estimate(const Marker& marker) const;
+  bool unknown(const Marker& marker) const;
+  // Learnt GPU time of one replay of `graph`; 0 when unknown.
+  double graph_cost_locked(CUgraphExec graph);
+  void set_graph_cost_locked(CUgraphExec graph, double ns);
+  // Learns from `elapsed` GPU time spent on markers [first, last) (all complete).
+  void learn_locked(std::deque<Marker>::const_iterator first,
+                    std::deque<Marker>::const_iterator last, double elapsed_ns);
   // Keeps a completed marker event for reuse (never throws: it is destroyed when that fails).
   static void recycle(ContextWork& work, CUevent event) noexcept;
   // Pops completed markers; true when none is pending any more.
@@ -178,6 +213,8 @@ class WorkTracker {
   std::uint64_t seen_ = 0;                                // submissions at the last idle check
   MonoTime last_activity_{};
   std::uint64_t markers_ = 0;
+  std::vector<GraphCost> graph_costs_;  // at most kMaxGraphCosts
+  std::uint64_t graph_replays_ = 0;
   std::atomic<std::uint64_t> bound_waits_{0};
 };
 
