@@ -408,7 +408,8 @@ class Bench:
                     "points", native=None, rows=rows, **how)
 
     def caps_auto(self):
-        """The mixes that share one GPU, again in mode auto (co-running instead of turns)."""
+        """The mixes that share one GPU, again in mode auto (the default: one at a time while a
+        cap binds, as in exclusive; co-running only when no capped job wants the GPU)."""
         configs = [[30, 60], [50, 50], [80, 80], [30, None], [20, 45, None], [10, 30, 50]]
         v, rows, how = self.cap_mixes("caps_auto", configs, ["--mode", "auto"], " auto")
         self.metric("cap_error_max_points_auto", v, "<= 2", v is not None and v <= 2, "points",

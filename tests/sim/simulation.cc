@@ -359,6 +359,7 @@ class World {
     std::uint64_t blocking_bytes = 0;
     int running = 0;
     int blocking = 0;
+    bool capped_holder = false;
     bool grantable_waits = false;
     for (const policy::ClientView& v : view.clients) {
       const SimClient* c = by_id(v.client);
@@ -380,6 +381,7 @@ class World {
       if (v.state == ClientState::kRunning || v.state == ClientState::kRevoking) {
         blocking_bytes += v.allocated_bytes;
         ++blocking;
+        capped_holder |= v.limits.core_percent < 100;
       }
       if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota)
         grantable_waits = true;
@@ -395,6 +397,12 @@ class World {
       }
     } else if (blocking > 1) {
       return fail("exclusive mode with " + std::to_string(blocking) + " holders");
+    }
+    // Caps are enforced by time-division in every mode: a grant never leaves a capped client
+    // holding beside another.
+    if (granted && capped_holder && blocking > 1) {
+      return fail("a grant left a capped client holding beside " + std::to_string(blocking - 1) +
+                  " other(s)\n" + dump(view));
     }
     // Work conservation: nobody holds the GPU while a client that could run waits.
     if (blocking == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");

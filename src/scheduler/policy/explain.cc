@@ -154,10 +154,13 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
     running += secs(now - h->granted_at);
   }
   std::string text;
-  if (config_.mode == Mode::kExclusive) {
-    text = who + " waits for its turn: this GPU runs one client at a time (exclusive) and client" +
-           (holders.size() > 1 ? "s " : " ") + client_list(holders) + " hold" +
-           (holders.size() > 1 ? "" : "s") + " it (for " + running + ")";
+  if (reason_for(c, &c) == WaitReason::kTurn) {
+    const char* why = config_.mode == Mode::kExclusive
+                          ? "this GPU runs one client at a time (exclusive)"
+                          : "while a compute cap binds this GPU runs one client at a time";
+    text = who + " waits for its turn: " + why + " and client" + (holders.size() > 1 ? "s " : " ") +
+           client_list(holders) + " hold" + (holders.size() > 1 ? "" : "s") + " it (for " +
+           running + ")";
   } else {
     const std::uint64_t used = sum_working_sets(holders);
     text = who + " waits for memory: it needs " + format_bytes(c.allocated_bytes) + " but " +

@@ -206,7 +206,7 @@ void GpuPolicy::update_caps() {
       continue;
     }
     if (c.quota) {
-      c.quota->set_rates(cap, c.quota->billed_rate(), config_.quota_window);
+      c.quota->set_rates(cap, c.quota->billed_rate(), config_.quota_window, c.active());
     } else {
       c.quota.emplace(cap, config_.quota_window, now_);
     }
@@ -220,7 +220,7 @@ void GpuPolicy::update_rates() {
   for (ClientRecord& c : clients_) {
     const double rate = c.holds() ? 1.0 / holders : 0.0;
     c.usage.set_rate(rate);
-    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window);
+    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window, c.active());
   }
 }
 
@@ -251,6 +251,10 @@ bool GpuPolicy::capped_client_wants_gpu() const {
   return std::any_of(clients_.begin(), clients_.end(), [](const ClientRecord& c) {
     return c.capped() && c.active() && !c.throttled;
   });
+}
+
+bool GpuPolicy::one_at_a_time() const {
+  return config_.mode == Mode::kExclusive || entitlement_binds_;
 }
 
 bool GpuPolicy::binds(const ClientRecord& c) const {
@@ -375,7 +379,7 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
 }
 
 const ClientRecord* GpuPolicy::yield_target() const {
-  if (config_.mode != Mode::kExclusive) return nullptr;
+  if (!one_at_a_time()) return nullptr;
   const ClientRecord* next = head();
   if (next == nullptr) return nullptr;
   const std::vector<const ClientRecord*> holders = blocking_holders();
@@ -526,7 +530,7 @@ bool GpuPolicy::fits(std::uint64_t bytes) const { return capacity() > 0 && bytes
 bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
                                const ClientRecord& head) const {
   if (staying.empty()) return true;  // an idle GPU always takes the head, however large
-  if (config_.mode == Mode::kExclusive) return false;
+  if (one_at_a_time()) return false;
   return fits(sum_working_sets(staying) + head.allocated_bytes);
 }
 
@@ -551,7 +555,12 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
   if (c.state != ClientState::kWaiting) return std::nullopt;
   if (c.throttled) return WaitReason::kQuota;
   if (config_.mode == Mode::kExclusive) return WaitReason::kTurn;
-  if (&c != head && can_run_beside(blocking_holders(), c)) return WaitReason::kTurn;
+  const std::vector<const ClientRecord*> holders = blocking_holders();
+  if (&c != head && can_run_beside(holders, c)) return WaitReason::kTurn;  // behind the head
+  // While a cap binds: for its turn when it would fit beside the holders, else for memory.
+  if (one_at_a_time() && fits(sum_working_sets(holders) + c.allocated_bytes)) {
+    return WaitReason::kTurn;
+  }
   return WaitReason::kMemory;
 }
 

@@ -219,6 +219,10 @@ class GpuPolicy {
   // Revoked and throttled by its bucket now: a capped client, or an uncapped one whose
   // entitlement binds.
   bool binds(const ClientRecord& c) const;
+  // One runner at a time: exclusive mode, or any mode while entitlements bind (a capped client
+  // wants the GPU). A GPU that time-slices gives co-running processes shares nobody controls, so
+  // a cap is enforced by time-division, where the time held is the time had.
+  bool one_at_a_time() const;
 
   // explain() pieces (explain.cc).
   std::string explain_waiting(const ClientRecord& c, MonoTime now) const;

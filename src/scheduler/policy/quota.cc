@@ -28,8 +28,10 @@ QuotaLedger::QuotaLedger(double cap, Duration window, MonoTime now)
 double QuotaLedger::level_at(MonoTime now) const {
   if (now <= settled_at_) return level_;
   const double moved = level_ + (cap_ - billed_rate_) * to_seconds(now - settled_at_);
-  // A rising level stops at the depth; a level already above it (never after set_rates) is kept.
-  return moved > level_ ? std::min(moved, std::max(level_, depth())) : moved;
+  // A rising level stops at the depth unless the client wants the GPU; a level already above it
+  // is kept.
+  if (moved <= level_ || wants_gpu_) return moved;
+  return std::min(moved, std::max(level_, depth()));
 }
 
 void QuotaLedger::settle(MonoTime now) {
@@ -38,11 +40,14 @@ void QuotaLedger::settle(MonoTime now) {
   settled_at_ = now;
 }
 
-void QuotaLedger::set_rates(double cap, double billed_rate, Duration window) {
+void QuotaLedger::set_rates(double cap, double billed_rate, Duration window, bool wants_gpu) {
+  const double old_depth = depth();
   cap_ = cap;
   billed_rate_ = billed_rate;
   window_s_ = to_seconds(window);
-  level_ = std::min(level_, depth());
+  wants_gpu_ = wants_gpu;
+  // What a waiting client is owed past the depth it keeps, unless the terms shrink.
+  if (!wants_gpu || depth() < old_depth) level_ = std::min(level_, depth());
 }
 
 std::optional<MonoTime> QuotaLedger::spent_at() const {

@@ -2,10 +2,12 @@
 //
 // The level is in seconds of billed GPU time. It refills at the client's effective cap c (a
 // fraction of wall time) and is charged at the client's billing rate w (1/n while it is one of n
-// grant holders on the GPU, 0 otherwise), so it moves at (c - w) per second and never rises above
-// the depth c x window. It may fall below zero: that is overshoot (the drain after a revoke)
-// carried forward, repaid before the client runs again, which is what makes the long-run share
-// equal the cap.
+// grant holders on the GPU, 0 otherwise), so it moves at (c - w) per second and does not rise above
+// the depth c x window while the client does not want the GPU (idle time earns no burst). While it
+// wants the GPU (waiting for its turn behind others) it keeps rising: what it is owed while others
+// hold the GPU is kept, not lost to the depth. It may fall below zero: that is overshoot (the drain
+// after a revoke) carried forward, repaid before the client runs again, which is what makes the
+// long-run share equal the cap.
 //
 // Thresholds: the bucket is spent at level <= 0 (the grant is revoked, reason quota). The resume
 // level is R = c x (1 - c) x window: a client throttled by its bucket runs again once the level is
@@ -35,9 +37,10 @@ class QuotaLedger {
 
   // Books the time since the last settle at the rates then in force.
   void settle(MonoTime now);
-  // New effective cap, billing rate and window from the last settle on; clamps the level to the
-  // depth.
-  void set_rates(double cap, double billed_rate, Duration window);
+  // New effective cap, billing rate and window from the last settle on, and whether the client
+  // wants the GPU. When it does not, or when the depth shrinks (a lower cap, a shorter window), the
+  // level is clamped to the depth.
+  void set_rates(double cap, double billed_rate, Duration window, bool wants_gpu);
 
   double level() const { return level_; }  // seconds, as of the last settle
   double level_at(MonoTime now) const;     // projected to `now` without settling
@@ -60,6 +63,7 @@ class QuotaLedger {
   double billed_rate_ = 0;
   double window_s_;
   double level_;
+  bool wants_gpu_ = false;
   MonoTime settled_at_;
 };
 

@@ -1,4 +1,5 @@
 // Compute caps: the quota bucket, 1/n billing, proportional scaling, overshoot, work conservation.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 
 namespace nvshare::policy::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
 
@@ -22,27 +25,40 @@ TEST(QuotaLedger, LevelMovesAtCapMinusBillingRateUpToTheDepth) {
   EXPECT_TRUE(ledger.may_enter());
   EXPECT_FALSE(ledger.refilled());
 
-  ledger.set_rates(0.3, 1.0, 2s);  // running alone: falls at 0.7/s
+  ledger.set_rates(0.3, 1.0, 2s, true);  // running alone: falls at 0.7/s
   EXPECT_TIME_NEAR(ledger.spent_at(), t0 + 300ms);
   ledger.settle(t0 + 300ms);
   EXPECT_TRUE(ledger.spent());
 
-  ledger.set_rates(0.3, 1.0, 2s);  // the drain after the revoke: still billed
+  ledger.set_rates(0.3, 1.0, 2s, true);  // the drain after the revoke: still billed
   ledger.settle(t0 + 400ms);
   EXPECT_NEAR(ledger.level(), -0.07, 1e-9);  // overshoot
 
-  ledger.set_rates(0.3, 0.0, 2s);  // released: refills at 0.3/s
+  ledger.set_rates(0.3, 0.0, 2s, false);  // released and idle: refills at 0.3/s
   EXPECT_TIME_NEAR(ledger.refilled_at(), t0 + 400ms + std::chrono::nanoseconds(1'633'333'333));
   ledger.settle(t0 + 60s);
   EXPECT_DOUBLE_EQ(ledger.level(), 0.6);  // never above the depth
   EXPECT_EQ(ledger.spent_at(), std::nullopt);
 }
 
+// A client that waits for its turn behind others keeps what it is owed: its level rises past the
+// depth until it runs or stops wanting the GPU (then it is clamped back).
+TEST(QuotaLedger, AClientWaitingForItsTurnKeepsWhatItIsOwed) {
+  QuotaLedger ledger(0.1, 2s, MonoTime{});
+  ledger.set_rates(0.1, 0.0, 2s, true);
+  ledger.settle(MonoTime{5s});
+  EXPECT_NEAR(ledger.level(), 0.09 + 0.5, 1e-9);  // the entry level, plus 0.1/s x 5 s
+  ledger.set_rates(0.1, 1.0, 2s, true);           // its turn: falls at 0.9/s from there
+  EXPECT_TIME_NEAR(ledger.spent_at(), MonoTime{5s} + std::chrono::nanoseconds(655'555'556));
+  ledger.set_rates(0.1, 0.0, 2s, false);  // idle: clamped to the depth
+  EXPECT_DOUBLE_EQ(ledger.level(), 0.2);
+}
+
 TEST(QuotaLedger, LoweringTheCapClampsTheLevelToTheNewDepth) {
   QuotaLedger ledger(0.5, 2s, MonoTime{});
   ledger.settle(MonoTime{10s});
   EXPECT_DOUBLE_EQ(ledger.level(), 1.0);
-  ledger.set_rates(0.25, 0, 2s);
+  ledger.set_rates(0.25, 0, 2s, false);
   EXPECT_DOUBLE_EQ(ledger.level(), 0.5);
 }
 
@@ -86,17 +102,51 @@ TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
 
 TEST(Caps, CoRunnersAreEachBilledOneNth) {
   Harness h(virtual_gpu());
-  const MonoTime t0 = h.now;
-  h.add_and_request(1, 1 * kGiB, 30);
-  h.add_and_request(2, 1 * kGiB, 30);
-  // Each billed 0.5/s and refilled 0.3/s: 0.21 s lasts 1.05 s instead of 0.3 s.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1050ms);
+  h.add_and_request(1, 1 * kGiB);
+  h.add_and_request(2, 1 * kGiB);
   h.advance(1s);
   EXPECT_NEAR(seconds(h.client(1).held_total), 0.5, 1e-9);
   EXPECT_NEAR(h.client(1).share_percent, 25.0, 1e-6);  // 0.5 s billed in the last 2 s
-  const auto actions = h.advance(50ms);
-  EXPECT_TRUE(revoke_of(actions, 1));
-  EXPECT_TRUE(revoke_of(actions, 2));
+  EXPECT_EQ(h.state(2), ClientState::kRunning);
+}
+
+// In every mode a capped client runs alone while its cap binds: what it holds is what it has.
+TEST(Caps, ACappedClientRunsAloneInEveryMode) {
+  Harness h(virtual_gpu());
+  const MonoTime t0 = h.now;
+  EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
+  EXPECT_EQ(wait_of(h.add_and_request(2, 1 * kGiB, 30), 2), WaitReason::kTurn);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 300ms);  // billed 1/s: 0.21 s at 0.7/s
+  const auto revoke = revoke_of(h.fire(), 1);
+  ASSERT_TRUE(revoke);
+  EXPECT_EQ(revoke->reason, RevokeReason::kQuota);
+  EXPECT_TRUE(granted(h.release(1), 2));
+  EXPECT_EQ(h.client(1).waiting_for, WaitReason::kQuota);
+  // An uncapped client waits too while a cap binds, for its turn (its memory would fit).
+  EXPECT_EQ(wait_of(h.add_and_request(3, 1 * kGiB), 3), WaitReason::kTurn);
+  EXPECT_THAT(h.policy.explain(3, h.now),
+              HasSubstr("while a compute cap binds this GPU runs one client at a time"));
+}
+
+// A capped client kept waiting behind others' turns keeps accruing budget past its depth: a 6%
+// cap beside a 90% one on 5 s quanta still gets 6%.
+TEST(Caps, ALowCapWaitingForTurnsLosesNothing) {
+  Harness h(virtual_gpu());
+  h.add_and_request(1, 1 * kGiB, 90);
+  h.add_and_request(2, 1 * kGiB, 6);
+  const MonoTime start = h.now;
+  for (int i = 0; i < 400; ++i) {
+    for (const SendRevoke& r : only<SendRevoke>(h.fire())) {
+      h.now += 5ms;
+      h.feed(Released{r.client, r.epoch, 0ms, 5ms});
+      h.feed(Requested{r.client});
+    }
+  }
+  const double wall = seconds(h.now - start);
+  ASSERT_GT(wall, 30.0);
+  // Clamped to its depth while waiting, it got 5.74%.
+  EXPECT_NEAR(100 * seconds(h.client(2).held_total) / wall, 6.0, 0.1);
+  EXPECT_NEAR(100 * seconds(h.client(1).held_total) / wall, 90.0, 1.0);
 }
 
 TEST(Caps, UnresponsiveHoldersStillCountAsHolders) {
@@ -105,13 +155,15 @@ TEST(Caps, UnresponsiveHoldersStillCountAsHolders) {
   Harness h(config);
   h.add_and_request(1, 1 * kGiB, 30);
   h.add_and_request(2, 1 * kGiB);
-  h.advance(10s);  // 1 is revoked for quota at 1.05 s, never releases, unresponsive at 2.05 s
+  // 1 runs alone, is revoked for quota at 0.3 s, never releases, is unresponsive at 1.3 s; 2
+  // runs from then on beside it.
+  h.advance(10s);
   EXPECT_EQ(h.state(1), ClientState::kUnresponsive);
-  EXPECT_NEAR(seconds(h.client(2).held_total), 5.0, 1e-6);  // 1/2 of 10 s: 1 still holds a grant
+  EXPECT_NEAR(seconds(h.client(2).held_total), 4.35, 1e-6);  // 1/2 of 8.7 s: 1 still holds
   h.release(1);
-  EXPECT_NEAR(seconds(h.client(2).held_total), 5.0, 1e-6);
+  EXPECT_NEAR(seconds(h.client(2).held_total), 4.35, 1e-6);
   h.advance(1s);
-  EXPECT_NEAR(seconds(h.client(2).held_total), 6.0, 1e-6);  // alone again
+  EXPECT_NEAR(seconds(h.client(2).held_total), 5.35, 1e-6);  // alone again
 }
 
 TEST(Caps, CapsOverOneHundredPercentAreScaledAndRecomputedWhenClientsLeave) {
@@ -127,10 +179,11 @@ TEST(Caps, CapsOverOneHundredPercentAreScaledAndRecomputedWhenClientsLeave) {
 
   h.feed(Disconnected{3});
   EXPECT_NEAR(h.client(1).effective_cap_percent, 50, 1e-9);  // 60 x 100/120
-  h.release(2);                                              // idle now
+  h.release(1);                                              // the runner is idle now
   EXPECT_NEAR(h.client(1).effective_cap_percent, 60, 1e-9);
+  EXPECT_NEAR(h.client(2).effective_cap_percent, 60, 1e-9);
   h.add_and_request(5, 1 * kGiB);  // uncapped clients are not part of the sum
-  EXPECT_NEAR(h.client(1).effective_cap_percent, 60, 1e-9);
+  EXPECT_NEAR(h.client(2).effective_cap_percent, 60, 1e-9);
 }
 
 TEST(Caps, OvershootCarriesForward) {

@@ -46,7 +46,7 @@ TEST(Explain, ScaledCapShowsTheEffectivePercent) {
   h.add_and_request(2, 1 * kGiB, 50);
   h.add_and_request(3, 1 * kGiB, 50);
   EXPECT_THAT(h.policy.explain(1, h.now), HasSubstr("capped at 50% (effective 33.3%)"));
-  EXPECT_THAT(h.policy.explain(1, h.now), HasSubstr("beside clients 2, 3"));
+  EXPECT_THAT(h.policy.explain(1, h.now), HasSubstr("client 1 runs alone"));
 }
 
 TEST(Explain, WaitingForQuotaSaysWhenItMayRunAgain) {
