@@ -196,6 +196,26 @@ class E2eTest : public ::testing::Test {
     return report.value();
   }
 
+  // A trainer capped at 30% that runs 2 iterations of `per_iteration` kernels of `kernel_us` each
+  // (with `extra` options), synchronizing once per iteration: its share of the GPU's time.
+  double deep_queue_share_at_thirty_percent(const std::string& name, long per_iteration,
+                                            long kernel_us, std::vector<std::string> extra) {
+    const long iterations = 2;
+    std::vector<std::string> argv = {"--kernels",          std::to_string(iterations),
+                                     "--kernel-us",        std::to_string(kernel_us),
+                                     "--kernels-per-iter", std::to_string(per_iteration)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Trainer& t = start_trainer({name, argv, {{"NVSHARE_CORE_LIMIT", "30"}}});
+    if (HasFailure()) return 0;
+    Json report = finish(t);
+    if (HasFailure()) return 0;
+    const double wall = json_number(&report, "wall_s");
+    const double gpu_s = static_cast<double>(iterations * per_iteration * kernel_us) / 1e6;
+    measure("wall time", wall, "s");
+    measure("GPU share (K x D / wall_s)", 100.0 * gpu_s / wall, "%");
+    return 100.0 * gpu_s / wall;
+  }
+
   Result<Json> fake_stat() const {
     auto out = run_command({programs().stat, "--state", state_}, dir_.path());
     if (!out.ok()) return out.error();
@@ -573,26 +593,14 @@ TEST_F(E2eTest, CoreCapThirtyPercent) {
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap gave " << share << "% of the GPU's time";
 }
 
-// The same cap for a process that queues deep and synchronizes rarely: each of 6 iterations queues
-// 100 kernels of 10 ms (1 s of GPU work) and synchronizes once at its end. The library bounds what
+// The same cap for a process that queues deep and synchronizes rarely: each of 2 iterations queues
+// 30 kernels of 100 ms (3 s of GPU work) and synchronizes once at its end. The library bounds what
 // may be queued by the GPU time it will take (the drain bound), so a revoke is honoured within the
 // bound and the cap holds as for a trainer that synchronizes after every kernel.
 TEST_F(E2eTest, CoreCapThirtyPercentHoldsForADeepQueue) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
-  const long iterations = 2;
-  const long per_iteration = 30;
-  const double kernel_s = 0.100;
-  Trainer& t = start_trainer({"deep",
-                              {"--kernels", std::to_string(iterations), "--kernel-us", "100000",
-                               "--kernels-per-iter", std::to_string(per_iteration)},
-                              {{"NVSHARE_CORE_LIMIT", "30"}}});
+  const double share = deep_queue_share_at_thirty_percent("deep", 30, 100000, {});
   ASSERT_FALSE(HasFailure());
-  Json report = finish(t);
-  ASSERT_FALSE(HasFailure());
-  const double wall = json_number(&report, "wall_s");
-  const double share = 100.0 * static_cast<double>(iterations * per_iteration) * kernel_s / wall;
-  measure("wall time", wall, "s");
-  measure("GPU share (K x D / wall_s)", share, "%");
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap on a deep queue gave " << share << "%";
 }
 
@@ -603,22 +611,10 @@ TEST_F(E2eTest, CoreCapThirtyPercentHoldsForADeepQueue) {
 // cap did not hold).
 TEST_F(E2eTest, CoreCapThirtyPercentHoldsForDeepGraphReplays) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
-  const long iterations = 2;
-  const long per_iteration = 300;
-  const double kernel_s = 0.010;
-  Trainer& t =
-      start_trainer({"graphs",
-                     {"--kernels", std::to_string(iterations), "--kernel-us", "10000",
-                      "--kernels-per-iter", std::to_string(per_iteration), "--graph-kernels", "10",
-                      "--warmup-kernels", "400", "--warmup-us", "200"},
-                     {{"NVSHARE_CORE_LIMIT", "30"}}});
+  const double share = deep_queue_share_at_thirty_percent(
+      "graphs", 300, 10000,
+      {"--graph-kernels", "10", "--warmup-kernels", "400", "--warmup-us", "200"});
   ASSERT_FALSE(HasFailure());
-  Json report = finish(t);
-  ASSERT_FALSE(HasFailure());
-  const double wall = json_number(&report, "wall_s");
-  const double share = 100.0 * static_cast<double>(iterations * per_iteration) * kernel_s / wall;
-  measure("wall time", wall, "s");
-  measure("GPU share (K x D / wall_s)", share, "%");
   EXPECT_NEAR(share, 30.0, 2.0) << "a 30% cap on deep graph replays gave " << share << "%";
 }
 
