@@ -6,11 +6,13 @@
 # A private nvshare-scheduler (sockets in a temporary directory, started and stopped here) arbitrates
 # one GPU between three nvshare-trainer processes running under libnvshare.so:
 #   A  6Gi  uncapped       A and B fit together (6 + 6 = 12Gi <= 14.4Gi usable of 16Gi): they co-run
-#   B  6Gi  capped at 30%  ... and B never gets more than 30% of the GPU's time
-#   C 12Gi  uncapped       does not fit beside A or B: it takes turns with them, and every hand-off
-#                          swaps the leaving jobs' memory to the host and the next one's back
+#   B  6Gi  uncapped       ...
+#   C 12Gi  capped at 30%  does not fit beside A or B: it takes turns with them, every hand-off
+#                          swaps the leaving jobs' memory to the host and the next one's back, and C
+#                          never gets more than 30% of the GPU's time
 # The scheduler runs with `--mode auto` (the default, given explicitly): the mode in which jobs that
-# fit run together. In mode `exclusive` (docs/scheduling.md) A and B would take turns too.
+# fit run together (one at a time while a capped job wants the GPU: caps are enforced by
+# time-division). In mode `exclusive` (docs/scheduling.md) A and B would take turns too.
 # A line refreshed every 0.5 s shows what `nvsharectl status --json` says; a table at the end gives
 # each job's wall time, the GPU time it received and how long it waited, by reason.
 #
@@ -90,12 +92,13 @@ echo "  scheduler: private (sockets in $work), mode auto, capacity $capacity (90
   "turns of ${quantum} s"
 printf '  %-2s %-7s %-14s %s\n' \
   A "$mem_a" uncapped "fits beside B" \
-  B "$mem_b" "capped at 30%" "fits beside A; may use at most 30% of the GPU's time" \
-  C "$mem_c" uncapped "fits beside neither: takes turns with A and B, swapping at each hand-off"
+  B "$mem_b" uncapped "fits beside A" \
+  C "$mem_c" "capped at 30%" "fits beside neither: takes turns with A and B, swapping at each hand-off;" \
+  "" "" "" "may use at most 30% of the GPU's time"
 echo
 
 # --mode auto (the default, named because the demo depends on it): A and B co-run.
-# --trust-client-limits: this is a single host, so the scheduler honours the cap B declares for itself
+# --trust-client-limits: this is a single host, so the scheduler honours the cap C declares for itself
 # (NVSHARE_CORE_LIMIT), as nvshare-run does.
 "$scheduler" --socket "$work/scheduler.sock" --control-socket "$work/control.sock" \
   --state-file "$work/state.json" --mode auto --capacity "$capacity" --quantum "$quantum" --trust-client-limits \
@@ -131,9 +134,9 @@ JOBS = [
     # Staggered starts: the library measures a context's footprint as the GPU's used memory before and
     # after creating it, which another process creating its context at the same instant would inflate.
     ("A", os.environ["DEMO_MEM_A"], {}, 300, 20000, 0.0),
-    ("B", os.environ["DEMO_MEM_B"], {"NVSHARE_CORE_LIMIT": "30"}, 100, 20000, 0.5),
+    ("B", os.environ["DEMO_MEM_B"], {}, 200, 20000, 0.5),
     # C arrives when A and B already share the GPU.
-    ("C", os.environ["DEMO_MEM_C"], {}, 250, 20000, 1.5),
+    ("C", os.environ["DEMO_MEM_C"], {"NVSHARE_CORE_LIMIT": "30"}, 150, 20000, 1.5),
 ]
 
 
@@ -287,10 +290,11 @@ print("""
   GPU work s  the job's kernels (K x D): the GPU time it needs when alone
   GPU time s  the scheduler's billed hold time (shared time counts 1/n while n jobs run together),
               from its last status before the job exited; it includes swapping in after a grant
-  of wall     GPU time / wall time (B's cap keeps it at or under 30%)
+  of wall     GPU time / wall time (C's cap keeps it at or under 30%)
   waited s    the scheduler's waited_ms; by reason: sampled from nvsharectl status every 0.1 s
               (memory: did not fit beside the running jobs; turn: queued behind another job;
-              quota: its compute cap's budget was spent)""")
+              quota: its compute cap's budget was spent, or, uncapped, its part of what
+              a capped job leaves while that job wants the GPU)""")
 if gpu_view:
     print(f"\nGPU {gpu_view.get('uuid')}: {gpu_view.get('last_epoch')} grants, swap bandwidth "
           f"{gpu_view.get('swap_bytes_per_s', 0) / 2**30:.1f} GiB/s "
