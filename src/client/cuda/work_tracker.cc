@@ -134,39 +134,44 @@ bool WorkTracker::unknown(const Marker& marker) const {
          (marker.graph != nullptr && marker.graph_ns == 0);
 }
 
+WorkTracker::GraphCost* WorkTracker::find_graph_locked(CUgraphExec graph) {
+  auto it = std::find_if(graph_costs_.begin(), graph_costs_.end(),
+                         [graph](const GraphCost& cost) { return cost.graph == graph; });
+  return it == graph_costs_.end() ? nullptr : &*it;
+}
+
 double WorkTracker::graph_cost_locked(CUgraphExec graph) {
-  for (GraphCost& cost : graph_costs_) {
-    if (cost.graph == graph) {
-      cost.used = graph_replays_;
-      return cost.ns;
-    }
-  }
-  return 0;
+  GraphCost* cost = find_graph_locked(graph);
+  if (cost == nullptr) return 0;
+  cost->used = graph_replays_;
+  return cost->ns;
 }
 
 void WorkTracker::set_graph_cost_locked(CUgraphExec graph, double ns) {
-  auto it = std::find_if(graph_costs_.begin(), graph_costs_.end(),
-                         [graph](const GraphCost& cost) { return cost.graph == graph; });
-  if (it == graph_costs_.end() && graph_costs_.size() >= kMaxGraphCosts) {
+  GraphCost* cost = find_graph_locked(graph);
+  if (cost == nullptr && graph_costs_.size() >= kMaxGraphCosts) {
     // Full: the least recently replayed graph (likely destroyed) makes room.
-    it = std::min_element(graph_costs_.begin(), graph_costs_.end(),
-                          [](const GraphCost& a, const GraphCost& b) { return a.used < b.used; });
-    it->graph = graph;
+    cost =
+        &*std::min_element(graph_costs_.begin(), graph_costs_.end(),
+                           [](const GraphCost& a, const GraphCost& b) { return a.used < b.used; });
+    *cost = GraphCost{graph, 0, graph_replays_};
   }
-  if (it == graph_costs_.end()) {
+  if (cost == nullptr) {
     try {
-      graph_costs_.push_back(GraphCost{graph, ns, graph_replays_});
+      cost = &graph_costs_.emplace_back(GraphCost{graph, 0, graph_replays_});
     } catch (...) {
       return;  // not kept: the graph stays of unknown length, which only bounds it more tightly
     }
-  } else {
-    it->ns = ns;
-    it->used = graph_replays_;
   }
+  keep_graph_cost_locked(*cost, ns);
+}
+
+void WorkTracker::keep_graph_cost_locked(GraphCost& cost, double ns) {
+  cost.ns = ns;
   // Pending replays of the graph are estimated from what is known now.
   for (ContextWork& work : contexts_) {
     for (Marker& marker : work.pending) {
-      if (marker.graph == graph) marker.graph_ns = ns;
+      if (marker.graph == cost.graph) marker.graph_ns = ns;
     }
   }
 }
@@ -202,15 +207,18 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
     return;
   }
   // Everything covered was estimated: correct each estimate by the factor the total missed by
-  // (for plain submissions alone, a new sample of tau).
+  // (for plain submissions alone, a new sample of tau), each graph once however often it was
+  // replayed in the span.
   const double estimated = kernel_ns + known_graphs;
   if (estimated <= 0) return;
   const double keep = 0.75 + 0.25 * elapsed_ns / estimated;
   if (kernels > 0) tau_ns_ *= keep;
+  ++lessons_;
   for (auto it = first; it != last; ++it) {
-    if (it->graph == nullptr) continue;
-    const double now_known = graph_cost_locked(it->graph);
-    if (now_known > 0) set_graph_cost_locked(it->graph, now_known * keep);
+    GraphCost* cost = it->graph != nullptr ? find_graph_locked(it->graph) : nullptr;
+    if (cost == nullptr || cost->ns <= 0 || cost->corrected == lessons_) continue;
+    cost->corrected = lessons_;
+    keep_graph_cost_locked(*cost, cost->ns * keep);
   }
 }
 

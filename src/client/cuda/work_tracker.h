@@ -157,6 +157,7 @@ class WorkTracker {
     CUgraphExec graph = nullptr;
     double ns = 0;
     std::uint64_t used = 0;  // replay sequence number of its latest use (least recent is evicted)
+    std::uint64_t corrected = 0;  // the lesson that last corrected it (once per lesson)
   };
   struct ContextWork {
     CUcontext ctx = nullptr;
@@ -180,9 +181,14 @@ class WorkTracker {
   // A marker's estimated GPU time, and whether part of it is of unknown length.
   double estimate(const Marker& marker) const;
   bool unknown(const Marker& marker) const;
-  // Learnt GPU time of one replay of `graph`; 0 when unknown.
+  // The entry kept for `graph`, or null.
+  GraphCost* find_graph_locked(CUgraphExec graph);
+  // Learnt GPU time of one replay of `graph` (a use: it is kept longer); 0 when unknown.
   double graph_cost_locked(CUgraphExec graph);
+  // Keeps `ns` as the graph's time (adding it, evicting the least recently replayed when full)
+  // and updates its pending markers.
   void set_graph_cost_locked(CUgraphExec graph, double ns);
+  void keep_graph_cost_locked(GraphCost& cost, double ns);
   // Learns from `elapsed` GPU time spent on markers [first, last) (all complete).
   void learn_locked(std::deque<Marker>::const_iterator first,
                     std::deque<Marker>::const_iterator last, double elapsed_ns);
@@ -215,6 +221,7 @@ class WorkTracker {
   std::uint64_t markers_ = 0;
   std::vector<GraphCost> graph_costs_;  // at most kMaxGraphCosts
   std::uint64_t graph_replays_ = 0;
+  std::uint64_t lessons_ = 0;  // corrections learn_locked has applied
   std::atomic<std::uint64_t> bound_waits_{0};
 };
 
