@@ -51,9 +51,10 @@ struct ClientRecord {
 
   std::optional<QuotaLedger> quota;  // capped clients only
   UsageWindow usage;
-  // Its fair clock (exclusive mode's yields): billed seconds divided by its entitlement (its
-  // effective cap, 1 for an uncapped client while no capped one is active), raised when it becomes
-  // active so that time spent idle earns it no precedence over clients that kept wanting the GPU.
+  // Its fair clock (the yields while one runner runs at a time): billed seconds divided by its
+  // entitlement (its effective cap, 1 for an uncapped client while no capped one is active), raised
+  // when it becomes active so that time spent idle earns it no precedence over clients that kept
+  // wanting the GPU.
   double fair_s = 0;
 
   bool capped() const { return limits.core_percent < 100; }

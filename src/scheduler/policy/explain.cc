@@ -225,8 +225,8 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
   return text + describe_yield(c, now);
 }
 
-// Exclusive mode, a hand-off that moves no memory: whether the holder hands over at its next idle
-// moment, or keeps its turn until it has had its fair part beside the head.
+// One runner at a time, a hand-off that moves no memory: whether the holder hands over at its next
+// idle moment, or keeps its turn until it has had its fair part beside the head.
 std::string GpuPolicy::describe_yield(const ClientRecord& c, MonoTime now) const {
   const ClientRecord* next = yield_target();
   if (next == nullptr || c.state != ClientState::kRunning) return {};

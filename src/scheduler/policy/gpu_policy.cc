@@ -360,13 +360,13 @@ void GpuPolicy::send_wait_reasons(std::vector<Action>& out) {
   }
 }
 
-// Exclusive mode: while the head of the queue waits for its turn and would fit beside the holders'
-// memory (the hand-off moves nothing), each holder is asked once per grant to give the GPU back as
-// soon as it is idle, from the moment its fair clock is within the slack of the head's. A busy
-// holder keeps its quantum; one that pauses (host work between short kernels, a finished job) hands
-// over at once instead of after its idle release, unless it has had clearly less of the GPU than
-// the head: a job whose steps leave short idle gaps is not handed over at every gap to one that
-// leaves none.
+// One runner at a time (exclusive mode, or a cap binds): while the head of the queue waits for its
+// turn and would fit beside the holders' memory (the hand-off moves nothing), each holder is asked
+// once per grant to give the GPU back as soon as it is idle, from the moment its fair clock is
+// within the slack of the head's. A busy holder keeps its quantum; one that pauses (host work
+// between short kernels, a finished job) hands over at once instead of after its idle release,
+// unless it has had clearly less of the GPU than the head: a job whose steps leave short idle gaps
+// is not handed over at every gap to one that leaves none.
 void GpuPolicy::send_yields(std::vector<Action>& out) {
   const ClientRecord* next = yield_target();
   if (next == nullptr) return;

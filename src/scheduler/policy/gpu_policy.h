@@ -20,9 +20,10 @@
 //    memory (config.device_bytes); while it is unknown nobody runs beside anybody. Runners
 //    whose working sets grow past usable are revoked (reason memory, swap out), newest grant
 //    first, until the rest fit.
-//  - Exclusive mode: one runner at a time. While the head of the queue would fit beside the
-//    holder's memory, the holder is asked to yield (hand over once idle) as soon as its fair clock
-//    (billed seconds over its entitlement, raised on becoming active to the least clock among
+//  - One runner at a time in exclusive mode, and in any mode while a capped client wants the GPU
+//    (active, not throttled: caps are enforced by time-division). While the head would fit beside
+//    the holder's memory, the holder is asked to yield (hand over once idle) as soon as its fair
+//    clock (billed seconds over its entitlement, raised on becoming active to the least clock among
 //    active clients, less the slack) is within the slack (kYieldSlack of a quantum) of the head's:
 //    a holder that has had clearly less than the client that would run next keeps its turn, so a
 //    job with short idle gaps is not cut short at every gap by one without them.
@@ -36,16 +37,16 @@
 //    preempted, not idle); a release nobody asked for (idle release) makes the client idle until
 //    it requests again.
 //  - Compute caps: core percent < 100 caps a client's share of GPU time with a QuotaLedger. Hold
-//    time is billed, 1/n of wall time while n clients hold grants. A cap is a ceiling and an
-//    entitlement: effective caps are the caps scaled down proportionally when the caps of the
-//    active capped clients on this GPU sum over 100% (over kCappedRoomBesideUncapped while an
-//    uncapped client is active), and while a capped client is active each active uncapped client
-//    is held, by a bucket of its own, to an equal part of what the capped ones leave. A capped
-//    client whose budget is spent is revoked (reason quota); a capped client that enters the queue
-//    with its bucket below the entry level waits (reason quota), blocking nobody, until the bucket
-//    is back at the resume level. Time held after the revoke (the drain) is billed too, so
-//    overshoot carries forward. An uncapped client is charged only while it is held to an
-//    entitlement.
+//    time is billed, 1/n of wall time while n clients hold grants (one, while a cap binds: see one
+//    runner at a time above). A cap is a ceiling and an entitlement: effective caps are the caps
+//    scaled down proportionally when the caps of the active capped clients on this GPU sum over
+//    100% (over kCappedRoomBesideUncapped while an uncapped client is active), and while a capped
+//    client is active each active uncapped client is held, by a bucket of its own, to an equal part
+//    of what the capped ones leave. A capped client whose budget is spent is revoked (reason
+//    quota); a capped client that enters the queue with its bucket below the entry level waits
+//    (reason quota), blocking nobody, until the bucket is back at the resume level. Time held after
+//    the revoke (the drain) is billed too, so overshoot carries forward. An uncapped client is
+//    charged only while it is held to an entitlement.
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
 //    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
@@ -109,7 +110,7 @@ struct GpuView {
   std::vector<ClientView> clients;         // in registration order
 };
 
-// Exclusive mode: a holder is asked to yield once its fair clock is within this fraction of a
+// One runner at a time: a holder is asked to yield once its fair clock is within this fraction of a
 // quantum (the fixed one, else quantum_min) of the head's; a client that becomes active starts
 // no further than that below the least clock among active clients.
 inline constexpr double kYieldSlack = 0.1;
@@ -166,7 +167,7 @@ class GpuPolicy {
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   void send_wait_reasons(std::vector<Action>& out);
   void send_yields(std::vector<Action>& out);
-  // Exclusive mode: the head, when a hand-off to it moves no memory (yields may be due).
+  // One runner at a time: the head, when a hand-off to it moves no memory (yields may be due).
   const ClientRecord* yield_target() const;
   // A running holder not yet asked to yield for its current grant.
   static bool yield_unsent(const ClientRecord& c);
