@@ -52,6 +52,14 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def worst_error(rows, expected=None):
+    """The largest |error| of `rows` (points), or None unless all `expected` rows (default: every
+    row) have one."""
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    want = len(rows) if expected is None else expected
+    return max(errors) if errors and len(errors) == want else None
+
+
 def percentile(values, p):
     if not values:
         return None
@@ -394,8 +402,7 @@ class Bench:
                              "cap": c or 100, "target": target, "share": share, "whole_share": whole,
                              "error": None if share is None else share - target})
                 log(f"cap {rows[-1]}")
-        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-        worst = max(errors) if len(errors) == len(rows) else None
+        worst = worst_error(rows)
         return worst, rows, {"native_rate": native_rate, "window_s": window, "skip_s": skip}
 
     def caps(self):
@@ -493,8 +500,7 @@ class Bench:
             rows.append({"variant": variant, "native_s": n, "capped_s": c,
                          "share": share, "error": None if share is None else share - 30.0})
             log(f"capdeep {rows[-1]}")
-        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-        worst = max(errors) if len(errors) == len(rows) else None
+        worst = worst_error(rows)
         self.metric("cap_deep_queue_error_points", worst, "<= 2", worst is not None and worst <= 2,
                     "points", native=None, rows=rows, kernels=kernels)
 
@@ -560,8 +566,7 @@ class Bench:
             share = 100.0 * r.get("steady_rate", 0) / b["steady_rate"] if r.get("result") == "ok" and b.get("steady_rate") else None
             rows.append({"gpu": len(rows), "cap": cap, "share": share,
                          "error": None if share is None else share - cap})
-        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-        v = max(errors) if len(errors) == 2 else None
+        v = worst_error(rows, expected=2)
         self.metric("two_gpu_cap_error_max_points", v, "<= 2", v is not None and v <= 2, "points", rows=rows)
 
 
@@ -615,8 +620,7 @@ class Bench:
             rows.append({"rank": b_.get("rank"), "cap": 50, "share": share,
                          "mem_total_seen": c_.get("mem_total"),
                          "error": None if share is None else share - 50})
-        errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-        v = max(errors) if len(errors) == len(rows) and rows else None
+        v = worst_error(rows)
         self.metric("ddp_cap50_error_max_points", v, "<= 2", v is not None and v <= 2, "points",
                     rows=rows)
         seen = [r["mem_total_seen"] for r in rows]
