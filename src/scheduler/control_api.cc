@@ -45,6 +45,7 @@ Json config_json(const DaemonConfig& config) {
   c.set("quantum_k", config.policy.quantum_swap_multiple);
   c.set("quantum_min_s", static_cast<double>(config.policy.quantum_min.count()) / 1e9);
   c.set("quantum_max_s", static_cast<double>(config.policy.quantum_max.count()) / 1e9);
+  c.set("turn_slice_s", static_cast<double>(config.policy.turn_slice.count()) / 1e9);
   c.set("quota_window_ms", ms(config.policy.quota_window));
   c.set("revoke_grace_s", static_cast<double>(config.policy.revoke_grace.count()) / 1e9);
   c.set("swap_bandwidth_bytes_per_s", config.policy.default_swap_bytes_per_s);

@@ -192,6 +192,16 @@ const Knob kKnobs[] = {
        return store(parse_seconds(v, 0.01, kMaxSeconds),
                     [&](Duration d) { c.policy.quantum_max = d; });
      }},
+    {"turn-slice", "0.5", "0.01..86400 (seconds)",
+     "One client at a time (exclusive mode, or while a compute cap binds) with nothing to swap: "
+     "clients take turns by their fair clocks, each about turn-slice times its share of the GPU "
+     "(1 when no cap applies), and a capped client whose memory stays on the GPU is paused in "
+     "cycles of this length rather than of the quota window.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.01, kMaxSeconds),
+                    [&](Duration d) { c.policy.turn_slice = d; });
+     }},
     {"quota-window", "2000", "10..3600000 (milliseconds)",
      "Window of the compute caps: the depth of each capped client's token bucket and the period "
      "over which the effective share is shown.",

@@ -51,7 +51,7 @@ Commands:
   forget-pod UID                    forget a pod's remembered limits (the pod is gone)
   set-policy [--gpu UUID] [--mode M] [--quantum S|auto] [--quota-window MS] [--capacity Q]
              [--reserve P] [--quantum-k K] [--quantum-min S] [--quantum-max S]
-             [--revoke-grace S] [--swap-allowance-max S] [--swap-bandwidth B]
+             [--turn-slice S] [--revoke-grace S] [--swap-allowance-max S] [--swap-bandwidth B]
              [--swap-bandwidth-floor B]
                                     change policy knobs for one GPU or all
                                     (see nvshare-scheduler --help)
@@ -317,6 +317,7 @@ int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
       {"quantum-k", "quantum_k"},
       {"quantum-min", "quantum_min"},
       {"quantum-max", "quantum_max"},
+      {"turn-slice", "turn_slice"},
       {"revoke-grace", "revoke_grace"},
       {"swap-allowance-max", "swap_allowance_max"},
       {"swap-bandwidth", "swap_bandwidth"},

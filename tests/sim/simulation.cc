@@ -143,12 +143,26 @@ class World {
     int holders = 0;
     for (const SimClient& c : clients_) holders += c.connected && c.holding ? 1 : 0;
     for (SimClient& c : clients_) {
-      if (c.connected && c.holding) c.outcome.billed_seconds += seconds(t - now_) / holders;
+      if (c.connected && c.holding) bill(c.outcome, now_, t, holders);
     }
     bool someone_waits = false;
     for (const SimClient& c : clients_) someone_waits |= c.connected && c.wants && !c.holding;
     if (holders == 0 && someone_waits) result_.idle_while_waiting += t - now_;
     now_ = t;
+  }
+
+  // Books [from, to) at 1/holders into the total and into the whole seconds it spans.
+  static void bill(ConnectionOutcome& o, MonoTime from, MonoTime to, int holders) {
+    o.billed_seconds += seconds(to - from) / holders;
+    while (from < to) {
+      const std::int64_t second = from.since_origin / 1s;
+      const MonoTime end = std::min(to, MonoTime{} + std::chrono::seconds(second + 1));
+      if (o.billed_per_second.size() <= static_cast<std::size_t>(second)) {
+        o.billed_per_second.resize(static_cast<std::size_t>(second) + 1, 0.0);
+      }
+      o.billed_per_second[static_cast<std::size_t>(second)] += seconds(end - from) / holders;
+      from = end;
+    }
   }
 
   void schedule(MonoTime at, What what, int client, GrantEpoch epoch = 0) {

@@ -25,6 +25,9 @@ struct ConnectionOutcome {
   bool hung = false;          // it ignored a revoke at some point
   double seconds = 0;         // connected time
   double billed_seconds = 0;  // GPU time: 1/n of wall time while it was one of n grant holders
+  // The same, per whole second of simulated time since the start: [k] is what it was billed in
+  // [k s, k + 1 s) (seconds before it connected are 0).
+  std::vector<double> billed_per_second;
 };
 
 struct SimResult {

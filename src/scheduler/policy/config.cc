@@ -41,6 +41,9 @@ Status validate(const PolicyConfig& config) {
   if (config.quantum_min > config.quantum_max) {
     return make_error("quantum minimum must not exceed the maximum");
   }
+  if (config.turn_slice < std::chrono::milliseconds(10)) {
+    return make_error("turn slice must be at least 10 ms");
+  }
   if (config.default_swap_bytes_per_s == 0) {
     return make_error("default swap bandwidth must be positive");
   }

@@ -39,6 +39,11 @@ struct PolicyConfig {
   double quantum_swap_multiple = 5.0;
   Duration quantum_min = 5s;
   Duration quantum_max = 15s;
+  // One runner at a time (exclusive mode, or while a cap binds), when a hand-off moves no memory:
+  // the length of the turns clients take by their fair clocks. A client's turn lasts about
+  // slice x its weight (its share of the GPU while it is entitled to one, else 1), at least a
+  // tenth of a slice, and a quantum at most.
+  Duration turn_slice = 500ms;
   // Swap bandwidth assumed for a client until it reports a measured one (conservative: host paging
   // at its slowest measured rate on an H200 was 2.2 GB/s).
   std::uint64_t default_swap_bytes_per_s = 2'000'000'000;

@@ -168,7 +168,22 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
            " usable is free beside client" + (holders.size() > 1 ? "s " : " ") +
            client_list(holders) + " (running for " + running + ")";
   }
-  if (const std::optional<TurnPlan> plan = turn_plan(c)) {
+  const std::optional<TurnPlan> plan = turn_plan(c);
+  if (yield_target() == &c) {
+    // Nothing to swap: a runner whose fair turn ends before the quantum makes way first.
+    const ClientRecord* first = nullptr;
+    MonoTime at = plan ? plan->at : MonoTime::max();
+    for (const ClientRecord* h : holders) {
+      if (h->state != ClientState::kRunning || fair_turn_end(*h, c) >= at) continue;
+      first = h;
+      at = fair_turn_end(*h, c);
+    }
+    if (first != nullptr) {
+      return text + "; its turn comes when client " + std::to_string(first->id) +
+             "'s fair turn ends, in " + secs(std::max(at, now) - now) + waited;
+    }
+  }
+  if (plan) {
     const ClientRecord& r = *find(plan->runner);
     text += "; its turn comes when client " + std::to_string(r.id) + "'s quantum of " +
             secs(quantum_between(r, c)) + " ends in " + secs(plan->at - now);
@@ -226,15 +241,25 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
 }
 
 // One runner at a time, a hand-off that moves no memory: whether the holder hands over at its next
-// idle moment, or keeps its turn until it has had its fair part beside the head.
+// idle moment, or keeps its turn until it has had its fair part beside the head; and when its fair
+// turn ends.
 std::string GpuPolicy::describe_yield(const ClientRecord& c, MonoTime now) const {
   const ClientRecord* next = yield_target();
   if (next == nullptr || c.state != ClientState::kRunning) return {};
-  if (!yield_unsent(c)) return "; it was asked to hand over as soon as it is idle";
-  const MonoTime at = yield_time(c, *next);
-  return "; it keeps its turn through idle moments until it has had its fair part beside client " +
-         std::to_string(next->id) +
-         (at == MonoTime::max() ? std::string() : ", in " + secs(std::max(at, now) - now));
+  std::string text;
+  if (!yield_unsent(c)) {
+    text = "; it was asked to hand over as soon as it is idle";
+  } else {
+    const MonoTime at = yield_time(c, *next);
+    text =
+        "; it keeps its turn through idle moments until it has had its fair part beside client " +
+        std::to_string(next->id) +
+        (at == MonoTime::max() ? std::string() : ", in " + secs(std::max(at, now) - now));
+  }
+  const MonoTime ends = fair_turn_end(c, *next);
+  if (ends == MonoTime::max()) return text;
+  return text + "; its fair turn beside client " + std::to_string(next->id) + " ends in " +
+         secs(std::max(ends, now) - now);
 }
 
 }  // namespace nvshare::policy

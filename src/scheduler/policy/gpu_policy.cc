@@ -110,7 +110,11 @@ void GpuPolicy::on_released(const Released& e, MonoTime now) {
   if (c->state == ClientState::kRunning) {
     set_state(*c, ClientState::kIdle, now);  // released unasked: idle until it requests again
   } else {
-    enqueue(*c, now);  // answered a revoke: it was preempted and still has work
+    // Answered a revoke: it was preempted and still has work. Unless its memory went to the host,
+    // its next grant costs no swap-in, so any budget left is worth a grant.
+    const bool swapped_out = c->swap_out;
+    enqueue(*c, now);
+    if (!swapped_out && c->throttled && !c->quota->spent()) c->throttled = false;
   }
 }
 
@@ -163,6 +167,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   revoke_spent_quota(now, out);
   revoke_overflow(now, out);
   grant_in_order(now, out);
+  revoke_fair_turns(now, out);
   revoke_ended_turns(now, out);
   send_wait_reasons(out);
   send_yields(out);
@@ -210,7 +215,17 @@ void GpuPolicy::update_caps() {
     } else {
       c.quota.emplace(cap, config_.quota_window, now_);
     }
+    c.quota->set_cycle(quota_cycle(c));
   }
+}
+
+// A pause costs a client whose memory stays on the device a round trip, so its bucket runs it in
+// short cycles (a slice): its share is then close to its cap over a few seconds, not only over a
+// few windows. One whose memory went to the host pays a swap-in for every run, so its cycle is the
+// whole window.
+Duration GpuPolicy::quota_cycle(const ClientRecord& c) const {
+  const bool on_device = c.resident_bytes >= c.allocated_bytes;
+  return on_device ? std::min(config_.turn_slice, config_.quota_window) : config_.quota_window;
 }
 
 void GpuPolicy::update_rates() {
@@ -395,11 +410,35 @@ MonoTime GpuPolicy::yield_time(const ClientRecord& holder, const ClientRecord& n
   // The slack keeps a holder that is a little behind (a short burst, then idle) from holding an
   // idle GPU until its idle release; a waiting head's clock stands still while the holder's runs
   // at its billing rate.
-  const double behind_s = next.fair_s - holder.fair_s - fair_slack_s();
+  return when_clock_gains(holder, next.fair_s - holder.fair_s - fair_slack_s());
+}
+
+// A turn of one runner at a time that moves no memory ends by the fair clocks, long before the
+// quantum that exists to pay for swaps: a holder that never idles gives the GPU up once it is the
+// lead ahead of the head, so the clients' shares follow their weights over a few slices, not over
+// a few quanta. The quantum still ends a turn that the clocks have not (revoke_ended_turns).
+void GpuPolicy::revoke_fair_turns(MonoTime now, std::vector<Action>& out) {
+  const ClientRecord* next = yield_target();
+  if (next == nullptr) return;
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning && fair_turn_end(c, *next) <= now) {
+      revoke(c, RevokeReason::kTurn, false, now, out);
+    }
+  }
+}
+
+MonoTime GpuPolicy::fair_turn_end(const ClientRecord& holder, const ClientRecord& next) const {
+  const Duration shortest =
+      std::chrono::duration_cast<Duration>(config_.turn_slice * kShortestTurn);
+  const MonoTime earliest = std::max(holder.granted_at, holder.runs_from) + shortest;
+  return std::max(earliest, when_clock_gains(holder, next.fair_s + fair_lead_s() - holder.fair_s));
+}
+
+MonoTime GpuPolicy::when_clock_gains(const ClientRecord& holder, double seconds) const {
   const double rate = holder.usage.rate() / fair_weight(holder);
-  if (behind_s <= 1e-6) return now_;
+  if (seconds <= 1e-6) return now_;
   if (rate <= 0) return MonoTime::max();
-  return now_ + Duration(static_cast<std::int64_t>(std::ceil(behind_s / rate * 1e9)));
+  return now_ + Duration(static_cast<std::int64_t>(std::ceil(seconds / rate * 1e9)));
 }
 
 double GpuPolicy::fair_weight(const ClientRecord& c) const {
@@ -422,14 +461,14 @@ void GpuPolicy::catch_up_fair_clock(ClientRecord& c) {
   c.fair_s = std::max(c.fair_s, start);
 }
 
-double GpuPolicy::fair_slack_s() const {
-  return kYieldSlack * to_seconds(config_.fixed_quantum.value_or(config_.quantum_min));
-}
+double GpuPolicy::fair_slack_s() const { return kYieldSlack * to_seconds(config_.turn_slice); }
+
+double GpuPolicy::fair_lead_s() const { return kTurnLead * to_seconds(config_.turn_slice); }
 
 std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   std::optional<MonoTime> best;
   auto consider = [&](std::optional<MonoTime> t) {
-    if (t && (!best || *t < *best)) best = t;
+    if (t && *t != MonoTime::max() && (!best || *t < *best)) best = t;
   };
   for (const ClientRecord& c : clients_) {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
@@ -443,9 +482,9 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   }
   if (const ClientRecord* next = yield_target()) {
     for (const ClientRecord& c : clients_) {
-      if (!yield_unsent(c)) continue;
-      const MonoTime at = yield_time(c, *next);
-      if (at != MonoTime::max()) consider(at);
+      if (c.state != ClientState::kRunning) continue;
+      if (yield_unsent(c)) consider(yield_time(c, *next));
+      consider(fair_turn_end(c, *next));
     }
   }
   return best;
@@ -463,7 +502,7 @@ void GpuPolicy::enqueue(ClientRecord& c, MonoTime now) {
   set_state(c, ClientState::kWaiting, now);
   c.waiting_since = now;
   c.wait_reason.reset();
-  // Granting a nearly empty bucket would buy a swap-in for a few milliseconds of work.
+  // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work.
   c.throttled = binds(c) && !c.quota->may_enter();
   queue_.push_back(c.id);
 }

@@ -24,9 +24,12 @@
 //    (active, not throttled: caps are enforced by time-division). While the head would fit beside
 //    the holder's memory, the holder is asked to yield (hand over once idle) as soon as its fair
 //    clock (billed seconds over its entitlement, raised on becoming active to the least clock among
-//    active clients, less the slack) is within the slack (kYieldSlack of a quantum) of the head's:
-//    a holder that has had clearly less than the client that would run next keeps its turn, so a
-//    job with short idle gaps is not cut short at every gap by one without them.
+//    active clients, less the slack) is within the slack (kYieldSlack of the turn slice) of the
+//    head's: a holder that has had clearly less than the client that would run next keeps its
+//    turn, so a job with short idle gaps is not cut short at every gap by one without them. Such a
+//    turn moves no memory, so it ends by the fair clocks (revoke, reason turn, nothing to swap)
+//    once the holder's clock is kTurnLead of a slice ahead of the head's, at least kShortestTurn of
+//    a slice after it began running: turns of about slice x weight instead of a quantum.
 //  - Turn-taking: while the head of the queue waits behind runners it cannot run beside, a
 //    runner's turn ends one quantum after its grant (fixed, or auto = clamp(k x (swap time of the
 //    runner + swap time of the head), min, max)); runners whose turns have ended are
@@ -44,7 +47,10 @@
 //    client is active each active uncapped client is held, by a bucket of its own, to an equal part
 //    of what the capped ones leave. A capped client whose budget is spent is revoked (reason
 //    quota); a capped client that enters the queue with its bucket below the entry level waits
-//    (reason quota), blocking nobody, until the bucket is back at the resume level. Time held after
+//    (reason quota), blocking nobody, until the bucket is back at the resume level (one re-queued
+//    after a revoke that left its memory on the device waits only when its bucket is spent; a
+//    bucket cycles by the turn slice while its client's memory is on the device, else by the
+//    window: QuotaLedger::set_cycle). Time held after
 //    the revoke (the drain) is billed too, so overshoot carries forward. An uncapped client is
 //    charged only while it is held to an entitlement.
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
@@ -110,10 +116,16 @@ struct GpuView {
   std::vector<ClientView> clients;         // in registration order
 };
 
-// One runner at a time: a holder is asked to yield once its fair clock is within this fraction of a
-// quantum (the fixed one, else quantum_min) of the head's; a client that becomes active starts
-// no further than that below the least clock among active clients.
-inline constexpr double kYieldSlack = 0.1;
+// One runner at a time, when a hand-off to the head moves no memory, turns follow fair clocks
+// (docs/scheduling.md, "Turns by fair clocks"), in fractions of the turn slice: a holder's turn
+// ends once its clock is kTurnLead ahead of the head's, and not before kShortestTurn after it began
+// (a hand-off costs a drain and a round trip); from kYieldSlack behind the head's it is asked to
+// yield (hand over at its next idle moment). A client that becomes active starts no further than
+// the slack below the least clock among active clients. The slack is less than the lead, so a
+// client that idles between steps and one that never idles advance their clocks alike.
+inline constexpr double kTurnLead = 0.5;
+inline constexpr double kYieldSlack = 0.25;
+inline constexpr double kShortestTurn = 0.1;
 
 // What the caps of capped clients may take together while an uncapped client is active: the rest
 // is the uncapped clients' floor, so that caps summing to 100% or more never starve them.
@@ -160,11 +172,17 @@ class GpuPolicy {
   // reasons.
   void schedule(MonoTime now, std::vector<Action>& out);
   void update_caps();
+  // The on/off cycle of a client's bucket: a slice while its memory is on the device, else the
+  // quota window.
+  Duration quota_cycle(const ClientRecord& c) const;
   void expire_grace(MonoTime now, std::vector<Action>& out);
   void revoke_spent_quota(MonoTime now, std::vector<Action>& out);
   void revoke_overflow(MonoTime now, std::vector<Action>& out);
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
+  // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
+  // swap) each runner whose fair turn has ended.
+  void revoke_fair_turns(MonoTime now, std::vector<Action>& out);
   void send_wait_reasons(std::vector<Action>& out);
   void send_yields(std::vector<Action>& out);
   // One runner at a time: the head, when a hand-off to it moves no memory (yields may be due).
@@ -174,6 +192,12 @@ class GpuPolicy {
   // When a running holder is due to yield to `next`: once its fair clock is within the slack of
   // next's.
   MonoTime yield_time(const ClientRecord& holder, const ClientRecord& next) const;
+  // When a running holder's fair turn ends, `next` waiting: once its fair clock is the lead ahead
+  // of next's, and no earlier than the shortest turn after it began running.
+  MonoTime fair_turn_end(const ClientRecord& holder, const ClientRecord& next) const;
+  // When a running holder's fair clock will have gained `seconds` at its present rate (now when
+  // it needs none; MonoTime::max() when it gains nothing).
+  MonoTime when_clock_gains(const ClientRecord& holder, double seconds) const;
   // What a client's fair clock is divided by: its entitlement (effective_cap), at least 1%.
   double fair_weight(const ClientRecord& c) const;
   // Raises the floor to the least fair clock among active clients (it never goes down).
@@ -181,8 +205,9 @@ class GpuPolicy {
   // A client that becomes active starts no lower than the floor less the slack: idle time earns
   // no precedence.
   void catch_up_fair_clock(ClientRecord& c);
-  // kYieldSlack of the quantum (the fixed one, else quantum_min), in seconds.
+  // kYieldSlack and kTurnLead of the turn slice, in seconds of fair clock.
   double fair_slack_s() const;
+  double fair_lead_s() const;
   void update_rates();
   std::optional<MonoTime> compute_deadline() const;
 

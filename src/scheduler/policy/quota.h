@@ -10,16 +10,18 @@
 // long-run share equal the cap.
 //
 // Thresholds: the bucket is spent at level <= 0 (the grant is revoked, reason quota). The resume
-// level is R = c x (1 - c) x window: a client throttled by its bucket runs again once the level is
-// back at R, so a client alone runs c x window and pauses (1 - c) x window in every window. A
+// level is R = c x (1 - c) x cycle: a client throttled by its bucket runs again once the level is
+// back at R, so a client alone runs c x cycle and pauses (1 - c) x cycle in every cycle. The cycle
+// is the window, or shorter (set_cycle) where a pause costs no swap. A
 // client entering the queue is throttled only below the entry level R / 2, where new buckets
 // start: a new client runs at once, and because the level then stays within [-overshoot, R] the
-// billed share over any interval T is within (R / 2 + overshoot) / T of the cap (R <= window / 4).
+// billed share over any interval T is within (R / 2 + overshoot) / T of the cap (R <= cycle / 4).
 //
 // Contract: rates are piecewise constant; the owner calls settle(now) before changing them and
 // before reading level(). Time must not go backwards.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 
 #include "common/mono_time.h"
@@ -41,13 +43,15 @@ class QuotaLedger {
   // wants the GPU. When it does not, or when the depth shrinks (a lower cap, a shorter window), the
   // level is clamped to the depth.
   void set_rates(double cap, double billed_rate, Duration window, bool wants_gpu);
+  // The on/off cycle of a throttled client (the window when never set; at most the window).
+  void set_cycle(Duration cycle) { cycle_s_ = to_seconds(cycle); }
 
   double level() const { return level_; }  // seconds, as of the last settle
   double level_at(MonoTime now) const;     // projected to `now` without settling
   double cap() const { return cap_; }
   double billed_rate() const { return billed_rate_; }
   double depth() const { return cap_ * window_s_; }
-  double resume_level() const { return cap_ * (1 - cap_) * window_s_; }
+  double resume_level() const { return cap_ * (1 - cap_) * std::min(cycle_s_, window_s_); }
   double entry_level() const { return resume_level() / 2; }
 
   bool spent() const { return level_ <= kEpsilonSeconds; }
@@ -62,6 +66,7 @@ class QuotaLedger {
   double cap_;
   double billed_rate_ = 0;
   double window_s_;
+  double cycle_s_;
   double level_;
   bool wants_gpu_ = false;
   MonoTime settled_at_;

@@ -67,7 +67,7 @@ class Client {
 
 TEST(LinkWithScheduler, IdleReleaseHandsTheGpuOver) {
   TempDir dir;
-  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "60"});
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "60", "--turn-slice", "60"});
   ASSERT_TRUE(scheduler.ready()) << scheduler.log();
   Client a(scheduler.socket(), 50ms);
   Client b(scheduler.socket(), 50ms);
@@ -147,7 +147,7 @@ TEST(LinkWithScheduler, TraceRecordsTheHandOverInOrder) {
 // client waits hands the GPU over at once (the scheduler's yield), not after 60 s or 10 s.
 TEST(LinkWithScheduler, IdleHolderYieldsToAWaiterAtOnce) {
   TempDir dir;
-  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "60"});
+  SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "60", "--turn-slice", "60"});
   ASSERT_TRUE(scheduler.ready()) << scheduler.log();
   Client a(scheduler.socket(), 10s);
   Client b(scheduler.socket(), 10s);

@@ -89,15 +89,35 @@ TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
   const auto released = h.release(1);
   EXPECT_EQ(wait_of(released, 1), WaitReason::kQuota);
   EXPECT_EQ(h.client(1).waiting_for, WaitReason::kQuota);
-  // Refills to the resume level, 0.42 s at 0.3/s: pauses 1.4 s.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1700ms);
+  // Its memory stays on the device, so it cycles by the 0.5 s slice: it refills to the resume
+  // level 0.3 x 0.7 x 0.5 s = 0.105 s at 0.3/s, a pause of 0.35 s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 650ms);
   EXPECT_TRUE(granted(h.fire(), 1));
 
-  // From then on one cycle per window: runs 0.6 s (0.42 s at 0.7/s), pauses 1.4 s: 30%.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2300ms);
+  // From then on one cycle per slice: runs 0.15 s (0.105 s at 0.7/s), pauses 0.35 s: 30%.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 800ms);
   h.fire();
   h.release(1);
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 3700ms);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1150ms);
+}
+
+// A client whose memory went to the host pays a swap-in for every run: its bucket cycles by the
+// whole window (runs 0.6 s, pauses 1.4 s at 30%) instead of by the slice.
+TEST(Caps, AClientSwappedOutCyclesByTheWindow) {
+  Harness h(virtual_gpu());
+  const MonoTime t0 = h.now;
+  h.add_and_request(1, 1 * kGiB, 30);
+  ASSERT_TRUE(revoke_of(h.fire(), 1));  // spent at t0 + 0.3 s
+  h.release(1);
+  h.feed(UsageReported{1, 1 * kGiB, 0, 0});  // its memory is on the host now
+  // Refills to 0.3 x 0.7 x 2 s = 0.42 s at 0.3/s: pauses 1.4 s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1700ms);
+  EXPECT_TRUE(granted(h.fire(), 1));
+  h.feed(UsageReported{1, 1 * kGiB, 1 * kGiB, 0});          // swapped in: short cycles again
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2300ms);  // 0.42 s at 0.7/s
+  h.fire();
+  h.release(1);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2650ms);  // back at 0.105 s after 0.35 s
 }
 
 TEST(Caps, CoRunnersAreEachBilledOneNth) {
@@ -110,22 +130,32 @@ TEST(Caps, CoRunnersAreEachBilledOneNth) {
   EXPECT_EQ(h.state(2), ClientState::kRunning);
 }
 
-// In every mode a capped client runs alone while its cap binds: what it holds is what it has.
+// In every mode a capped client runs alone while its cap binds: what it holds is what it has. The
+// hand-off moves no memory, so turns follow the fair clocks: each turn half a slice (0.25 s) of
+// fair clock ahead of the other, 0.075 s of wall time at a weight of 0.3.
 TEST(Caps, ACappedClientRunsAloneInEveryMode) {
   Harness h(virtual_gpu());
   const MonoTime t0 = h.now;
   EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
   EXPECT_EQ(wait_of(h.add_and_request(2, 1 * kGiB, 30), 2), WaitReason::kTurn);
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 300ms);  // billed 1/s: 0.21 s at 0.7/s
+  EXPECT_THAT(h.policy.explain(2, h.now),
+              HasSubstr("while a compute cap binds this GPU runs one client at a time"));
+  EXPECT_THAT(h.policy.explain(2, h.now),
+              HasSubstr("its turn comes when client 1's fair turn ends, in 0.1 s"));
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 75ms);
   const auto revoke = revoke_of(h.fire(), 1);
   ASSERT_TRUE(revoke);
-  EXPECT_EQ(revoke->reason, RevokeReason::kQuota);
+  EXPECT_EQ(revoke->reason, RevokeReason::kTurn);
+  EXPECT_FALSE(revoke->swap_out);
   EXPECT_TRUE(granted(h.release(1), 2));
-  EXPECT_EQ(h.client(1).waiting_for, WaitReason::kQuota);
+  EXPECT_EQ(h.client(1).waiting_for, WaitReason::kTurn);  // budget left: back in line
+  // 2 is asked to yield once within the slack (0.125 s of fair clock) of 1, at t0 + 112.5 ms, and
+  // runs until it is the lead ahead of 1: 0.5 s of fair clock, 0.15 s.
+  EXPECT_EQ(only<SendYield>(h.fire()).size(), 1u);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 225ms);
   // An uncapped client waits too while a cap binds, for its turn (its memory would fit).
   EXPECT_EQ(wait_of(h.add_and_request(3, 1 * kGiB), 3), WaitReason::kTurn);
-  EXPECT_THAT(h.policy.explain(3, h.now),
-              HasSubstr("while a compute cap binds this GPU runs one client at a time"));
+  EXPECT_THAT(h.policy.explain(3, h.now), HasSubstr("queued behind client 1 (first in line)"));
 }
 
 // A capped client kept waiting behind others' turns keeps accruing budget past its depth: a 6%
@@ -155,15 +185,15 @@ TEST(Caps, UnresponsiveHoldersStillCountAsHolders) {
   Harness h(config);
   h.add_and_request(1, 1 * kGiB, 30);
   h.add_and_request(2, 1 * kGiB);
-  // 1 runs alone, is revoked for quota at 0.3 s, never releases, is unresponsive at 1.3 s; 2
-  // runs from then on beside it.
+  // 1 runs alone, is revoked at the end of its fair turn at 0.075 s (0.25 s of fair clock at a
+  // weight of 0.3), never releases, is unresponsive at 1.075 s; 2 runs from then on beside it.
   h.advance(10s);
   EXPECT_EQ(h.state(1), ClientState::kUnresponsive);
-  EXPECT_NEAR(seconds(h.client(2).held_total), 4.35, 1e-6);  // 1/2 of 8.7 s: 1 still holds
+  EXPECT_NEAR(seconds(h.client(2).held_total), 4.4625, 1e-6);  // 1/2 of 8.925 s: 1 still holds
   h.release(1);
-  EXPECT_NEAR(seconds(h.client(2).held_total), 4.35, 1e-6);
+  EXPECT_NEAR(seconds(h.client(2).held_total), 4.4625, 1e-6);
   h.advance(1s);
-  EXPECT_NEAR(seconds(h.client(2).held_total), 5.35, 1e-6);  // alone again
+  EXPECT_NEAR(seconds(h.client(2).held_total), 5.4625, 1e-6);  // alone again
 }
 
 TEST(Caps, CapsOverOneHundredPercentAreScaledAndRecomputedWhenClientsLeave) {
@@ -194,10 +224,10 @@ TEST(Caps, OvershootCarriesForward) {
   h.now += 500ms;  // a long drain, billed: level -0.35 s
   EXPECT_NEAR(seconds(*h.client(1).budget_left), -0.35, 1e-6);
   h.release(1);
-  // Back to 0.42 s at 0.3/s takes 0.77 / 0.3 = 2.567 s: the overshoot is repaid before it runs
-  // again.
+  // Back to the resume level 0.105 s at 0.3/s takes 0.455 / 0.3 = 1.517 s: the overshoot is
+  // repaid before it runs again.
   ASSERT_TRUE(h.policy.next_deadline());
-  EXPECT_NEAR(seconds(*h.policy.next_deadline() - (t0 + 800ms)), 0.77 / 0.3, 1e-6);
+  EXPECT_NEAR(seconds(*h.policy.next_deadline() - (t0 + 800ms)), 0.455 / 0.3, 1e-6);
 
   // Over many cycles with such drains the share still converges to the cap.
   const MonoTime start = t0;
@@ -223,9 +253,9 @@ TEST(Caps, UncappedClientsAreNeverBilledOrThrottled) {
 
 TEST(Caps, ThrottledClientDoesNotBlockOthers) {
   Harness h(virtual_gpu(Mode::kExclusive));
-  h.add_and_request(1, 1 * kGiB, 10);
+  h.add_and_request(1, 1 * kGiB, 3);  // its shortest turn (50 ms) spends its bucket
   h.add_and_request(2, 1 * kGiB);
-  // Quota revokes and quanta alternate; revoked clients release after a 5 ms drain. Whenever 1
+  // Quota revokes and turns alternate; revoked clients release after a 5 ms drain. Whenever 1
   // waits for quota, somebody holds the GPU: no idle GPU while a grantable client waits.
   int quota_waits = 0;
   for (int i = 0; i < 200; ++i) {
@@ -250,7 +280,7 @@ TEST(Caps, ThrottledClientDoesNotBlockOthers) {
 TEST(Caps, ClientEnteringWithALowBucketWaitsForQuota) {
   Harness h(virtual_gpu());
   h.add_and_request(1, 1 * kGiB, 30);
-  h.now += 200ms;  // 0.21 - 0.14 = 0.07 s left, under the entry level
+  h.now += 250ms;  // 0.21 - 0.175 = 0.035 s left, under the entry level (0.0525 s)
   h.release(1);    // idle release
   EXPECT_EQ(h.state(1), ClientState::kIdle);
   const auto actions = h.request(1);

@@ -54,14 +54,15 @@ TEST(Explain, WaitingForQuotaSaysWhenItMayRunAgain) {
   h.add_and_request(4, 1 * kGiB, 30);
   h.fire();
   h.release(4);
-  const std::string text = h.policy.explain(4, h.now + 400ms);
+  const std::string text = h.policy.explain(4, h.now + 100ms);
   EXPECT_THAT(text, HasSubstr("client 4 waits for quota: capped at 30% (effective 30%)"));
-  EXPECT_THAT(text, HasSubstr("budget 120 ms; it may run again at 420 ms, in 1.0 s"));
+  EXPECT_THAT(text, HasSubstr("budget 30 ms; it may run again at 105 ms, in 0.2 s"));
 }
 
 TEST(Explain, QueuedBehindTheHeadAndExclusiveTurns) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 4s;
+  config.turn_slice = 10s;  // turns by the quantum
   Harness h(config);
   h.add_and_request(1, 1 * kGiB);
   h.add_and_request(2, 1 * kGiB);
@@ -88,9 +89,10 @@ TEST(Explain, ExclusiveHolderSaysWhenItHandsOverAtItsNextIdleMoment) {
   h.now += 3s;
   h.release(1);  // 2 runs; 1 has had 3 s and wants the GPU again at once
   h.request(1);
-  EXPECT_THAT(h.policy.explain(2, h.now),
-              HasSubstr("; it keeps its turn through idle moments until it has had its fair part "
-                        "beside client 1, in 2.5 s"));
+  const std::string text = h.policy.explain(2, h.now);
+  EXPECT_THAT(text, HasSubstr("; it keeps its turn through idle moments until it has had its fair "
+                              "part beside client 1, in 2.9 s"));
+  EXPECT_THAT(text, HasSubstr("; its fair turn beside client 1 ends in 3.2 s"));
 }
 
 TEST(Explain, RevokingUnresponsiveIdleAndUnknown) {

@@ -86,6 +86,7 @@ TEST(Failures, DisconnectWhileWaitingOrRevokingLeavesTheQueueConsistent) {
 TEST(Failures, HolderIgnoringARevokeStopsBlockingAfterTheGrace) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 1s;
+  config.turn_slice = 10s;  // turns by the quantum
   config.revoke_grace = 3s;
   Harness h(config);
   h.add_and_request(1, 1 * kGiB);
@@ -251,6 +252,7 @@ TEST(Deadlines, NothingDueMeansNullopt) {
 TEST(Deadlines, EarliestOfQuantumQuotaRefillAndGrace) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 10s;
+  config.turn_slice = 20s;  // turns by the quantum, buckets cycling by the window
   config.revoke_grace = 4s;
   Harness h(config);
   const MonoTime t0 = h.now;
@@ -271,6 +273,7 @@ TEST(Deadlines, EarliestOfQuantumQuotaRefillAndGrace) {
 TEST(Deadlines, FiringEarlyOrTwiceIsHarmless) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 2s;
+  config.turn_slice = 10s;  // turns by the quantum
   Harness h(config);
   h.add_and_request(1, 1 * kGiB);
   h.add_and_request(2, 1 * kGiB);

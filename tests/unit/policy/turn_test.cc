@@ -214,12 +214,54 @@ TEST(Yield, AHolderIsAskedOnlyOnceItHasHadAsMuchAsTheHead) {
   ASSERT_TRUE(granted(actions, 2));
   actions = h.request(1);  // and wants the GPU again at once: 3 s billed, 2 has had none
   EXPECT_TRUE(only<SendYield>(actions).empty());
-  // When 2 is within the slack (a tenth of the 5 s quantum) of the 3 s 1 has had.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 2500ms);
+  // When 2 is within the slack (a quarter of the 0.5 s slice) of the 3 s 1 has had.
+  const MonoTime from = h.now;
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), from + 2875ms);
   actions = h.fire();
   ASSERT_EQ(only<SendYield>(actions).size(), 1u);
   EXPECT_EQ(only<SendYield>(actions)[0].client, 2u);
   EXPECT_EQ(h.state(2), ClientState::kRunning) << "a yield is not a revoke";
+  // 2 never idles: its turn ends once it is half a slice ahead of 1, well before its quantum.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), from + 3250ms);
+  const auto revoke = revoke_of(h.fire(), 2);
+  ASSERT_TRUE(revoke);
+  EXPECT_EQ(revoke->reason, RevokeReason::kTurn);
+  EXPECT_FALSE(revoke->swap_out);
+}
+
+// Turns that move no memory follow the fair clocks: two clients that never idle alternate in turns
+// of a slice (0.5 s) each, with nothing to swap, long before a quantum would end them; a 30% cap
+// beside an uncapped client (entitled 70%) takes turns of 0.15 s against 0.35 s.
+TEST(Turns, TurnsThatMoveNoMemoryLastASliceTimesTheWeight) {
+  for (const std::uint8_t cap : {std::uint8_t{100}, std::uint8_t{30}}) {
+    SCOPED_TRACE(static_cast<int>(cap));
+    Harness h(virtual_gpu(cap == 100 ? Mode::kExclusive : Mode::kAuto));
+    h.add_and_request(1, 4 * kGiB, cap);
+    h.add_and_request(2, 4 * kGiB);
+    std::vector<Duration> turns[3];
+    MonoTime granted_at = h.now;
+    ClientId holder = 1;
+    for (int i = 0; i < 40; ++i) {
+      std::vector<SendRevoke> revokes;
+      while (revokes.empty()) revokes = only<SendRevoke>(h.fire());  // yields come first
+      ASSERT_EQ(revokes.size(), 1u);
+      EXPECT_EQ(revokes[0].client, holder);
+      EXPECT_EQ(revokes[0].reason, RevokeReason::kTurn);
+      EXPECT_FALSE(revokes[0].swap_out);
+      h.now += 2ms;  // the drain
+      turns[holder].push_back(h.now - granted_at);
+      const std::vector<Action> actions = h.feed(Released{holder, revokes[0].epoch, 0ms, 2ms});
+      holder = holder == 1 ? 2 : 1;
+      ASSERT_TRUE(granted(actions, holder));
+      granted_at = h.now;
+    }
+    const double weight = cap / 100.0;
+    const double other = cap == 100 ? 1.0 : 1.0 - weight;
+    // Past the first turns, every turn is the slice times the weight, within a few drains (each
+    // drain is billed to the client that drains, which the next turn makes up for).
+    EXPECT_NEAR(to_seconds(turns[1].back()), 0.5 * weight, 0.01);
+    EXPECT_NEAR(to_seconds(turns[2].back()), 0.5 * other, 0.01);
+  }
 }
 
 // Idle time earns no precedence: a client that comes back starts level with the least-served
