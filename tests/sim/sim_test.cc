@@ -153,6 +153,12 @@ std::vector<double> expected_shares(const std::vector<int>& caps) {
   return share;
 }
 
+std::vector<int> caps_of(const Scenario& scenario) {
+  std::vector<int> caps;
+  for (const ClientSpec& spec : scenario.clients) caps.push_back(spec.limits.core_percent);
+  return caps;
+}
+
 TEST(Simulation, CapAccuracyOverSixtySeconds) {
   struct Worst {
     int cases = 0;
@@ -165,8 +171,7 @@ TEST(Simulation, CapAccuracyOverSixtySeconds) {
   for (const CapCase& c : cap_cases()) {
     const SimResult r = run_checked(c.scenario);
     if (!r.ok) continue;
-    std::vector<int> caps;
-    for (const ClientSpec& spec : c.scenario.clients) caps.push_back(spec.limits.core_percent);
+    const std::vector<int> caps = caps_of(c.scenario);
     const std::vector<double> expected = expected_shares(caps);
     if (!table.count(c.category)) order.push_back(c.category);
     Worst& w = table[c.category];
@@ -215,8 +220,7 @@ TEST(Simulation, CapAccuracyOverEightSecondWindows) {
   for (const CapCase& c : cap_cases()) {
     const SimResult r = run_checked(c.scenario);
     if (!r.ok) continue;
-    std::vector<int> caps;
-    for (const ClientSpec& spec : c.scenario.clients) caps.push_back(spec.limits.core_percent);
+    const std::vector<int> caps = caps_of(c.scenario);
     const std::vector<double> expected = expected_shares(caps);
     ASSERT_EQ(r.connections.size(), caps.size());
     const int length = static_cast<int>(secs(c.scenario.length));
