@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "common/mono_time.h"
 #include "common/quantity.h"
 #include "control/answers.h"
 #include "scheduler/pod_identity.h"
@@ -39,15 +40,14 @@ Json config_json(const DaemonConfig& config) {
   c.set("mode", std::string(policy::to_string(config.policy.mode)));
   c.set("reserve_percent", config.policy.reserve_fraction * 100);
   c.set("capacity", config.capacity.to_string());
-  c.set("quantum", config.policy.fixed_quantum
-                       ? Json(static_cast<double>(config.policy.fixed_quantum->count()) / 1e9)
-                       : Json("auto"));
+  c.set("quantum", config.policy.fixed_quantum ? Json(to_seconds(*config.policy.fixed_quantum))
+                                               : Json("auto"));
   c.set("quantum_k", config.policy.quantum_swap_multiple);
-  c.set("quantum_min_s", static_cast<double>(config.policy.quantum_min.count()) / 1e9);
-  c.set("quantum_max_s", static_cast<double>(config.policy.quantum_max.count()) / 1e9);
-  c.set("turn_slice_s", static_cast<double>(config.policy.turn_slice.count()) / 1e9);
+  c.set("quantum_min_s", to_seconds(config.policy.quantum_min));
+  c.set("quantum_max_s", to_seconds(config.policy.quantum_max));
+  c.set("turn_slice_s", to_seconds(config.policy.turn_slice));
   c.set("quota_window_ms", ms(config.policy.quota_window));
-  c.set("revoke_grace_s", static_cast<double>(config.policy.revoke_grace.count()) / 1e9);
+  c.set("revoke_grace_s", to_seconds(config.policy.revoke_grace));
   c.set("swap_bandwidth_bytes_per_s", config.policy.default_swap_bytes_per_s);
   c.set("trust_client_limits", config.trust_client_limits);
   c.set("client_buffer_limit_bytes", config.client_buffer_limit);
@@ -59,7 +59,7 @@ Json status(ControlContext& context) {
   control::SchedulerInfo& s = answer.scheduler;
   s.version = NVSHARE_VERSION;
   s.pid = ::getpid();
-  s.uptime_s = static_cast<double>((context.now - context.started).count()) / 1e9;
+  s.uptime_s = to_seconds(context.now - context.started);
   s.client_sessions = context.client_sessions;
   s.clients = context.scheduler.client_count();
   s.limits_synced = context.scheduler.synced();

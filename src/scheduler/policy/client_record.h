@@ -70,6 +70,8 @@ struct ClientRecord {
   bool blocks() const { return state == ClientState::kRunning || state == ClientState::kRevoking; }
   // Counted when caps are scaled: everyone who wants the GPU or holds it.
   bool active() const { return state != ClientState::kIdle; }
+  // Its memory is on the device, as it last reported (none of it was swapped out to the host).
+  bool memory_on_device() const { return resident_bytes >= allocated_bytes; }
 };
 
 inline std::uint64_t sum_working_sets(const std::vector<const ClientRecord*>& clients) {

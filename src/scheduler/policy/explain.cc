@@ -174,9 +174,11 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
     const ClientRecord* first = nullptr;
     MonoTime at = plan ? plan->at : MonoTime::max();
     for (const ClientRecord* h : holders) {
-      if (h->state != ClientState::kRunning || fair_turn_end(*h, c) >= at) continue;
+      if (h->state != ClientState::kRunning) continue;
+      const MonoTime ends = fair_turn_end(*h, c);
+      if (ends >= at) continue;
       first = h;
-      at = fair_turn_end(*h, c);
+      at = ends;
     }
     if (first != nullptr) {
       return text + "; its turn comes when client " + std::to_string(first->id) +

@@ -110,11 +110,8 @@ void GpuPolicy::on_released(const Released& e, MonoTime now) {
   if (c->state == ClientState::kRunning) {
     set_state(*c, ClientState::kIdle, now);  // released unasked: idle until it requests again
   } else {
-    // Answered a revoke: it was preempted and still has work. Unless its memory went to the host,
-    // its next grant costs no swap-in, so any budget left is worth a grant.
-    const bool swapped_out = c->swap_out;
-    enqueue(*c, now);
-    if (!swapped_out && c->throttled && !c->quota->spent()) c->throttled = false;
+    // Answered a revoke: it was preempted and still has work.
+    enqueue(*c, now, /*memory_in_place=*/!c->swap_out);
   }
 }
 
@@ -224,8 +221,8 @@ void GpuPolicy::update_caps() {
 // few windows. One whose memory went to the host pays a swap-in for every run, so its cycle is the
 // whole window.
 Duration GpuPolicy::quota_cycle(const ClientRecord& c) const {
-  const bool on_device = c.resident_bytes >= c.allocated_bytes;
-  return on_device ? std::min(config_.turn_slice, config_.quota_window) : config_.quota_window;
+  return c.memory_on_device() ? std::min(config_.turn_slice, config_.quota_window)
+                              : config_.quota_window;
 }
 
 void GpuPolicy::update_rates() {
@@ -498,12 +495,13 @@ void GpuPolicy::set_state(ClientRecord& c, ClientState state, MonoTime now) {
   c.state_since = now;
 }
 
-void GpuPolicy::enqueue(ClientRecord& c, MonoTime now) {
+void GpuPolicy::enqueue(ClientRecord& c, MonoTime now, bool memory_in_place) {
   set_state(c, ClientState::kWaiting, now);
   c.waiting_since = now;
   c.wait_reason.reset();
-  // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work.
-  c.throttled = binds(c) && !c.quota->may_enter();
+  // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work; a client
+  // preempted with its memory left in place costs none, so any budget left is worth a grant.
+  c.throttled = binds(c) && !c.quota->may_enter() && (!memory_in_place || c.quota->spent());
   queue_.push_back(c.id);
 }
 
@@ -545,7 +543,7 @@ Duration GpuPolicy::swap_time(const ClientRecord& c) const {
 Duration GpuPolicy::swap_in_estimate(const ClientRecord& c) const {
   // Only a client whose memory is on the host (it said so after its last swap-out) swaps in; the
   // estimate is bounded like the swap allowance, and a client with a strike gets none.
-  if (c.resident_bytes >= c.allocated_bytes || c.strikes > 0) return Duration::zero();
+  if (c.memory_on_device() || c.strikes > 0) return Duration::zero();
   return std::min(swap_time(c), config_.swap_allowance_max);
 }
 

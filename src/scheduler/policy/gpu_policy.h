@@ -211,7 +211,9 @@ class GpuPolicy {
   void update_rates();
   std::optional<MonoTime> compute_deadline() const;
 
-  void enqueue(ClientRecord& c, MonoTime now);
+  // Queues a client that wants the GPU; throttled by its bucket below the entry level, or, when it
+  // was preempted with its memory left on the device, only when its bucket is spent.
+  void enqueue(ClientRecord& c, MonoTime now, bool memory_in_place = false);
   void grant(ClientRecord& c, MonoTime now, std::vector<Action>& out);
   void revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
               std::vector<Action>& out);
