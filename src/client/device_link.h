@@ -67,6 +67,7 @@ struct DeviceUsage {
   std::uint64_t allocated_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::uint64_t swap_bytes_per_s = 0;  // measured by the last swap, 0 until one happened
+  Duration queue_waited{0};  // submitting threads' waits for the drain bound so far (pace_meter.h)
 };
 
 // CUDA-side operations the link thread asks for. Implemented by the hooks' side (src/client/cuda/).

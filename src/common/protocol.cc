@@ -125,16 +125,26 @@ void decode_payload(ByteReader& r, Ping& m, bool&) { m.nonce = r.u64(); }
 void encode_payload(ByteWriter& w, const Pong& m) { w.u64(m.nonce); }
 void decode_payload(ByteReader& r, Pong& m, bool&) { m.nonce = r.u64(); }
 
-// Fields later versions append at the end of a payload: version 2 gives limits a flags byte.
+// Fields later versions append at the end of a payload: version 2 gives limits a flags byte,
+// version 3 gives usage its deep-queue share.
 void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
   if (version < 2) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
+  if (version < 3) return;
+  if (const auto* usage = std::get_if<Usage>(&message)) w.u16(usage->deep_queue_permille);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 2) return;
   if (auto* limits = std::get_if<SetLimits>(&message)) {
     limits->flags = r.u8();
     if ((limits->flags & ~SetLimits::kProvisional) != 0) valid = false;
+  }
+  if (version < 3) return;
+  if (auto* usage = std::get_if<Usage>(&message)) {
+    usage->deep_queue_permille = r.u16();
+    if (usage->deep_queue_permille > 1000 && usage->deep_queue_permille != Usage::kPaceUnknown) {
+      valid = false;
+    }
   }
 }
 

@@ -13,6 +13,12 @@ namespace {
 
 double to_ms_value(Duration d) { return static_cast<double>(d.count()) / 1e6; }
 
+// A usage report's pace, when the client measured one.
+std::optional<std::uint16_t> pace_of(const protocol::Usage& usage) {
+  if (usage.deep_queue_permille == protocol::Usage::kPaceUnknown) return std::nullopt;
+  return usage.deep_queue_permille;
+}
+
 // Rounds to 0.1 so that status output stays readable.
 double tenths(double value) { return std::round(value * 10) / 10; }
 
@@ -314,7 +320,7 @@ void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime no
   if (it == clients_.end()) return;
   feed(it->second.gpu,
        policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
-                             usage.swap_bytes_per_s},
+                             usage.swap_bytes_per_s, pace_of(usage)},
        now);
 }
 
@@ -686,6 +692,9 @@ Json to_json(const StatusSnapshot& snapshot) {
             c.view.unresponsive_at
                 ? Json(tenths(to_ms_value(*c.view.unresponsive_at - snapshot.taken)))
                 : Json());
+      j.set("deep_queue_percent",
+            c.view.deep_queue_permille ? Json(tenths(*c.view.deep_queue_permille / 10.0)) : Json());
+      j.set("saturating", c.view.saturating);
       j.set("capabilities", c.capabilities);
       clients.push_back(std::move(j));
     }

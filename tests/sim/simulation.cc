@@ -542,7 +542,7 @@ class World {
     const std::uint64_t allocated = c.spec.reported_bytes ? c.spec.reported_bytes : c.allocated;
     if (c.spec.reported_bytes) resident = c.spec.reported_bytes;
     if (c.spec.reported_swap_bytes_per_s) swap_bytes_per_s = c.spec.reported_swap_bytes_per_s;
-    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s}, what);
+    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s, {}}, what);
   }
 
   void disconnect(SimClient& c, int index) {

@@ -64,6 +64,7 @@ DeviceUsage GpuAgent::usage() {
   const std::uint64_t swapped = device_.swapped_bytes.load(std::memory_order_relaxed);
   usage.resident_bytes = usage.allocated_bytes > swapped ? usage.allocated_bytes - swapped : 0;
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
+  usage.queue_waited = device_.tracker.bound_waited();
   return usage;
 }
 

@@ -324,17 +324,21 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   // Wait outside the lock until the estimate is within the bound (one wait, unless tau changed
   // meanwhile). The event stays valid (only its context's end destroys it); if another thread
   // re-records it meanwhile, this waits for newer work, which the same bound allows.
+  if (wait_for == nullptr) return;
+  const MonoTime started = clock_.now();
+  MonoTime done = started;
   for (int round = 0; wait_for != nullptr && round < 4; ++round) {
     bound_waits_.fetch_add(1, std::memory_order_relaxed);
     driver().cuEventSynchronize(wait_for);
-    const MonoTime done = clock_.now();
+    done = clock_.now();
     std::lock_guard lock(mu_);
     waited_locked(ctx, wait_for, done);
     ContextWork* work = find_locked(ctx);
-    if (work == nullptr || captures_.load(std::memory_order_acquire) != 0) return;
+    if (work == nullptr || captures_.load(std::memory_order_acquire) != 0) break;
     reap_locked(*work);
     wait_for = over_bound_locked(*work);
   }
+  bound_waited_ns_.fetch_add((done - started).count(), std::memory_order_relaxed);
 }
 
 CUstream WorkTracker::private_stream(CUcontext ctx) noexcept {

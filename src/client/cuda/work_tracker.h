@@ -144,6 +144,11 @@ class WorkTracker {
   bool with_any_context(const std::function<void(CUcontext, CUstream)>& fn) noexcept;
 
   TrackerStats stats() const;
+  // Time submitting threads have spent waiting for the drain bound so far (a thread that queues
+  // faster than the GPU runs its work waits here: the pace the scheduler is told, pace_meter.h).
+  Duration bound_waited() const {
+    return Duration(bound_waited_ns_.load(std::memory_order_relaxed));
+  }
 
  private:
   struct Marker {
@@ -223,6 +228,7 @@ class WorkTracker {
   std::uint64_t graph_replays_ = 0;
   std::uint64_t lessons_ = 0;  // corrections learn_locked has applied
   std::atomic<std::uint64_t> bound_waits_{0};
+  std::atomic<std::int64_t> bound_waited_ns_{0};
 };
 
 }  // namespace nvshare::client::cuda

@@ -87,6 +87,7 @@ std::vector<session::Action> GrantSession::handle(const session::Event& event, M
     inbox_.pop_front();
     dispatch(deferred, now);
   }
+  observe_pace(now);
   if (awaiting_ == Awaiting::kNothing && !stopped_) service(now);
   return std::move(out_);
 }
@@ -273,7 +274,19 @@ std::optional<MonoTime> GrantSession::next_deadline() const {
     earliest(next, next_idle_check_);
   }
   if (usage_dirty_ && usage_sent_) earliest(next, last_usage_at_ + config_.timing.usage_interval);
+  if (const std::optional<MonoTime> end = pace_.window_end()) earliest(next, *end);
   return next;
+}
+
+// The pace is measured over held time only; a window's figure that differs from the last one is
+// reported with the usage.
+void GrantSession::observe_pace(MonoTime now) {
+  const std::optional<std::uint16_t> pace =
+      pace_.observe(now, state_ == GrantState::kHeld, probe_.usage().queue_waited);
+  if (pace && *pace != pace_permille_) {
+    pace_permille_ = *pace;
+    usage_dirty_ = true;
+  }
 }
 
 // ---- the connection -----------------------------------------------------------------------------
@@ -603,7 +616,7 @@ void GrantSession::send_usage(MonoTime now, bool force) {
   const DeviceUsage usage = probe_.usage();
   const protocol::Usage message{
       usage.allocated_bytes, usage.resident_bytes,
-      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_};
+      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_, pace_permille_};
   if (!force && usage_sent_ && message == last_usage_) return;
   usage_sent_ = true;
   last_usage_ = message;

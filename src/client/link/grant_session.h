@@ -17,7 +17,8 @@
 //    shell with one thread per GPU reads it). Stop is never deferred.
 //  - next_deadline() is the earliest time something is due (a reconnect, a handshake or liveness
 //    bound, the end of the wait for threads inside a submission, an idle check, a coalesced usage
-//    report, a settings read); the caller feeds Tick{} at or after it, and whenever an application
+//    report, a settings read, the end of a pace window while held); the caller feeds Tick{} at or
+//    after it, and whenever an application
 //    thread may have started waiting (the probe's waiters() changed). nullopt: nothing is due.
 //  - Quick facts about the process are read through SessionProbe when they are needed (threads
 //    waiting and inside a submission, idle time, memory use); the engine calls it only from
@@ -53,6 +54,9 @@
 //    read until it gives one. An authoritative limits frame replaces the limits known to hold; a
 //    provisional one applies only where it is stricter. While the scheduler is unreachable the
 //    file is read now and then for a changed limit. Limits never fail open.
+//  - Pace: over each half second of held time, the share spent with a deep queue (threads waiting
+//    for the drain bound, probe usage().queue_waited) is measured (PaceMeter) and, when it changed,
+//    sent with the next usage report (protocol version 3).
 //  - Registration is settled (SettleRegistration) at the first limits frame of a session, at a
 //    failed connect, a lost connection or Stop, unless the limits are still unknown.
 #pragma once
@@ -65,6 +69,7 @@
 #include <vector>
 
 #include "client/device_link.h"
+#include "client/link/pace_meter.h"
 #include "common/log.h"
 #include "common/mono_time.h"
 #include "common/protocol.h"
@@ -296,6 +301,7 @@ class GrantSession {
   void settle();
   void apply(const protocol::Limits& limits);
   void send_usage(MonoTime now, bool force);
+  void observe_pace(MonoTime now);
   void send(protocol::Message message);
   void publish(GrantState state, session::GateChange gate);
   void await(Awaiting what, session::Action action);
@@ -343,6 +349,9 @@ class GrantSession {
   bool usage_sent_ = false;
   protocol::Usage last_usage_;
   MonoTime last_usage_at_{};
+  // Pace (pace_meter.h): reported with the usage once a window's figure changes it.
+  PaceMeter pace_;
+  std::uint16_t pace_permille_ = protocol::Usage::kPaceUnknown;
   // Limits; kept across sessions (and into a forked child).
   bool limits_started_ = false;
   std::optional<protocol::Limits> known_limits_;

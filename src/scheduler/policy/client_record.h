@@ -56,6 +56,11 @@ struct ClientRecord {
   // when it becomes active so that time spent idle earns it no precedence over clients that kept
   // wanting the GPU.
   double fair_s = 0;
+  // Its pace, as it last reported it: saturating while it keeps a deep queue (classify_pace), so
+  // that in mode auto it takes turns with other saturating clients instead of time-slicing with
+  // them. Unknown (no report yet, or an older client): not saturating, it runs beside others.
+  std::optional<std::uint16_t> deep_queue_permille;
+  bool saturating = false;
 
   bool capped() const { return limits.core_percent < 100; }
   // The cap in percent, 1..100 (0 never reaches us from the wire; treated as the smallest cap).
@@ -73,6 +78,15 @@ struct ClientRecord {
   // Its memory is on the device, as it last reported (none of it was swapped out to the host).
   bool memory_on_device() const { return resident_bytes >= allocated_bytes; }
 };
+
+// Saturating from kSaturatingFrom per mille of deep queue on, no longer below kSaturatingUntil: the
+// gap keeps a client near the line from switching its GPU between turns and time-slicing at every
+// report.
+inline constexpr std::uint16_t kSaturatingFrom = 500;
+inline constexpr std::uint16_t kSaturatingUntil = 250;
+inline bool classify_pace(bool was_saturating, std::uint16_t deep_queue_permille) {
+  return deep_queue_permille >= (was_saturating ? kSaturatingUntil : kSaturatingFrom);
+}
 
 inline std::uint64_t sum_working_sets(const std::vector<const ClientRecord*>& clients) {
   std::uint64_t sum = 0;

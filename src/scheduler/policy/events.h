@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <variant>
 
 #include "common/mono_time.h"
@@ -46,12 +47,17 @@ struct Released {
 };
 
 // Memory footprint on this GPU and the swap bandwidth the client last measured (0: none yet). What
-// the client says of itself: the engine bounds both before any deadline depends on them.
+// the client says of itself: the engine bounds both before any deadline depends on them. With them,
+// when the client measured it, its pace: of the time it held its grant over its last pace window,
+// the share (per mille) it had more GPU work queued than its drain bound (it was waiting to queue
+// more). Whatever it says, it can only choose between running beside others and taking turns with
+// others that say the same: neither stretches a bound that protects anyone.
 struct UsageReported {
   ClientId client = 0;
   std::uint64_t allocated_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::uint64_t swap_bytes_per_s = 0;
+  std::optional<std::uint16_t> deep_queue_permille;
 };
 
 // New limits from the control API. The engine forwards them to the client at once.

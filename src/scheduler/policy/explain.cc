@@ -80,6 +80,8 @@ GpuView GpuPolicy::view(MonoTime now) const {
       cv.turn_ends = c.granted_at + quantum_between(c, *next);
     }
     if (c.state == ClientState::kRevoking) cv.unresponsive_at = c.unresponsive_at;
+    cv.deep_queue_permille = c.deep_queue_permille;
+    cv.saturating = c.saturating;
     v.clients.push_back(cv);
   }
   return v;
@@ -155,12 +157,22 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
   }
   std::string text;
   if (reason_for(c, &c) == WaitReason::kTurn) {
-    const char* why = config_.mode == Mode::kExclusive
-                          ? "this GPU runs one client at a time (exclusive)"
-                          : "while a compute cap binds this GPU runs one client at a time";
-    text = who + " waits for its turn: " + why + " and client" + (holders.size() > 1 ? "s " : " ") +
-           client_list(holders) + " hold" + (holders.size() > 1 ? "" : "s") + " it (for " +
-           running + ")";
+    if (one_at_a_time()) {
+      const char* why = config_.mode == Mode::kExclusive
+                            ? "this GPU runs one client at a time (exclusive)"
+                            : "while a compute cap binds this GPU runs one client at a time";
+      text = who + " waits for its turn: " + why + " and client" +
+             (holders.size() > 1 ? "s " : " ") + client_list(holders) + " hold" +
+             (holders.size() > 1 ? "" : "s") + " it (for " + running + ")";
+    } else {
+      std::vector<const ClientRecord*> turns;
+      for (const ClientRecord* h : holders) {
+        if (takes_turns_with(*h, c)) turns.push_back(h);
+      }
+      text = who + " waits for its turn: it keeps a deep queue (" + describe_pace(c) +
+             "), and so does client" + (turns.size() > 1 ? "s " : " ") + client_list(turns) +
+             "; saturating clients take turns rather than time-slice (running for " + running + ")";
+    }
   } else {
     const std::uint64_t used = sum_working_sets(holders);
     text = who + " waits for memory: it needs " + format_bytes(c.allocated_bytes) + " but " +
@@ -233,7 +245,11 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
     text += "uncapped, used " + percent(c.usage.share(now, config_.quota_window)) +
             " over the last " + secs(config_.quota_window);
   }
-  if (const ClientRecord* next = head()) {
+  const ClientRecord* next = head();
+  if (next != nullptr && !c.saturating && next->saturating && !one_at_a_time()) {
+    text += "; client " + std::to_string(next->id) +
+            " waits for a turn among saturating clients and this one runs beside them";
+  } else if (next != nullptr) {
     const MonoTime ends = c.granted_at + quantum_between(c, *next);
     text += "; client " + std::to_string(next->id) + " waits, so its quantum of " +
             secs(quantum_between(c, *next)) +
@@ -242,12 +258,19 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
   return text + describe_yield(c, now);
 }
 
+// "deep queue 96% of its time holding the GPU", or "pace not reported yet".
+std::string GpuPolicy::describe_pace(const ClientRecord& c) const {
+  if (!c.deep_queue_permille) return "pace not reported yet";
+  return "deep queue " + fixed(*c.deep_queue_permille / 10.0, 0, "%") +
+         " of its time holding the GPU";
+}
+
 // One runner at a time, a hand-off that moves no memory: whether the holder hands over at its next
 // idle moment, or keeps its turn until it has had its fair part beside the head; and when its fair
 // turn ends.
 std::string GpuPolicy::describe_yield(const ClientRecord& c, MonoTime now) const {
   const ClientRecord* next = yield_target();
-  if (next == nullptr || c.state != ClientState::kRunning) return {};
+  if (next == nullptr || c.state != ClientState::kRunning || !takes_turns_with(c, *next)) return {};
   std::string text;
   if (!yield_unsent(c)) {
     text = "; it was asked to hand over as soon as it is idle";

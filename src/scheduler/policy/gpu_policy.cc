@@ -122,6 +122,10 @@ void GpuPolicy::on_usage(const UsageReported& e) {
   c->resident_bytes = e.resident_bytes;
   if (e.swap_bytes_per_s > 0) c->swap_bytes_per_s = e.swap_bytes_per_s;
   swap_.observe(e.swap_bytes_per_s);
+  if (e.deep_queue_permille) {
+    c->deep_queue_permille = std::min<std::uint16_t>(*e.deep_queue_permille, 1000);
+    c->saturating = classify_pace(c->saturating, *c->deep_queue_permille);
+  }
 }
 
 void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
@@ -163,6 +167,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   release_throttles();
   revoke_spent_quota(now, out);
   revoke_overflow(now, out);
+  revoke_saturating_pairs(now, out);
   grant_in_order(now, out);
   revoke_fair_turns(now, out);
   revoke_ended_turns(now, out);
@@ -319,16 +324,54 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
   }
 }
 
+// Clients that were granted side by side and have since reported a deep queue: all but the one
+// furthest behind by its fair clock leave (reason turn, nothing to swap) and take turns from now
+// on.
+void GpuPolicy::revoke_saturating_pairs(MonoTime now, std::vector<Action>& out) {
+  if (one_at_a_time()) return;
+  std::vector<ClientRecord*> saturating;
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning && c.saturating) saturating.push_back(&c);
+  }
+  if (saturating.size() < 2) return;
+  const auto behind = std::min_element(
+      saturating.begin(), saturating.end(), [](const ClientRecord* a, const ClientRecord* b) {
+        return a->fair_s != b->fair_s ? a->fair_s < b->fair_s : a->epoch < b->epoch;
+      });
+  for (ClientRecord* c : saturating) {
+    if (c != *behind) revoke(*c, RevokeReason::kTurn, false, now, out);
+  }
+}
+
 void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
+  const ClientRecord* blocked = nullptr;  // a head that waits only for its turn among saturating
   for (std::size_t i = 0; i < queue_.size();) {
     ClientRecord* c = find(queue_[i]);
     if (c->throttled) {  // waits for its bucket, not for anyone: must not hold up those behind it
       ++i;
       continue;
     }
-    if (!can_run_beside(blocking_holders(), *c)) break;  // FIFO: nobody overtakes the head
-    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
-    grant(*c, now, out);
+    const std::vector<const ClientRecord*> holders = blocking_holders();
+    if (blocked == nullptr) {
+      if (can_run_beside(holders, *c)) {
+        queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+        grant(*c, now, out);
+        continue;
+      }
+      // FIFO: nobody overtakes the head, except past one that waits for its turn among saturating
+      // clients, by a client that runs beside the holders and leaves the head room to run.
+      if (!turns_among_saturating(holders, *c)) break;
+      blocked = c;
+      ++i;
+      continue;
+    }
+    if (can_run_beside(holders, *c) &&
+        fits(sum_working_sets(holders) + c->allocated_bytes + blocked->allocated_bytes)) {
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+      grant(*c, now, out);
+      continue;
+    }
+    break;
   }
 }
 
@@ -383,7 +426,7 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
   const ClientRecord* next = yield_target();
   if (next == nullptr) return;
   for (ClientRecord& c : clients_) {
-    if (yield_unsent(c) && yield_time(c, *next) <= now_) {
+    if (yield_unsent(c) && takes_turns_with(c, *next) && yield_time(c, *next) <= now_) {
       c.yield_epoch = c.epoch;
       out.push_back(SendYield{c.id, c.epoch});
     }
@@ -391,11 +434,11 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
 }
 
 const ClientRecord* GpuPolicy::yield_target() const {
-  if (!one_at_a_time()) return nullptr;
   const ClientRecord* next = head();
   if (next == nullptr) return nullptr;
   const std::vector<const ClientRecord*> holders = blocking_holders();
   if (holders.empty() || !fits(sum_working_sets(holders) + next->allocated_bytes)) return nullptr;
+  if (can_run_beside(holders, *next)) return nullptr;  // granted at once (after schedule())
   return next;
 }
 
@@ -418,7 +461,8 @@ void GpuPolicy::revoke_fair_turns(MonoTime now, std::vector<Action>& out) {
   const ClientRecord* next = yield_target();
   if (next == nullptr) return;
   for (ClientRecord& c : clients_) {
-    if (c.state == ClientState::kRunning && fair_turn_end(c, *next) <= now) {
+    if (c.state == ClientState::kRunning && takes_turns_with(c, *next) &&
+        fair_turn_end(c, *next) <= now) {
       revoke(c, RevokeReason::kTurn, false, now, out);
     }
   }
@@ -479,7 +523,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   }
   if (const ClientRecord* next = yield_target()) {
     for (const ClientRecord& c : clients_) {
-      if (c.state != ClientState::kRunning) continue;
+      if (c.state != ClientState::kRunning || !takes_turns_with(c, *next)) continue;
       if (yield_unsent(c)) consider(yield_time(c, *next));
       consider(fair_turn_end(c, *next));
     }
@@ -568,7 +612,21 @@ bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
                                const ClientRecord& head) const {
   if (staying.empty()) return true;  // an idle GPU always takes the head, however large
   if (one_at_a_time()) return false;
+  if (std::any_of(staying.begin(), staying.end(),
+                  [&](const ClientRecord* c) { return takes_turns_with(*c, head); })) {
+    return false;
+  }
   return fits(sum_working_sets(staying) + head.allocated_bytes);
+}
+
+bool GpuPolicy::takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const {
+  return one_at_a_time() || (holder.saturating && next.saturating);
+}
+
+bool GpuPolicy::turns_among_saturating(const std::vector<const ClientRecord*>& holders,
+                                       const ClientRecord& head) const {
+  return !one_at_a_time() && head.saturating && !holders.empty() &&
+         fits(sum_working_sets(holders) + head.allocated_bytes);
 }
 
 std::vector<const ClientRecord*> GpuPolicy::blocking_holders() const {
@@ -594,10 +652,9 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
   if (config_.mode == Mode::kExclusive) return WaitReason::kTurn;
   const std::vector<const ClientRecord*> holders = blocking_holders();
   if (&c != head && can_run_beside(holders, c)) return WaitReason::kTurn;  // behind the head
-  // While a cap binds: for its turn when it would fit beside the holders, else for memory.
-  if (one_at_a_time() && fits(sum_working_sets(holders) + c.allocated_bytes)) {
-    return WaitReason::kTurn;
-  }
+  // For its turn when it would fit beside the holders (one at a time while a cap binds, or among
+  // saturating clients), else for memory.
+  if (fits(sum_working_sets(holders) + c.allocated_bytes)) return WaitReason::kTurn;
   return WaitReason::kMemory;
 }
 
@@ -610,6 +667,10 @@ std::vector<const ClientRecord*> GpuPolicy::runners_by_turn_end(const ClientReco
   std::vector<const ClientRecord*> runners;
   for (const ClientRecord& c : clients_) {
     if (c.state == ClientState::kRunning) runners.push_back(&c);
+  }
+  // When the head fits beside all of them, only those it takes turns with have to leave.
+  if (fits(sum_working_sets(runners) + head.allocated_bytes)) {
+    std::erase_if(runners, [&](const ClientRecord* r) { return !takes_turns_with(*r, head); });
   }
   std::sort(runners.begin(), runners.end(), [&](const ClientRecord* a, const ClientRecord* b) {
     const MonoTime ea = a->granted_at + quantum_between(*a, head);

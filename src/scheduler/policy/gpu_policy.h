@@ -20,6 +20,14 @@
 //    memory (config.device_bytes); while it is unknown nobody runs beside anybody. Runners
 //    whose working sets grow past usable are revoked (reason memory, swap out), newest grant
 //    first, until the rest fit.
+//  - Saturating clients take turns (mode auto): a client whose pace report says it keeps a deep
+//    queue (classify_pace) does not run beside another such client; it waits for its turn (reason
+//    turn), the holder's turn ends by the fair clocks as below, and two that run together when
+//    their reports arrive are separated at once (the one furthest behind stays). Clients that are
+//    not saturating (or have not reported) run beside anyone they fit beside, and may pass a head
+//    that waits only for such a turn when the head still fits beside them. Time-slicing two
+//    saturating contexts costs both throughput that taking turns does not; a client that waits
+//    on its results often gains from time-slicing and never hits the bound.
 //  - One runner at a time in exclusive mode, and in any mode while a capped client wants the GPU
 //    (active, not throttled: caps are enforced by time-division). While the head would fit beside
 //    the holder's memory, the holder is asked to yield (hand over once idle) as soon as its fair
@@ -101,6 +109,10 @@ struct ClientView {
   std::optional<MonoTime> turn_ends;
   // Revoking: when it stops blocking others if it has not released by then.
   std::optional<MonoTime> unresponsive_at;
+  // Its pace as last reported (per mille of its held time with a deep queue), and whether that
+  // makes it saturating (mode auto: it takes turns with other saturating clients).
+  std::optional<std::uint16_t> deep_queue_permille;
+  bool saturating = false;
 };
 
 struct GpuView {
@@ -178,6 +190,8 @@ class GpuPolicy {
   void expire_grace(MonoTime now, std::vector<Action>& out);
   void revoke_spent_quota(MonoTime now, std::vector<Action>& out);
   void revoke_overflow(MonoTime now, std::vector<Action>& out);
+  // Mode auto: at most one saturating client runs; others that run beside it are revoked.
+  void revoke_saturating_pairs(MonoTime now, std::vector<Action>& out);
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
@@ -185,7 +199,8 @@ class GpuPolicy {
   void revoke_fair_turns(MonoTime now, std::vector<Action>& out);
   void send_wait_reasons(std::vector<Action>& out);
   void send_yields(std::vector<Action>& out);
-  // One runner at a time: the head, when a hand-off to it moves no memory (yields may be due).
+  // The head, when it waits for turns alone (it fits beside the holders' memory but takes turns
+  // with some of them): those holders' turns end by the fair clocks and yields may be due.
   const ClientRecord* yield_target() const;
   // A running holder not yet asked to yield for its current grant.
   static bool yield_unsent(const ClientRecord& c);
@@ -223,8 +238,17 @@ class GpuPolicy {
   std::uint64_t capacity() const;
   std::uint64_t usable() const;
   bool fits(std::uint64_t bytes) const;
+  // Whether `head` may run now beside the holders that stay: an idle GPU takes anyone; otherwise
+  // it must take turns with none of them and fit beside their memory.
   bool can_run_beside(const std::vector<const ClientRecord*>& staying,
                       const ClientRecord& head) const;
+  // Whether `next` waits for `holder`'s turn to end rather than running beside it: one runner at a
+  // time, or (mode auto) both are saturating.
+  bool takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const;
+  // The head waits only for its turn among saturating clients (mode auto, no cap binding): it
+  // fits beside the holders, so clients behind it that run beside them may pass it.
+  bool turns_among_saturating(const std::vector<const ClientRecord*>& holders,
+                              const ClientRecord& head) const;
   std::vector<const ClientRecord*> blocking_holders() const;
   const ClientRecord* head() const;  // first waiter not throttled (blocked, after schedule())
   std::optional<WaitReason> reason_for(const ClientRecord& c, const ClientRecord* head) const;
@@ -257,6 +281,7 @@ class GpuPolicy {
   std::string explain_holding(const ClientRecord& c, MonoTime now) const;
   std::string describe_quota(const ClientRecord& c, MonoTime now) const;
   std::string describe_yield(const ClientRecord& c, MonoTime now) const;
+  std::string describe_pace(const ClientRecord& c) const;
 
   PolicyConfig config_;
   SwapEstimate swap_;

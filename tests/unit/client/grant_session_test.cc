@@ -294,6 +294,38 @@ TEST_F(GrantSessionTest, UsageReportsAreCoalescedToOnePerInterval) {
   EXPECT_EQ(sent<protocol::Usage>(at(400ms, Tick{})), nullptr);
 }
 
+// Over each half second held, the share of time threads waited for the drain bound goes to the
+// scheduler with the usage; time not held (waiting for a turn) is skipped.
+TEST_F(GrantSessionTest, PaceIsReportedPerWindowOfHeldTime) {
+  welcome();
+  const protocol::Usage* first = nullptr;
+  hold(1, 10ms);
+  // 400 ms of the first 500 ms held were spent waiting for the bound.
+  probe_.use.queue_waited = 400ms;
+  ASSERT_TRUE(engine_->next_deadline().has_value());
+  EXPECT_LE(*engine_->next_deadline(), MonoTime{510ms});
+  first = sent<protocol::Usage>(at(510ms, Tick{}));
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->deep_queue_permille, 800);
+  // Revoked at 600 ms (90 ms more held, all of it waiting), given back, then granted again at
+  // 2 s: the 1.4 s between is not held and counts for nothing.
+  probe_.use.queue_waited = 500ms;
+  at(600ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, false}});
+  at(601ms, Drained{});
+  ASSERT_EQ(engine_->state(), GrantState::kRequested);
+  probe_.use.queue_waited = 900ms;  // waits while not held are not counted
+  at(2000ms, FrameReceived{protocol::Grant{2}});
+  ASSERT_EQ(engine_->state(), GrantState::kHeld);
+  EXPECT_EQ(sent<protocol::Usage>(at(2409ms, Tick{})), nullptr);  // 499 ms held so far
+  // 410 ms more held with no waiting: 90 of 500 ms, 18%, rounded to 20%.
+  const protocol::Usage* second = sent<protocol::Usage>(at(2410ms, Tick{}));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->deep_queue_permille, 200);
+  // An unchanged figure is not sent again.
+  probe_.use.queue_waited = 1000ms;
+  EXPECT_EQ(sent<protocol::Usage>(at(2900ms, Tick{})), nullptr);
+}
+
 TEST_F(GrantSessionTest, NoSchedulerOpensOnceAndBacksOff) {
   engine_ = std::make_unique<GrantSession>(config(), probe_);
   std::vector<MonoTime> attempts;

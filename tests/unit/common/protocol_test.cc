@@ -30,6 +30,7 @@ std::vector<Message> every_message() {
       Revoke{10, RevokeReason::kAdmin, false},
       Released{9, 1'500'000, 2'300},
       Usage{14ULL << 30, 12ULL << 30, 12'700'000'000ULL},
+      Usage{1ULL << 30, 1ULL << 30, 0, 640},
       SetLimits{Limits{512ULL << 20, 50}},
       SetLimits{Limits{1ULL << 30, 100}, SetLimits::kProvisional},
       Wait{WaitReason::kMemory},
@@ -86,6 +87,31 @@ TEST(Protocol, Version1LimitsCarryNoFlags) {
   EXPECT_FALSE(decode_frame(v2_without).ok());
 }
 
+TEST(Protocol, Version2UsageCarriesNoDeepQueueShare) {
+  const Message usage = Usage{8ULL << 30, 8ULL << 30, 0, 975};
+  const auto v2 = encode(usage, 2).value();
+  const auto v3 = encode(usage, 3).value();
+  EXPECT_EQ(v2.size() + 2, v3.size());  // the u16 share
+  auto decoded = decode_frame(v2);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).deep_queue_permille,
+            Usage::kPaceUnknown);
+  auto v2_with_share = v3;
+  v2_with_share[4] = 2;
+  EXPECT_FALSE(decode_frame(v2_with_share).ok());
+}
+
+TEST(Protocol, DeepQueueShareOverAThousandIsMalformed) {
+  for (std::uint16_t permille : {std::uint16_t{1001}, std::uint16_t{0xFFFE}}) {
+    auto bytes = encode(Usage{0, 0, 0, 0}, 3).value();
+    bytes[bytes.size() - 2] = static_cast<std::uint8_t>(permille & 0xFF);
+    bytes[bytes.size() - 1] = static_cast<std::uint8_t>(permille >> 8);
+    EXPECT_FALSE(decode_frame(bytes).ok()) << permille;
+  }
+  auto unknown = encode(Usage{}, 3).value();
+  EXPECT_TRUE(decode_frame(unknown).ok());
+}
+
 TEST(Protocol, UnknownLimitFlagsAreMalformed) {
   auto bytes = encode(SetLimits{Limits{0, 100}, 0}, 2).value();
   bytes.back() = 0x02;
@@ -113,7 +139,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 2, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 3, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }

@@ -24,7 +24,7 @@ Duration hog_delay(Mode mode, std::uint64_t reported_bytes, std::uint64_t report
   Harness h(device_gpu(mode));
   h.add_and_request(1, 8 * kGiB);
   EXPECT_EQ(h.state(1), ClientState::kRunning);
-  h.feed(UsageReported{1, reported_bytes, reported_bytes, reported_bandwidth});
+  h.feed(UsageReported{1, reported_bytes, reported_bytes, reported_bandwidth, {}});
   h.now += 1s;
   const MonoTime asked = h.now;
   h.add_and_request(2, 20 * kGiB);
@@ -59,7 +59,7 @@ TEST(Bounds, SwapAllowanceUsesBoundedFigures) {
   config.revoke_grace = 2s;
   Harness h(config);
   h.add_and_request(1, 4 * kGiB);
-  h.feed(UsageReported{1, kAbsurdBytes, kAbsurdBytes, 1});  // 2^60 bytes at 1 byte/s
+  h.feed(UsageReported{1, kAbsurdBytes, kAbsurdBytes, 1, {}});  // 2^60 bytes at 1 byte/s
   h.add_and_request(2, 20 * kGiB);
   const auto revoke = revoke_of(h.fire(), 1);
   ASSERT_TRUE(revoke && revoke->swap_out);
@@ -73,7 +73,7 @@ TEST(Bounds, HonestSwapTimeIsAllowedInFull) {
   config.revoke_grace = 2s;
   Harness h(config);
   h.add_and_request(1, 4 * kGiB);
-  h.feed(UsageReported{1, 6'000'000'000, 6'000'000'000, 3'000'000'000});  // 2 s at 3 GB/s
+  h.feed(UsageReported{1, 6'000'000'000, 6'000'000'000, 3'000'000'000, {}});  // 2 s at 3 GB/s
   h.add_and_request(2, 20 * kGiB);
   ASSERT_TRUE(revoke_of(h.fire(), 1));
   EXPECT_EQ(h.client(1).unresponsive_at, h.now + 2s + 2s);
@@ -86,7 +86,7 @@ TEST(Bounds, AHolderRevokedWhileItSwapsInHasItsGraceCountedFromTheSwapInsEnd) {
   Harness h(config);
   // Its memory is on the host (resident 0): the grant starts a swap-in of 2 s at 3 GB/s.
   h.feed(Registered{1, Limits{}});
-  h.feed(UsageReported{1, 6'000'000'000, 0, 3'000'000'000});
+  h.feed(UsageReported{1, 6'000'000'000, 0, 3'000'000'000, {}});
   h.request(1);
   ASSERT_EQ(h.state(1), ClientState::kRunning);
   const MonoTime granted = h.now;
@@ -103,7 +103,7 @@ TEST(Bounds, AHogThatSaysItIsSwappedOutDelaysOthersAtMostTheHogBound) {
   for (const Mode mode : {Mode::kAuto, Mode::kExclusive}) {
     Harness h(device_gpu(mode));
     h.feed(Registered{1, Limits{}});
-    h.feed(UsageReported{1, kAbsurdBytes, 0, 1});  // everything on the host, at 1 byte/s
+    h.feed(UsageReported{1, kAbsurdBytes, 0, 1, {}});  // everything on the host, at 1 byte/s
     h.request(1);
     ASSERT_EQ(h.state(1), ClientState::kRunning);
     const MonoTime asked = h.now;

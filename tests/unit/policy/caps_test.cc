@@ -109,11 +109,11 @@ TEST(Caps, AClientSwappedOutCyclesByTheWindow) {
   h.add_and_request(1, 1 * kGiB, 30);
   ASSERT_TRUE(revoke_of(h.fire(), 1));  // spent at t0 + 0.3 s
   h.release(1);
-  h.feed(UsageReported{1, 1 * kGiB, 0, 0});  // its memory is on the host now
+  h.feed(UsageReported{1, 1 * kGiB, 0, 0, {}});  // its memory is on the host now
   // Refills to 0.3 x 0.7 x 2 s = 0.42 s at 0.3/s: pauses 1.4 s.
   EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1700ms);
   EXPECT_TRUE(granted(h.fire(), 1));
-  h.feed(UsageReported{1, 1 * kGiB, 1 * kGiB, 0});          // swapped in: short cycles again
+  h.feed(UsageReported{1, 1 * kGiB, 1 * kGiB, 0, {}});      // swapped in: short cycles again
   EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2300ms);  // 0.42 s at 0.7/s
   h.fire();
   h.release(1);

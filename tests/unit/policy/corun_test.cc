@@ -126,7 +126,7 @@ TEST(Oversize, GrowthPastUsableRevokesTheNewestRunner) {
   Harness h(virtual_gpu());
   h.add_and_request(1, 6 * kGiB);
   h.add_and_request(2, 6 * kGiB);
-  const auto actions = h.feed(UsageReported{1, 14 * kGiB, 14 * kGiB, 0});  // 20Gi > 18Gi usable
+  const auto actions = h.feed(UsageReported{1, 14 * kGiB, 14 * kGiB, 0, {}});  // 20Gi > 18Gi usable
   const auto revoke = revoke_of(actions, 2);
   ASSERT_TRUE(revoke);
   EXPECT_EQ(revoke->reason, RevokeReason::kMemory);
@@ -134,7 +134,7 @@ TEST(Oversize, GrowthPastUsableRevokesTheNewestRunner) {
   EXPECT_FALSE(revoke_of(actions, 1));
 
   // A single runner may exceed usable: nobody else to make room for.
-  EXPECT_TRUE(revoke_of(h.feed(UsageReported{1, 19 * kGiB, 19 * kGiB, 0}), 1) == std::nullopt);
+  EXPECT_TRUE(revoke_of(h.feed(UsageReported{1, 19 * kGiB, 19 * kGiB, 0, {}}), 1) == std::nullopt);
 }
 
 }  // namespace

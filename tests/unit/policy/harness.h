@@ -70,7 +70,7 @@ class Harness {
   // Registers a client with a working set.
   std::vector<Action> add(ClientId id, std::uint64_t working_set, std::uint8_t core_percent = 100) {
     std::vector<Action> out = feed(Registered{id, Limits{0, core_percent}});
-    feed(UsageReported{id, working_set, working_set, 0});
+    feed(UsageReported{id, working_set, working_set, 0, {}});
     return out;
   }
   std::vector<Action> request(ClientId id) { return feed(Requested{id}); }

@@ -158,9 +158,9 @@ TEST(WaitReasons, SentWhenWaitingStartsAndWhenTheReasonChanges) {
   // 4 would fit beside the runners but is behind 3: its turn.
   EXPECT_EQ(wait_of(h.add_and_request(4, 1 * kGiB), 4), WaitReason::kTurn);
   // 4 grows and no longer fits: the reason changes to memory, and is sent again.
-  EXPECT_EQ(wait_of(h.feed(UsageReported{4, 5 * kGiB, 0, 0}), 4), WaitReason::kMemory);
+  EXPECT_EQ(wait_of(h.feed(UsageReported{4, 5 * kGiB, 0, 0, {}}), 4), WaitReason::kMemory);
   // A report that changes nothing sends nothing.
-  EXPECT_TRUE(only<SendWait>(h.feed(UsageReported{4, 5 * kGiB, 0, 0})).empty());
+  EXPECT_TRUE(only<SendWait>(h.feed(UsageReported{4, 5 * kGiB, 0, 0, {}})).empty());
   EXPECT_EQ(h.client(3).waiting_for, WaitReason::kMemory);
   EXPECT_EQ(h.client(4).waiting_for, WaitReason::kMemory);
 }

@@ -81,8 +81,8 @@ TEST(Quantum, AutoQuantumDrivesTheRevoke) {
   EXPECT_EQ(*h.policy.next_deadline(), expected);
   EXPECT_EQ(h.policy.view(h.now).quantum, expected - h.now);
   // Both measured 20 GB/s: the quantum shortens at once.
-  h.feed(UsageReported{1, 4 * kGiB, 4 * kGiB, 20'000'000'000});
-  h.feed(UsageReported{2, 16 * kGiB, 16 * kGiB, 20'000'000'000});
+  h.feed(UsageReported{1, 4 * kGiB, 4 * kGiB, 20'000'000'000, {}});
+  h.feed(UsageReported{2, 16 * kGiB, 16 * kGiB, 20'000'000'000, {}});
   const Duration swap = client_swap_time(config, 4 * kGiB, 20'000'000'000, 0) +
                         client_swap_time(config, 16 * kGiB, 20'000'000'000, 0);
   EXPECT_EQ(*h.policy.next_deadline(), h.now + quantum_for(config, swap));
