@@ -22,6 +22,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,7 +91,25 @@ class Scheduler:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError(f"scheduler did not start: {(self.dir / 'scheduler.log').read_text()}")
             time.sleep(0.02)
+        self.paces, self.sampling = {}, True
+        self.sampler = threading.Thread(target=self.sample_paces, daemon=True)
+        self.sampler.start()
         return self
+
+    def sample_paces(self):
+        """Twice a second: each client's reported pace and whether the scheduler counts it as
+        saturating (logged when the scheduler stops)."""
+        while self.sampling:
+            try:
+                status = json.loads(self.status())
+                for gpu in status.get("gpus", []):
+                    for c in gpu.get("clients", []):
+                        seen = self.paces.setdefault(c.get("pid"), [])
+                        seen.append((c.get("deep_queue_percent"), c.get("saturating"),
+                                     c.get("state")))
+            except Exception:
+                pass
+            time.sleep(0.5)
 
     def env(self, extra=None):
         env = {"LD_PRELOAD": self.bench.lib, "NVSHARE_SOCKET": self.socket,
@@ -104,6 +123,13 @@ class Scheduler:
         return r.stdout
 
     def __exit__(self, *exc):
+        self.sampling = False
+        for pid, seen in self.paces.items():
+            known = [p for p, _, _ in seen if p is not None]
+            sat = sum(1 for _, x, _ in seen if x)
+            log(f"pace pid {pid}: {len(seen)} samples, deep queue median "
+                f"{median(known) if known else None}%, saturating in {sat}, states "
+                f"{''.join((st or '?')[0] for _, _, st in seen)}")
         try:
             (self.dir / "status.json").write_text(self.status())
         except Exception as e:  # the status is for reading afterwards; a failure is not the run's

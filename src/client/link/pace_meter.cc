@@ -19,8 +19,9 @@ std::optional<std::uint16_t> PaceMeter::observe(MonoTime now, bool held, Duratio
   const bool was_held = held_;
   held_ = held;
   if (!was_held) return std::nullopt;
+  // A wait is counted when it ends, whole: a window may receive part of the previous one's.
   window_held_ += elapsed;
-  window_waited_ += std::min(waited, elapsed);
+  window_waited_ += waited;
   if (window_held_ < kPaceWindow) return std::nullopt;
   const double share =
       static_cast<double>(window_waited_.count()) / static_cast<double>(window_held_.count());

@@ -9,7 +9,8 @@
 //  - A window is kPaceWindow of held time (time outside the grant is skipped: a job waiting for
 //    its turn is neither deep nor shallow). Its figure is the share of that time, per mille, spent
 //    waiting for the drain bound (more than the bound queued, more to queue), rounded to
-//    kPaceStep and at most 1000: several threads waiting at once count once.
+//    kPaceStep and at most 1000 (several threads waiting at once, or a wait that began in the
+//    previous window, are counted in full when the wait ends).
 //  - Waits that happen while the grant is not held (the gate open because the scheduler is away)
 //    are not counted.
 #pragma once

@@ -34,6 +34,15 @@ TEST(PaceMeter, SharesAreRoundedToTheStepAndAtMostAll) {
   EXPECT_EQ(m.observe(MonoTime{1000ms}, true, 1160ms), std::optional<std::uint16_t>(1000));
 }
 
+TEST(PaceMeter, AWaitIsCountedWholeWhenItEnds) {
+  PaceMeter m;
+  m.observe(MonoTime{0ms}, true, 0ms);
+  m.observe(MonoTime{20ms}, true, 0ms);
+  m.observe(MonoTime{499ms}, true, 0ms);
+  // A wait of 480 ms that ended within the last millisecond observed.
+  EXPECT_EQ(m.observe(MonoTime{500ms}, true, 480ms), std::optional<std::uint16_t>(950));
+}
+
 TEST(PaceMeter, ACounterGoingBackwardsCountsNothing) {
   PaceMeter m;
   m.observe(MonoTime{0ms}, true, 5s);
