@@ -374,6 +374,39 @@ TEST_F(GpuTest, DrainBoundHoldsForReplaysOfALongGraph) {
   EXPECT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
 }
 
+// Kernels that become long after short ones taught a short tau: the link thread's idle checks
+// (every 20 ms here) find a marker older than the bound still pending and make the next submission
+// wait for it, so 150 kernels of 10 ms (1.5 s of GPU time), launched a millisecond apart, do not
+// all queue before the estimate catches up (without the check they would: 150 is under
+// kMarkerEvery).
+TEST_F(GpuTest, DrainBoundHoldsWhenKernelsBecomeLong) {
+  for (int i = 0; i < 400; ++i) ASSERT_EQ(launch(200'000, stream_), CUDA_SUCCESS);
+  agent_->drain();
+  ASSERT_LT(device_->tracker.stats().gpu_ns_per_submission, 1e6);
+  const Duration waited_before = device_->tracker.bound_waited();
+
+  std::atomic<bool> done{false};
+  std::thread link([&] {
+    while (!done.load()) {
+      agent_->idle_for();
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 150; ++i) {
+    ASSERT_EQ(launch(10'000'000, stream_), CUDA_SUCCESS);
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto submitted = std::chrono::steady_clock::now() - start;
+  done = true;
+  link.join();
+  const Duration drained = agent_->drain();
+  EXPECT_GE(submitted, 1000ms) << "the long kernels were queued without bound";
+  EXPECT_LT(drained, 250ms) << "queued work at the end was not bounded";
+  EXPECT_GE(device_->tracker.bound_waited() - waited_before, 500ms)
+      << "the submitting thread's waits are the pace the scheduler is told";
+}
+
 TEST_F(GpuTest, IdleOnlyWhenAllWorkIsComplete) {
   ASSERT_EQ(launch(100'000'000, stream_), CUDA_SUCCESS);
   EXPECT_EQ(agent_->idle_for(), Duration::zero());  // marks the work submitted since the last look

@@ -396,11 +396,22 @@ Duration WorkTracker::idle_for() noexcept {
   if (captures_.load(std::memory_order_acquire) != 0) return Duration::zero();
   if (submitted != marked_) {
     // Submissions after the newest markers: mark the tail, and look again next time.
+    bool behind = false;
     for (ContextWork& work : contexts_) {
       ScopedCurrent current(work.ctx);
       if (current.ok()) record_locked(work, nullptr, submitted, /*context_wide=*/true);
+      reap_locked(work);
+      behind =
+          behind || (!work.pending.empty() && now - work.pending.front().recorded > drain_bound_);
     }
     marked_ = submitted;
+    // Application threads look at the bound at marker points spaced by the time a submission was
+    // learnt to take; work that became longer (short kernels, then long ones) would pile up for up
+    // to kMarkerEvery submissions. A marker older than the bound brings the next marker point to
+    // the next submission, which then waits for it and learns the new length.
+    if (behind && next_marker_.load(std::memory_order_relaxed) > submitted + 1) {
+      next_marker_.store(submitted + 1, std::memory_order_relaxed);
+    }
     return Duration::zero();
   }
   bool all_done = true;

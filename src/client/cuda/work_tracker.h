@@ -17,8 +17,11 @@
 // submissions). Whatever tau says, a thread also waits for every marker older than the bound, and
 // whenever more than kMaxPendingMarkers markers of unknown length are pending (before tau is
 // measured, every marker is: at most two submissions of unknown length are queued before the first
-// measurement). So a revoke's drain waits for about the bound at most, for short and long kernels
-// alike, while launch-bound work (tiny kernels the GPU keeps up with) never waits.
+// measurement). When the link thread's idle check finds a marker older than the bound still
+// pending, the next submission is a marker point (kernels that became longer than tau says are
+// caught within an idle check, not after kMarkerEvery submissions). So a revoke's drain waits for
+// about the bound at most, for short and long kernels alike, while launch-bound work (tiny kernels
+// the GPU keeps up with) never waits.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
