@@ -86,9 +86,51 @@ Scenario random_scenario(std::uint64_t seed) {
   const std::uint64_t capacity = config.capacity_bytes.value_or(24 * kGiB);
   const int clients = rng.range(2, 7);
   for (int i = 0; i < clients; ++i) s.clients.push_back(random_client(rng, capacity, s.length));
+  // Paces from their own stream, so that the rest of a seed's scenario stays what it was.
+  Rng paces(seed ^ 0x9ace5eedULL);
+  const std::uint16_t levels[] = {0, 200, 400, 600, 1000};
+  for (ClientSpec& c : s.clients) {
+    if (paces.chance(0.4)) continue;  // reports no pace, as an older client
+    c.pace = levels[paces.range(0, 4)];
+    if (paces.chance(0.4)) {
+      c.pace_change_at = paces.between(1s, 20s);
+      c.later_pace = levels[paces.range(0, 4)];
+    }
+  }
   if (rng.chance(0.5)) s.limit_change_every = rng.between(1s, 8s);
   s.stale_releases = rng.chance(0.5);
   return s;
+}
+
+std::vector<Scenario> saturating_cases() {
+  std::vector<Scenario> all;
+  auto base = [](std::string name) {
+    Scenario s;
+    s.name = std::move(name);
+    s.seed = 1;
+    s.config.mode = Mode::kAuto;
+    s.config.capacity_bytes = 16 * kGiB;
+    s.length = 60s;
+    return s;
+  };
+  auto client = [](std::optional<std::uint16_t> pace, Duration step = 0s) {
+    ClientSpec c;
+    c.behaviour = Behaviour::kComputeBound;
+    c.working_set = 2 * kGiB;
+    c.pace = pace;
+    c.step = step;
+    return c;
+  };
+  for (int saturating = 2; saturating <= 4; ++saturating) {
+    for (int interactive = 0; interactive <= 2; ++interactive) {
+      Scenario s = base(std::to_string(saturating) + " saturating + " +
+                        std::to_string(interactive) + " interactive");
+      for (int i = 0; i < saturating; ++i) s.clients.push_back(client(1000));
+      for (int i = 0; i < interactive; ++i) s.clients.push_back(client(0, 2ms));
+      all.push_back(s);
+    }
+  }
+  return all;
 }
 
 std::vector<Scenario> named_scenarios() {

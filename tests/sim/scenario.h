@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ struct ClientSpec {
   // it holds, and the swap bandwidth it reports after each swap.
   std::uint64_t reported_bytes = 0;
   std::uint64_t reported_swap_bytes_per_s = 0;
+  // Its pace, reported with its usage (per mille of its held time with a deep queue; none: it
+  // reports none, as an older client does), and from pace_change_at after it connects another one
+  // (a job whose behaviour changes; pace_change_at 0: never).
+  std::optional<std::uint16_t> pace;
+  Duration pace_change_at{0};
+  std::optional<std::uint16_t> later_pace;
   bool lies() const { return reported_bytes != 0 || reported_swap_bytes_per_s != 0; }
 };
 
@@ -78,5 +85,9 @@ std::vector<CapCase> cap_cases();
 // Fair turns: exclusive mode, compute-bound clients that all want the GPU all the time, some with
 // idle gaps between steps (they honour yields) and some without, for 120 s from t = 0.
 std::vector<Scenario> fair_turn_cases();
+
+// Mode auto with pace reports: compute-bound clients that all fit, some saturating (a deep queue),
+// some not, some switching between the two, for 60 s from t = 0.
+std::vector<Scenario> saturating_cases();
 
 }  // namespace nvshare::sim

@@ -289,5 +289,81 @@ TEST(Simulation, FairTurnsInExclusiveMode) {
       clients, worst, where.c_str());
 }
 
+// Mode auto with pace reports: saturating clients take turns (the simulator checks after every
+// event that no two of them run together), each getting an equal part of what it is billed at; the
+// others run beside whoever holds the GPU and never wait.
+TEST(Simulation, SaturatingClientsTakeTurnsInModeAuto) {
+  double worst = 0;
+  std::string where;
+  for (const Scenario& s : saturating_cases()) {
+    const SimResult r = run_checked(s);
+    if (!r.ok) continue;
+    ASSERT_EQ(r.connections.size(), s.clients.size());
+    int saturating = 0;
+    for (const ClientSpec& c : s.clients) saturating += c.pace == 1000 ? 1 : 0;
+    const int interactive = static_cast<int>(s.clients.size()) - saturating;
+    const double length = secs(s.length);
+    // One saturating client and every interactive one hold at any time, billed 1/n each.
+    const double per_holder = length / (1 + interactive);
+    for (std::size_t i = 0; i < s.clients.size(); ++i) {
+      const double billed = r.connections[i].billed_seconds;
+      const bool sat = s.clients[i].pace == 1000;
+      const double expected = sat ? per_holder / saturating : per_holder;
+      const double error = std::abs(billed - expected) / length;
+      const std::string what = describe(s) + ": client " + std::to_string(i + 1) + " billed " +
+                               std::to_string(billed) + " s, expected " + std::to_string(expected);
+      EXPECT_LE(error, 0.02) << what;
+      if (error > worst) {
+        worst = error;
+        where = what;
+      }
+    }
+    if (interactive == 0) {
+      EXPECT_LT(secs(r.together), 0.01 * length)
+          << describe(s) << ": saturating clients overlapped";
+    } else {
+      EXPECT_GT(secs(r.together), 0.95 * length) << describe(s) << ": interactive clients waited";
+    }
+  }
+  std::printf("saturating turns: worst error %.2f%% of the run (%s)\n", 100 * worst, where.c_str());
+}
+
+// A job's class follows its reports, live: a client that becomes saturating starts taking turns
+// with the saturating one, and one that stops saturating runs beside it again.
+TEST(Simulation, TheClassFollowsAJobAsItChanges) {
+  using namespace std::chrono_literals;
+  Scenario s;
+  s.name = "paces change";
+  s.seed = 1;
+  s.config.mode = policy::Mode::kAuto;
+  s.config.capacity_bytes = 16 * kGiB;
+  s.length = 60s;
+  ClientSpec steady;
+  steady.working_set = 2 * kGiB;
+  steady.pace = 1000;
+  ClientSpec joins = steady;  // interactive, saturating from 20 s
+  joins.pace = 0;
+  joins.step = 2ms;
+  joins.pace_change_at = 20s;
+  joins.later_pace = 1000;
+  ClientSpec leaves = steady;  // saturating, interactive from 40 s
+  leaves.pace_change_at = 40s;
+  leaves.later_pace = 0;
+  s.clients = {steady, joins, leaves};
+  const SimResult r = run_checked(s);
+  ASSERT_TRUE(r.ok);
+  ASSERT_GE(r.together_per_second.size(), 59u);
+  auto together = [&](int from, int to) {
+    double sum = 0;
+    for (int k = from; k < to; ++k) sum += r.together_per_second[static_cast<std::size_t>(k)];
+    return sum / (to - from);
+  };
+  EXPECT_GT(together(1, 20), 0.95) << "an interactive client ran beside the saturating ones";
+  EXPECT_LT(together(21, 40), 0.02) << "three saturating clients took turns";
+  EXPECT_GT(together(41, 60), 0.95) << "the one that stopped saturating ran beside again";
+  std::printf("paces change: together %.2f / %.2f / %.2f of each second\n", together(1, 20),
+              together(21, 40), together(41, 60));
+}
+
 }  // namespace
 }  // namespace nvshare::sim

@@ -61,7 +61,16 @@ struct SimClient {
   MonoTime connected_at{};
 };
 
-enum class What { kConnect, kRequest, kRelease, kUsage, kDisconnect, kLimitChange, kStaleRelease };
+enum class What {
+  kConnect,
+  kRequest,
+  kRelease,
+  kUsage,
+  kPace,
+  kDisconnect,
+  kLimitChange,
+  kStaleRelease
+};
 
 struct SimEvent {
   MonoTime at;
@@ -148,6 +157,19 @@ class World {
     bool someone_waits = false;
     for (const SimClient& c : clients_) someone_waits |= c.connected && c.wants && !c.holding;
     if (holders == 0 && someone_waits) result_.idle_while_waiting += t - now_;
+    if (holders >= 2) {
+      result_.together += t - now_;
+      for (MonoTime from = now_; from < t;) {
+        const std::int64_t second = from.since_origin / 1s;
+        const MonoTime end = std::min(t, MonoTime{} + std::chrono::seconds(second + 1));
+        auto& per = result_.together_per_second;
+        if (per.size() <= static_cast<std::size_t>(second)) {
+          per.resize(static_cast<std::size_t>(second) + 1, 0.0);
+        }
+        per[static_cast<std::size_t>(second)] += seconds(end - from);
+        from = end;
+      }
+    }
     now_ = t;
   }
 
@@ -372,6 +394,7 @@ class World {
     std::uint64_t running_bytes = 0;
     std::uint64_t blocking_bytes = 0;
     int running = 0;
+    int saturating_running = 0;
     int blocking = 0;
     bool capped_holder = false;
     bool grantable_waits = false;
@@ -391,6 +414,7 @@ class World {
       if (v.state == ClientState::kRunning) {
         running_bytes += v.allocated_bytes;
         ++running;
+        saturating_running += v.saturating ? 1 : 0;
       }
       if (v.state == ClientState::kRunning || v.state == ClientState::kRevoking) {
         blocking_bytes += v.allocated_bytes;
@@ -411,6 +435,11 @@ class World {
       }
     } else if (blocking > 1) {
       return fail("exclusive mode with " + std::to_string(blocking) + " holders");
+    }
+    // Saturating clients take turns (mode auto): never two of them running together.
+    if (saturating_running > 1) {
+      return fail(std::to_string(saturating_running) + " saturating clients run together\n" +
+                  dump(view));
     }
     // Caps are enforced by time-division in every mode: a grant never leaves a capped client
     // holding beside another.
@@ -457,6 +486,9 @@ class World {
         return release(c, e.client, e.epoch);
       case What::kUsage:
         return grow(c, e.client);
+      case What::kPace:
+        if (!c.connected) return;
+        return report_usage(c, c.holding ? c.allocated : 0, 0, "pace " + name(c));
       case What::kDisconnect:
         return disconnect(c, e.client);
       case What::kStaleRelease:
@@ -493,6 +525,7 @@ class World {
       schedule(now_, What::kRequest, index);
     }
     if (c.spec.grows) schedule(now_ + rng_.between(500ms, 3s), What::kUsage, index);
+    if (c.spec.pace_change_at > 0s) schedule(now_ + c.spec.pace_change_at, What::kPace, index);
     if (c.behaviour == Behaviour::kCrashing) {
       schedule(std::max(now_, MonoTime{} + c.spec.crash_at), What::kDisconnect, index);
     }
@@ -542,7 +575,14 @@ class World {
     const std::uint64_t allocated = c.spec.reported_bytes ? c.spec.reported_bytes : c.allocated;
     if (c.spec.reported_bytes) resident = c.spec.reported_bytes;
     if (c.spec.reported_swap_bytes_per_s) swap_bytes_per_s = c.spec.reported_swap_bytes_per_s;
-    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s, {}}, what);
+    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s, pace_of(c)}, what);
+  }
+
+  // The pace it reports now: its first one, or its later one from pace_change_at on.
+  std::optional<std::uint16_t> pace_of(const SimClient& c) const {
+    const bool changed =
+        c.spec.pace_change_at > 0s && now_ >= c.connected_at + c.spec.pace_change_at;
+    return changed ? c.spec.later_pace : c.spec.pace;
   }
 
   void disconnect(SimClient& c, int index) {

@@ -48,6 +48,9 @@ struct SimResult {
   Duration worst_wait{0};  // longest wait for turn or memory (time waiting for quota excluded)
   Duration worst_limit_latency{0};
   Duration idle_while_waiting{0};  // no grant holder while somebody waited (for quota, necessarily)
+  Duration together{0};            // two or more clients held grants
+  // The same per whole second of simulated time: [k] is how much of [k s, k + 1 s) it was.
+  std::vector<double> together_per_second;
   std::vector<ConnectionOutcome> connections;
 };
 

@@ -328,7 +328,6 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
 // furthest behind by its fair clock leave (reason turn, nothing to swap) and take turns from now
 // on.
 void GpuPolicy::revoke_saturating_pairs(MonoTime now, std::vector<Action>& out) {
-  if (one_at_a_time()) return;
   std::vector<ClientRecord*> saturating;
   for (ClientRecord& c : clients_) {
     if (c.state == ClientState::kRunning && c.saturating) saturating.push_back(&c);
