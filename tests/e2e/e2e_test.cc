@@ -299,6 +299,49 @@ TEST_F(E2eTest, TwoThatFitRunTogether) {
   EXPECT_GT(overlap, 0.7 * 2 * work_s);
 }
 
+// Two trainers that fit together but each keep a deep queue (150 kernels of 20 ms queued per
+// iteration, one synchronize at the end) report that pace, and the default mode has them take turns
+// instead of time-slicing: once both are saturating, status seldom shows both running, and both
+// finish their work.
+TEST_F(E2eTest, TwoSaturatingThatFitTakeTurns) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  const std::vector<std::string> args = {"--bytes",     "2Gi",   "--kernels",          "1",
+                                         "--kernel-us", "20000", "--kernels-per-iter", "150"};
+  Trainer& a = start_trainer({"A", args});
+  Trainer& b = start_trainer({"B", args});
+  ASSERT_FALSE(HasFailure());
+
+  int samples = 0;
+  int together = 0;
+  double deepest = 0;
+  while (a.running() || b.running()) {
+    auto status = poll_status();
+    if (status.ok()) {
+      const Json* ca = find_client(status.value(), a.pid());
+      const Json* cb = find_client(status.value(), b.pid());
+      const Json* sa = ca != nullptr ? ca->find("saturating") : nullptr;
+      const Json* sb = cb != nullptr ? cb->find("saturating") : nullptr;
+      if (sa != nullptr && sb != nullptr && sa->as_bool().value_or(false) &&
+          sb->as_bool().value_or(false)) {
+        ++samples;
+        together += json_string(ca, "state") == "running" && json_string(cb, "state") == "running";
+        deepest = std::max({deepest, json_number(ca, "deep_queue_percent", 0),
+                            json_number(cb, "deep_queue_percent", 0)});
+      }
+    }
+    sleep_s(0.05);
+  }
+  finish(a);
+  finish(b);
+  ASSERT_FALSE(HasFailure());
+  measure("status samples with both saturating", samples, "");
+  measure("of those, both running", together, "");
+  measure("deepest reported queue", deepest, "%");
+  ASSERT_GE(samples, 20) << "the trainers were never both reported saturating";
+  EXPECT_GE(deepest, 50);
+  EXPECT_LE(together, samples / 10) << "saturating trainers kept running together";
+}
+
 // Two trainers that do not fit together (6Gi each under a virtual capacity of 8Gi, of which 90% is
 // usable, on a 16Gi simulated GPU) take turns of 1 s: at most one holds the GPU at any time, and
 // each hand-off swaps the leaving trainer's memory to the host and the next one's back in bulk
