@@ -122,7 +122,8 @@ const Knob kKnobs[] = {
        return Status::Ok();
      }},
     {"mode", "auto", "`auto`, `exclusive`, `serial` (an alias of exclusive)",
-     "`auto` runs clients whose working sets fit in memory together and takes turns otherwise; "
+     "`auto` runs clients whose working sets fit in memory together, except that clients which "
+     "keep a deep queue (saturating) take turns with each other, and takes turns otherwise; "
      "`exclusive` gives the GPU to one client at a time, a holder that goes idle handing over at "
      "once while a client that fits waits (docs/benchmarks.md compares the two).",
      KnobScope::kPolicy, false,

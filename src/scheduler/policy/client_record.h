@@ -82,8 +82,8 @@ struct ClientRecord {
 // Saturating from kSaturatingFrom per mille of deep queue on, no longer below kSaturatingUntil: the
 // gap keeps a client near the line from switching its GPU between turns and time-slicing at every
 // report.
-inline constexpr std::uint16_t kSaturatingFrom = 500;
-inline constexpr std::uint16_t kSaturatingUntil = 250;
+inline constexpr std::uint16_t kSaturatingFrom = 350;
+inline constexpr std::uint16_t kSaturatingUntil = 150;
 inline bool classify_pace(bool was_saturating, std::uint16_t deep_queue_permille) {
   return deep_queue_permille >= (was_saturating ? kSaturatingUntil : kSaturatingFrom);
 }
