@@ -12,6 +12,12 @@ std::vector<Action> report_pace(Harness& h, ClientId id, std::uint16_t permille)
   return h.feed(UsageReported{id, bytes, bytes, 0, permille});
 }
 
+// Registers a client with a working set and a reported pace.
+void add_paced(Harness& h, ClientId id, std::uint64_t bytes, std::uint16_t permille) {
+  h.add(id, bytes);
+  report_pace(h, id, permille);
+}
+
 int running(const Harness& h) {
   int n = 0;
   for (const ClientView& c : h.policy.view(h.now).clients) n += c.state == ClientState::kRunning;
@@ -35,10 +41,8 @@ TEST(Pace, ClientsThatHaveNotReportedRunTogether) {
 
 TEST(Pace, TwoSaturatingClientsTakeTurnsByTheFairClocks) {
   Harness h(virtual_gpu());
-  h.add(1, 4 * kGiB);
-  h.add(2, 4 * kGiB);
-  report_pace(h, 1, 950);
-  report_pace(h, 2, 900);
+  add_paced(h, 1, 4 * kGiB, 950);
+  add_paced(h, 2, 4 * kGiB, 900);
   EXPECT_TRUE(granted(h.request(1), 1));
   const auto waits = h.request(2);
   EXPECT_FALSE(granted(waits, 2));
@@ -60,10 +64,8 @@ TEST(Pace, TwoSaturatingClientsTakeTurnsByTheFairClocks) {
 
 TEST(Pace, ASaturatingAndAnInteractiveClientRunTogether) {
   Harness h(virtual_gpu());
-  h.add(1, 4 * kGiB);
-  h.add(2, 4 * kGiB);
-  report_pace(h, 1, 1000);
-  report_pace(h, 2, 100);
+  add_paced(h, 1, 4 * kGiB, 1000);
+  add_paced(h, 2, 4 * kGiB, 100);
   h.request(1);
   EXPECT_TRUE(granted(h.request(2), 2));
   EXPECT_TRUE(only<SendRevoke>(h.advance(10s)).empty());
@@ -90,10 +92,8 @@ TEST(Pace, ClientsThatBecomeSaturatingWhileRunningTogetherAreSeparated) {
 
 TEST(Pace, AClientThatStopsSaturatingRunsBesideAgain) {
   Harness h(virtual_gpu());
-  h.add(1, 4 * kGiB);
-  h.add(2, 4 * kGiB);
-  report_pace(h, 1, 1000);
-  report_pace(h, 2, 1000);
+  add_paced(h, 1, 4 * kGiB, 1000);
+  add_paced(h, 2, 4 * kGiB, 1000);
   h.request(1);
   h.request(2);
   ASSERT_EQ(h.state(2), ClientState::kWaiting);
@@ -105,12 +105,9 @@ TEST(Pace, AClientThatStopsSaturatingRunsBesideAgain) {
 
 TEST(Pace, AnInteractiveClientPassesAHeadThatWaitsOnlyForItsTurn) {
   Harness h(virtual_gpu());
-  h.add(1, 4 * kGiB);
-  h.add(2, 4 * kGiB);
-  h.add(3, 4 * kGiB);
-  report_pace(h, 1, 1000);
-  report_pace(h, 2, 1000);
-  report_pace(h, 3, 0);
+  add_paced(h, 1, 4 * kGiB, 1000);
+  add_paced(h, 2, 4 * kGiB, 1000);
+  add_paced(h, 3, 4 * kGiB, 0);
   h.request(1);
   h.request(2);  // waits for its turn
   EXPECT_TRUE(granted(h.request(3), 3));
@@ -119,12 +116,9 @@ TEST(Pace, AnInteractiveClientPassesAHeadThatWaitsOnlyForItsTurn) {
 
 TEST(Pace, NoClientPassesAHeadItWouldLeaveNoRoomFor) {
   Harness h(virtual_gpu());  // 18 GiB usable
-  h.add(1, 8 * kGiB);
-  h.add(2, 8 * kGiB);
-  h.add(3, 4 * kGiB);
-  report_pace(h, 1, 1000);
-  report_pace(h, 2, 1000);
-  report_pace(h, 3, 0);
+  add_paced(h, 1, 8 * kGiB, 1000);
+  add_paced(h, 2, 8 * kGiB, 1000);
+  add_paced(h, 3, 4 * kGiB, 0);
   h.request(1);
   h.request(2);
   // 8 + 4 fits beside client 1, but then client 2 would no longer fit when its turn comes.
@@ -134,10 +128,8 @@ TEST(Pace, NoClientPassesAHeadItWouldLeaveNoRoomFor) {
 
 TEST(Pace, ExclusiveModeIgnoresThePace) {
   Harness h(virtual_gpu(Mode::kExclusive));
-  h.add(1, 4 * kGiB);
-  h.add(2, 4 * kGiB);
-  report_pace(h, 1, 0);
-  report_pace(h, 2, 0);
+  add_paced(h, 1, 4 * kGiB, 0);
+  add_paced(h, 2, 4 * kGiB, 0);
   h.request(1);
   EXPECT_FALSE(granted(h.request(2), 2));
 }
