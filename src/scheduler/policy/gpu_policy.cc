@@ -359,7 +359,7 @@ void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
       }
       // FIFO: nobody overtakes the head, except past one that waits for its turn among saturating
       // clients, by a client that runs beside the holders and leaves the head room to run.
-      if (!turns_among_saturating(holders, *c)) break;
+      if (one_at_a_time() || !waits_only_for_turn(holders, *c)) break;
       blocked = c;
       ++i;
       continue;
@@ -435,10 +435,7 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
 const ClientRecord* GpuPolicy::yield_target() const {
   const ClientRecord* next = head();
   if (next == nullptr) return nullptr;
-  const std::vector<const ClientRecord*> holders = blocking_holders();
-  if (holders.empty() || !fits(sum_working_sets(holders) + next->allocated_bytes)) return nullptr;
-  if (can_run_beside(holders, *next)) return nullptr;  // granted at once (after schedule())
-  return next;
+  return waits_only_for_turn(blocking_holders(), *next) ? next : nullptr;
 }
 
 bool GpuPolicy::yield_unsent(const ClientRecord& c) {
@@ -622,10 +619,10 @@ bool GpuPolicy::takes_turns_with(const ClientRecord& holder, const ClientRecord&
   return one_at_a_time() || (holder.saturating && next.saturating);
 }
 
-bool GpuPolicy::turns_among_saturating(const std::vector<const ClientRecord*>& holders,
-                                       const ClientRecord& head) const {
-  return !one_at_a_time() && head.saturating && !holders.empty() &&
-         fits(sum_working_sets(holders) + head.allocated_bytes);
+bool GpuPolicy::waits_only_for_turn(const std::vector<const ClientRecord*>& holders,
+                                    const ClientRecord& head) const {
+  return !holders.empty() && fits(sum_working_sets(holders) + head.allocated_bytes) &&
+         !can_run_beside(holders, head);
 }
 
 std::vector<const ClientRecord*> GpuPolicy::blocking_holders() const {

@@ -245,10 +245,11 @@ class GpuPolicy {
   // Whether `next` waits for `holder`'s turn to end rather than running beside it: one runner at a
   // time, or (mode auto) both are saturating.
   bool takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const;
-  // The head waits only for its turn among saturating clients (mode auto, no cap binding): it
-  // fits beside the holders, so clients behind it that run beside them may pass it.
-  bool turns_among_saturating(const std::vector<const ClientRecord*>& holders,
-                              const ClientRecord& head) const;
+  // `head` fits beside the holders' memory but takes turns with some of them: a hand-off to it
+  // moves nothing (yields and fair turns apply). Without a cap binding, that is a turn among
+  // saturating clients, and clients behind it that run beside the holders may pass it.
+  bool waits_only_for_turn(const std::vector<const ClientRecord*>& holders,
+                           const ClientRecord& head) const;
   std::vector<const ClientRecord*> blocking_holders() const;
   const ClientRecord* head() const;  // first waiter not throttled (blocked, after schedule())
   std::optional<WaitReason> reason_for(const ClientRecord& c, const ClientRecord* head) const;
