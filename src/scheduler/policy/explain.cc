@@ -246,7 +246,7 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
             " over the last " + secs(config_.quota_window);
   }
   const ClientRecord* next = head();
-  if (next != nullptr && !c.saturating && next->saturating && !one_at_a_time()) {
+  if (next != nullptr && yield_target() == next && !takes_turns_with(c, *next)) {
     text += "; client " + std::to_string(next->id) +
             " waits for a turn among saturating clients and this one runs beside them";
   } else if (next != nullptr) {

@@ -126,6 +126,33 @@ TEST(Pace, NoClientPassesAHeadItWouldLeaveNoRoomFor) {
   EXPECT_EQ(h.client(3).waiting_for, WaitReason::kTurn);
 }
 
+// Explain names the wait a runner's neighbour has: a turn among saturating clients it runs beside,
+// or memory, whose quantum applies to it too.
+TEST(Pace, ExplainTellsATurnAmongSaturatingFromAWaitForMemory) {
+  Harness h(virtual_gpu());  // 18 GiB usable
+  add_paced(h, 1, 4 * kGiB, 0);
+  add_paced(h, 2, 4 * kGiB, 1000);
+  add_paced(h, 3, 4 * kGiB, 1000);
+  h.request(1);
+  h.request(2);
+  h.request(3);  // fits, waits for its turn with client 2
+  EXPECT_NE(h.policy.explain(1, h.now).find("waits for a turn among saturating clients"),
+            std::string::npos)
+      << h.policy.explain(1, h.now);
+
+  Harness m(virtual_gpu());
+  add_paced(m, 1, 4 * kGiB, 0);
+  add_paced(m, 2, 8 * kGiB, 1000);
+  add_paced(m, 3, 8 * kGiB, 1000);
+  m.request(1);
+  m.request(2);
+  m.request(3);  // 4 + 8 + 8 GiB do not fit: it waits for memory
+  ASSERT_EQ(m.client(3).waiting_for, WaitReason::kMemory);
+  const std::string text = m.policy.explain(1, m.now);
+  EXPECT_EQ(text.find("turn among saturating"), std::string::npos) << text;
+  EXPECT_NE(text.find("quantum"), std::string::npos) << text;
+}
+
 TEST(Pace, ExclusiveModeIgnoresThePace) {
   Harness h(virtual_gpu(Mode::kExclusive));
   add_paced(h, 1, 4 * kGiB, 0);
