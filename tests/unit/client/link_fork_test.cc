@@ -48,9 +48,9 @@ TEST(LinkFork, ChildRegistersAfreshWhileTheParentKeepsItsSession) {
   LinkOptions options;
   options.socket_path = dir.file("s.sock");
   options.process_name = "fork-test";
-  LinkEngine engine(options);
-  FakeAgent held_agent;
+  FakeAgent held_agent;  // agents outlive the engine that calls them, as the hooks' agents do
   FakeAgent waiting_agent;
+  LinkEngine engine(options);
   DeviceLink& held = engine.device({"GPU-held", kGpuMemory}, held_agent);
   DeviceLink& waiting = engine.device({"GPU-wait", kGpuMemory}, waiting_agent);
   std::map<std::string, std::unique_ptr<testing::ScriptedPeer>> peers;
@@ -120,8 +120,8 @@ TEST(LinkFork, ChildWithoutASchedulerRunsOpen) {
   TempDir dir;
   LinkOptions options;
   options.socket_path = dir.file("absent.sock");
+  FakeAgent agent;  // outlives the engine that calls it, as the hooks' agents do
   LinkEngine engine(options);
-  FakeAgent agent;
   DeviceLink& link = engine.device({"GPU-x", kGpuMemory}, agent);
   link.before_submit();
   link.after_submit();
@@ -226,7 +226,7 @@ TEST(GlobalLink, RegistersWithTheEnvironmentsDeclarationsAndExitsCleanly) {
 TEST(GlobalLink, InvalidEnvironmentWarnsAndKeepsDefaults) {
   const std::string name = "GlobalLink.InvalidEnvironmentWarnsAndKeepsDefaults";
   if (in_child_case(name)) {
-    FakeAgent agent;
+    static FakeAgent agent;  // outlives the process's link, as the hooks' agents do
     DeviceLink& link = link_device({"GPU-w", kGpuMemory}, agent);
     link.before_submit();  // no scheduler: runs at once
     link.after_submit();

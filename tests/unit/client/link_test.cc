@@ -89,6 +89,7 @@ class LinkTest : public ::testing::Test {
   TempDir dir_;
   ScriptedScheduler scheduler_{dir_.file("s.sock")};
   FakeAgent agent_;
+  FakeAgent other_;  // a second GPU's agent; both outlive the engine that calls them
   std::unique_ptr<LinkEngine> engine_;
   DeviceLink* link_ = nullptr;
   std::unique_ptr<ScriptedPeer> peer_;
@@ -140,9 +141,8 @@ TEST_F(LinkTest, CapabilitiesFollowTheOptions) {
 
 TEST_F(LinkTest, SameUuidSameLinkAndOneSessionPerGpu) {
   engine_ = std::make_unique<LinkEngine>(options());
-  FakeAgent other;
   DeviceLink& a = engine_->device({"GPU-a", kGpuMemory}, agent_);
-  DeviceLink& b = engine_->device({"GPU-b", kGpuMemory}, other);
+  DeviceLink& b = engine_->device({"GPU-b", kGpuMemory}, other_);
   EXPECT_EQ(&engine_->device({"GPU-a", kGpuMemory}, agent_), &a);
   EXPECT_NE(&a, &b);
   std::set<std::string> uuids;
@@ -162,9 +162,8 @@ TEST_F(LinkTest, SameUuidSameLinkAndOneSessionPerGpu) {
 // long), the other GPU's session still takes its grant and lets its submissions through.
 TEST_F(LinkTest, ABusyGpuNeverDelaysAnotherGpusGrant) {
   engine_ = std::make_unique<LinkEngine>(options());
-  FakeAgent other;
   DeviceLink& a = engine_->device({"GPU-a", kGpuMemory}, agent_);
-  DeviceLink& b = engine_->device({"GPU-b", kGpuMemory}, other);
+  DeviceLink& b = engine_->device({"GPU-b", kGpuMemory}, other_);
   std::map<std::string, std::unique_ptr<ScriptedPeer>> peers;
   for (int i = 0; i < 2; ++i) {
     auto peer = scheduler_.accept();
