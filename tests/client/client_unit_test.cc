@@ -410,6 +410,22 @@ TEST_F(GpuTest, DrainBoundHoldsWhenKernelsBecomeLong) {
       << "the submitting thread's waits are the pace the scheduler is told";
 }
 
+// A revoke can come before any submitting thread has waited at the bound (a capped client's first
+// run is a few tens of milliseconds): the drain's synchronization is then the first measurement.
+// Without it a process whose grants always end inside its first long kernel never learnt tau, its
+// unmeasured marker spacing doubled at every grant, and a 30% cap on 100 ms kernels gave 45%.
+TEST_F(GpuTest, ADrainTeachesWhatASubmissionTakes) {
+  cuda::WorkTracker tracker(50ms, SteadyClock::instance());
+  tracker.note_context(ctx_);
+  ASSERT_EQ(launch(100'000'000, stream_), CUDA_SUCCESS);
+  tracker.submitted(ctx_, stream_);
+  ASSERT_EQ(tracker.stats().gpu_ns_per_submission, 0);
+  tracker.drain();
+  // 100 ms; the margins leave room for a loaded machine.
+  EXPECT_GT(tracker.stats().gpu_ns_per_submission, 60e6);
+  EXPECT_LT(tracker.stats().gpu_ns_per_submission, 400e6);
+}
+
 TEST_F(GpuTest, IdleOnlyWhenAllWorkIsComplete) {
   ASSERT_EQ(launch(100'000'000, stream_), CUDA_SUCCESS);
   EXPECT_EQ(agent_->idle_for(), Duration::zero());  // marks the work submitted since the last look

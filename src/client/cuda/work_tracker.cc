@@ -376,8 +376,20 @@ Duration WorkTracker::drain() noexcept {
   for (ContextWork& work : contexts_) {
     ScopedCurrent current(work.ctx);
     if (!current.ok()) continue;
+    // Mark the tail so that every submission still queued is covered by a marker, then measure
+    // the synchronization as a wait for the newest one (a revoke may come before any thread has
+    // waited at the bound: this is then the first measurement).
+    if (submitted > marked_) record_locked(work, nullptr, submitted, /*context_wide=*/true);
+    const bool measurable = !reap_locked(work);
+    const MonoTime began =
+        measurable ? std::max(work.last_done, work.pending.front().recorded) : MonoTime{};
     const CUresult rc = driver().cuCtxSynchronize();
     if (rc != CUDA_SUCCESS) NVSHARE_DEBUG("drain: cuCtxSynchronize: %s", hooks::error_name(rc));
+    const MonoTime done = clock_.now();
+    if (rc == CUDA_SUCCESS && measurable && done > began) {
+      learn_locked(work.pending.begin(), work.pending.end(),
+                   static_cast<double>((done - began).count()));
+    }
     reap_locked(work);
   }
   marked_ = std::max(marked_, submitted);

@@ -10,7 +10,7 @@
 //
 // Drain bound (the only place besides the grant where an application thread may block), by time:
 // the tracker learns the GPU time one submission takes (tau: measured whenever a thread waits for a
-// marker, from the marker's completion time, as an average), estimates the queued GPU time as the
+// marker, from the marker's completion time, and at every drain, as an average), estimates the queued GPU time as the
 // pending markers' submissions times tau, and when recording a marker waits (cuEventSynchronize,
 // outside every lock) for the marker after which at most the drain bound (NVSHARE_DRAIN_BOUND_MS)
 // of work remains. Markers are spaced so that one covers about half the bound (at most kMarkerEvery

@@ -214,10 +214,10 @@ void GpuPolicy::update_caps() {
     }
     if (c.quota) {
       c.quota->set_rates(cap, c.quota->billed_rate(), config_.quota_window, c.active());
+      c.quota->set_cycle(quota_cycle(c));
     } else {
-      c.quota.emplace(cap, config_.quota_window, now_);
+      c.quota.emplace(cap, config_.quota_window, quota_cycle(c), now_);
     }
-    c.quota->set_cycle(quota_cycle(c));
   }
 }
 

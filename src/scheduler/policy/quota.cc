@@ -20,8 +20,12 @@ MonoTime after_seconds(MonoTime from, double s) {
 
 }  // namespace
 
-QuotaLedger::QuotaLedger(double cap, Duration window, MonoTime now)
-    : cap_(cap), window_s_(to_seconds(window)), cycle_s_(window_s_), level_(0), settled_at_(now) {
+QuotaLedger::QuotaLedger(double cap, Duration window, Duration cycle, MonoTime now)
+    : cap_(cap),
+      window_s_(to_seconds(window)),
+      cycle_s_(to_seconds(cycle)),
+      level_(0),
+      settled_at_(now) {
   level_ = entry_level();
 }
 

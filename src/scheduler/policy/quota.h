@@ -33,9 +33,10 @@ class QuotaLedger {
   // Levels within this of a threshold count as at it (deadlines are rounded to whole nanoseconds).
   static constexpr double kEpsilonSeconds = 1e-6;
 
-  // A new bucket for a client capped at `cap` (0 < cap <= 1) starts at the entry level, so the
-  // client can run at once but cannot open with a burst of a whole window.
-  QuotaLedger(double cap, Duration window, MonoTime now);
+  // A new bucket for a client capped at `cap` (0 < cap <= 1) that cycles every `cycle` (at most
+  // the window) starts at the entry level of that cycle, so the client can run at once but cannot
+  // open with a burst longer than half its resume level.
+  QuotaLedger(double cap, Duration window, Duration cycle, MonoTime now);
 
   // Books the time since the last settle at the rates then in force.
   void settle(MonoTime now);

@@ -17,7 +17,7 @@ double seconds(Duration d) { return static_cast<double>(d.count()) / 1e9; }
 
 TEST(QuotaLedger, LevelMovesAtCapMinusBillingRateUpToTheDepth) {
   const MonoTime t0{10s};
-  QuotaLedger ledger(0.3, 2s, t0);
+  QuotaLedger ledger(0.3, 2s, 2s, t0);
   EXPECT_DOUBLE_EQ(ledger.depth(), 0.6);
   EXPECT_DOUBLE_EQ(ledger.resume_level(), 0.42);
   EXPECT_DOUBLE_EQ(ledger.entry_level(), 0.21);
@@ -44,7 +44,7 @@ TEST(QuotaLedger, LevelMovesAtCapMinusBillingRateUpToTheDepth) {
 // A client that waits for its turn behind others keeps what it is owed: its level rises past the
 // depth until it runs or stops wanting the GPU (then it is clamped back).
 TEST(QuotaLedger, AClientWaitingForItsTurnKeepsWhatItIsOwed) {
-  QuotaLedger ledger(0.1, 2s, MonoTime{});
+  QuotaLedger ledger(0.1, 2s, 2s, MonoTime{});
   ledger.set_rates(0.1, 0.0, 2s, true);
   ledger.settle(MonoTime{5s});
   EXPECT_NEAR(ledger.level(), 0.09 + 0.5, 1e-9);  // the entry level, plus 0.1/s x 5 s
@@ -55,7 +55,7 @@ TEST(QuotaLedger, AClientWaitingForItsTurnKeepsWhatItIsOwed) {
 }
 
 TEST(QuotaLedger, LoweringTheCapClampsTheLevelToTheNewDepth) {
-  QuotaLedger ledger(0.5, 2s, MonoTime{});
+  QuotaLedger ledger(0.5, 2s, 2s, MonoTime{});
   ledger.settle(MonoTime{10s});
   EXPECT_DOUBLE_EQ(ledger.level(), 1.0);
   ledger.set_rates(0.25, 0, 2s, false);
@@ -79,7 +79,9 @@ TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
   Harness h(virtual_gpu());
   const MonoTime t0 = h.now;
   EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 300ms);  // entry level 0.21 s at 0.7/s
+  // Its memory stays on the device, so it cycles by the 0.5 s slice: resume level
+  // 0.3 x 0.7 x 0.5 s = 0.105 s, entry level half that, 0.0525 s, spent at 0.7/s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 75ms);
 
   const auto revoke = revoke_of(h.fire(), 1);
   ASSERT_TRUE(revoke);
@@ -89,16 +91,15 @@ TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
   const auto released = h.release(1);
   EXPECT_EQ(wait_of(released, 1), WaitReason::kQuota);
   EXPECT_EQ(h.client(1).waiting_for, WaitReason::kQuota);
-  // Its memory stays on the device, so it cycles by the 0.5 s slice: it refills to the resume
-  // level 0.3 x 0.7 x 0.5 s = 0.105 s at 0.3/s, a pause of 0.35 s.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 650ms);
+  // It refills to the resume level 0.105 s at 0.3/s, a pause of 0.35 s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 425ms);
   EXPECT_TRUE(granted(h.fire(), 1));
 
   // From then on one cycle per slice: runs 0.15 s (0.105 s at 0.7/s), pauses 0.35 s: 30%.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 800ms);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 575ms);
   h.fire();
   h.release(1);
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1150ms);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 925ms);
 }
 
 // A client whose memory went to the host pays a swap-in for every run: its bucket cycles by the
@@ -107,17 +108,17 @@ TEST(Caps, AClientSwappedOutCyclesByTheWindow) {
   Harness h(virtual_gpu());
   const MonoTime t0 = h.now;
   h.add_and_request(1, 1 * kGiB, 30);
-  ASSERT_TRUE(revoke_of(h.fire(), 1));  // spent at t0 + 0.3 s
+  ASSERT_TRUE(revoke_of(h.fire(), 1));  // spent at t0 + 75 ms
   h.release(1);
   h.feed(UsageReported{1, 1 * kGiB, 0, 0, {}});  // its memory is on the host now
   // Refills to 0.3 x 0.7 x 2 s = 0.42 s at 0.3/s: pauses 1.4 s.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1700ms);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 1475ms);
   EXPECT_TRUE(granted(h.fire(), 1));
   h.feed(UsageReported{1, 1 * kGiB, 1 * kGiB, 0, {}});      // swapped in: short cycles again
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2300ms);  // 0.42 s at 0.7/s
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2075ms);  // 0.42 s at 0.7/s
   h.fire();
   h.release(1);
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2650ms);  // back at 0.105 s after 0.35 s
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 2425ms);  // back at 0.105 s after 0.35 s
 }
 
 TEST(Caps, CoRunnersAreEachBilledOneNth) {
@@ -132,12 +133,17 @@ TEST(Caps, CoRunnersAreEachBilledOneNth) {
 
 // In every mode a capped client runs alone while its cap binds: what it holds is what it has. The
 // hand-off moves no memory, so turns follow the fair clocks: each turn half a slice (0.25 s) of
-// fair clock ahead of the other, 0.075 s of wall time at a weight of 0.3.
+// fair clock ahead of the other, 0.075 s of wall time at a weight of 0.3. (Both were idle for a
+// second first, so their buckets hold more than a turn: a fresh bucket's entry level lasts exactly
+// a first turn, and a tie ends it for quota.)
 TEST(Caps, ACappedClientRunsAloneInEveryMode) {
   Harness h(virtual_gpu());
+  h.add(1, 1 * kGiB, 30);
+  h.add(2, 1 * kGiB, 30);
+  h.advance(1s);
   const MonoTime t0 = h.now;
-  EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
-  EXPECT_EQ(wait_of(h.add_and_request(2, 1 * kGiB, 30), 2), WaitReason::kTurn);
+  EXPECT_TRUE(granted(h.request(1), 1));
+  EXPECT_EQ(wait_of(h.request(2), 2), WaitReason::kTurn);
   EXPECT_THAT(h.policy.explain(2, h.now),
               HasSubstr("while a compute cap binds this GPU runs one client at a time"));
   EXPECT_THAT(h.policy.explain(2, h.now),
@@ -220,14 +226,14 @@ TEST(Caps, OvershootCarriesForward) {
   Harness h(virtual_gpu());
   const MonoTime t0 = h.now;
   h.add_and_request(1, 1 * kGiB, 30);
-  h.fire();        // spent at t0 + 0.3 s
+  h.fire();        // spent at t0 + 75 ms
   h.now += 500ms;  // a long drain, billed: level -0.35 s
   EXPECT_NEAR(seconds(*h.client(1).budget_left), -0.35, 1e-6);
   h.release(1);
   // Back to the resume level 0.105 s at 0.3/s takes 0.455 / 0.3 = 1.517 s: the overshoot is
   // repaid before it runs again.
   ASSERT_TRUE(h.policy.next_deadline());
-  EXPECT_NEAR(seconds(*h.policy.next_deadline() - (t0 + 800ms)), 0.455 / 0.3, 1e-6);
+  EXPECT_NEAR(seconds(*h.policy.next_deadline() - (t0 + 575ms)), 0.455 / 0.3, 1e-6);
 
   // Over many cycles with such drains the share still converges to the cap.
   const MonoTime start = t0;

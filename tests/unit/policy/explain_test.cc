@@ -31,12 +31,12 @@ TEST(Explain, WaitingForMemoryNamesSizesRunnersAndTheTurn) {
 
 TEST(Explain, RunningCappedClientShowsCapShareAndBudget) {
   Harness h(virtual_gpu());
-  h.add_and_request(4, 2 * kGiB, 30);
-  h.now += 100ms;
+  h.add_and_request(4, 2 * kGiB, 20);  // entry level 0.2 x 0.8 x 0.5 s / 2 = 40 ms
+  h.now += 20ms;                       // at 0.8/s
   const std::string text = h.policy.explain(4, h.now);
   EXPECT_THAT(text, HasSubstr("client 4 runs alone"));
-  EXPECT_THAT(text, HasSubstr("capped at 30% (effective 30%), used 5.0% over the last 2.0 s, "
-                              "budget 140 ms left"));
+  EXPECT_THAT(text, HasSubstr("capped at 20% (effective 20%), used 1.0% over the last 2.0 s, "
+                              "budget 24 ms left"));
   EXPECT_THAT(text, HasSubstr("2Gi of 18Gi usable in use"));
 }
 

@@ -145,8 +145,9 @@ TEST(Limits, NewCapTakesEffectForARunningClient) {
   h.add_and_request(1, 1 * kGiB);
   EXPECT_EQ(h.policy.next_deadline(), std::nullopt);
   h.feed(LimitsChanged{1, Limits{0, 50}});
-  // Capped now: a fresh bucket at its entry level, 0.25 s, falling at 0.5/s.
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 500ms);
+  // Capped now: a fresh bucket at the entry level of its 0.5 s slice cycle, 0.0625 s, falling
+  // at 0.5/s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 125ms);
   EXPECT_EQ(revoke_of(h.fire(), 1)->reason, RevokeReason::kQuota);
 }
 
@@ -233,12 +234,12 @@ TEST(Reconfigure, InvalidConfigurationIsIgnored) {
 
 TEST(Reconfigure, NewQuotaWindowChangesBucketsAtOnce) {
   Harness h(virtual_gpu());
-  h.add_and_request(1, 1 * kGiB, 50);  // entry level 0.25 s, falling 0.5/s: 0.5 s
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 500ms);
+  h.add_and_request(1, 1 * kGiB, 50);  // entry level 0.0625 s, falling 0.5/s: 0.125 s
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 125ms);
   PolicyConfig config = virtual_gpu();
-  config.quota_window = 200ms;  // depth now 0.1 s: the level is clamped
+  config.quota_window = 100ms;  // depth now 0.05 s: the level is clamped
   h.policy.reconfigure(config, h.now);
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 200ms);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), h.now + 100ms);
 }
 
 TEST(Deadlines, NothingDueMeansNullopt) {
@@ -292,7 +293,7 @@ TEST(Deadlines, TimeNeverGoesBackwards) {
   h.now = MonoTime{1s};  // earlier than already seen: treated as the last time seen
   h.feed(DeadlineReached{});
   EXPECT_EQ(h.state(1), ClientState::kRunning);
-  EXPECT_TIME_NEAR(h.policy.next_deadline(), MonoTime{100s} + 300ms);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), MonoTime{100s} + 75ms);
 }
 
 }  // namespace
