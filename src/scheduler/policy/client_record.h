@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -14,6 +15,22 @@
 namespace nvshare::policy {
 
 enum class ClientState { kIdle, kWaiting, kRunning, kRevoking, kUnresponsive };
+
+// What happened to a client since it registered, for monitoring (metrics, status). Counted by the
+// engine as it decides; nothing depends on them.
+struct ClientCounters {
+  std::uint64_t grants = 0;
+  std::array<std::uint64_t, 6> revokes{};  // indexed by RevokeReason (kTurn..kAdmin)
+  std::uint64_t yields = 0;                // asked to hand over when idle
+  std::uint64_t releases = 0;              // answers to revokes
+  std::uint64_t idle_releases = 0;         // released unasked (idle)
+  // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before
+  // any reason was given (the moment between a request and its grant or first wait reason).
+  std::array<Duration, 4> waited{};
+
+  std::uint64_t revokes_for(RevokeReason r) const { return revokes[static_cast<std::size_t>(r)]; }
+  Duration waited_for(WaitReason r) const { return waited[static_cast<std::size_t>(r)]; }
+};
 
 struct ClientRecord {
   ClientRecord(ClientId client_id, MonoTime now) : id(client_id), state_since(now), usage(now) {}
@@ -46,8 +63,10 @@ struct ClientRecord {
   // Set while waiting.
   MonoTime waiting_since{};
   std::optional<WaitReason> wait_reason;  // the reason last sent for this wait
+  MonoTime wait_reason_since{};           // when it was sent (or the wait began)
   bool throttled = false;  // waits until its quota bucket is back at the resume level
   Duration waited_total{0};
+  ClientCounters counters;
 
   std::optional<QuotaLedger> quota;  // capped clients only
   UsageWindow usage;

@@ -108,8 +108,10 @@ void GpuPolicy::on_released(const Released& e, MonoTime now) {
   ClientRecord* c = find(e.client);
   if (c == nullptr || !c->holds() || e.epoch != c->epoch) return;  // stale: another grant's release
   if (c->state == ClientState::kRunning) {
+    ++c->counters.idle_releases;
     set_state(*c, ClientState::kIdle, now);  // released unasked: idle until it requests again
   } else {
+    ++c->counters.releases;
     // Answered a revoke: it was preempted and still has work.
     enqueue(*c, now, /*memory_in_place=*/!c->swap_out);
   }
@@ -408,6 +410,7 @@ void GpuPolicy::send_wait_reasons(std::vector<Action>& out) {
     ClientRecord& c = *find(id);
     const std::optional<WaitReason> reason = reason_for(c, next);
     if (reason && reason != c.wait_reason) {
+      book_wait(c, now_);
       c.wait_reason = reason;
       out.push_back(SendWait{c.id, *reason});
     }
@@ -427,6 +430,7 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (yield_unsent(c) && takes_turns_with(c, *next) && yield_time(c, *next) <= now_) {
       c.yield_epoch = c.epoch;
+      ++c.counters.yields;
       out.push_back(SendYield{c.id, c.epoch});
     }
   }
@@ -530,15 +534,28 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
 // ---- transitions --------------------------------------------------------------------------------
 
 void GpuPolicy::set_state(ClientRecord& c, ClientState state, MonoTime now) {
-  if (c.state == ClientState::kWaiting) c.waited_total += now - c.waiting_since;
+  if (c.state == ClientState::kWaiting) {
+    c.waited_total += now - c.waiting_since;
+    book_wait(c, now);
+  }
   c.state = state;
   c.state_since = now;
+}
+
+// Books the wait since the reason last changed to that reason.
+void GpuPolicy::book_wait(ClientRecord& c, MonoTime now) {
+  const std::size_t i = c.wait_reason ? static_cast<std::size_t>(*c.wait_reason) : 0;
+  if (i < c.counters.waited.size() && now > c.wait_reason_since) {
+    c.counters.waited[i] += now - c.wait_reason_since;
+  }
+  c.wait_reason_since = now;
 }
 
 void GpuPolicy::enqueue(ClientRecord& c, MonoTime now, bool memory_in_place) {
   set_state(c, ClientState::kWaiting, now);
   c.waiting_since = now;
   c.wait_reason.reset();
+  c.wait_reason_since = now;
   // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work; a client
   // preempted with its memory left in place costs none, so any budget left is worth a grant.
   c.throttled = binds(c) && !c.quota->may_enter() && (!memory_in_place || c.quota->spent());
@@ -547,6 +564,7 @@ void GpuPolicy::enqueue(ClientRecord& c, MonoTime now, bool memory_in_place) {
 
 void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   set_state(c, ClientState::kRunning, now);
+  ++c.counters.grants;
   c.epoch = ++last_epoch_;
   c.granted_at = now;
   c.runs_from = now + swap_in_estimate(c);
@@ -559,6 +577,7 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
 void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
                        std::vector<Action>& out) {
   set_state(c, ClientState::kRevoking, now);
+  ++c.counters.revokes[static_cast<std::size_t>(reason)];
   c.revoked_at = now;
   c.revoke_reason = reason;
   c.swap_out = swap_out;

@@ -113,6 +113,7 @@ struct ClientView {
   // makes it saturating (mode auto: it takes turns with other saturating clients).
   std::optional<std::uint16_t> deep_queue_permille;
   bool saturating = false;
+  ClientCounters counters;  // the wait in progress included
 };
 
 struct GpuView {
@@ -233,6 +234,7 @@ class GpuPolicy {
   void revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
               std::vector<Action>& out);
   static void set_state(ClientRecord& c, ClientState state, MonoTime now);
+  static void book_wait(ClientRecord& c, MonoTime now);
 
   // Memory and turn arithmetic.
   std::uint64_t capacity() const;
