@@ -142,9 +142,11 @@ void ClientSession::mark_decision(MonoTime started) {
   marks_.push_back(Mark{outbox_.appended_total(), started});
 }
 
-void ClientSession::collect_written(LatencyHistogram& histogram, MonoTime now) {
+void ClientSession::collect_written(LatencyHistogram& histogram, BucketHistogram& buckets,
+                                    MonoTime now) {
   while (!marks_.empty() && marks_.front().end <= outbox_.sent_total()) {
     histogram.record(now - marks_.front().started);
+    buckets.record(now - marks_.front().started);
     marks_.pop_front();
   }
 }

@@ -74,7 +74,7 @@ class ClientSession {
   // Latency bookkeeping: a grant caused by a decision that started at `started` was just queued.
   void mark_decision(MonoTime started);
   // Records, for every marked grant now written to the socket, its latency up to `now`.
-  void collect_written(LatencyHistogram& histogram, MonoTime now);
+  void collect_written(LatencyHistogram& histogram, BucketHistogram& buckets, MonoTime now);
 
   // Owner's bookkeeping for its flush list and EPOLLOUT interest.
   bool in_flush_list = false;

@@ -115,6 +115,18 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options opti
   if (Status s = d.control_->listen(d.config_.control_socket_path); !s) return s.error();
   d.control_file_ = file_id(d.config_.control_socket_path);
 
+  if (!d.config_.metrics_address.empty()) {
+    d.start_time_s_ = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::system_clock::now().time_since_epoch())
+                                              .count()) /
+                      1e3;
+    auto metrics = MetricsServer::start(d.config_.metrics_address, *d.reactor_,
+                                        [&d] { return d.metrics_snapshot(); });
+    if (!metrics) return metrics.error();
+    d.metrics_ = std::move(metrics).value();
+    NVSHARE_INFO("metrics on http://%s/metrics", d.metrics_->address().c_str());
+  }
+
   d.reactor_->on_timer([&d] {
     d.scheduler_.run_due(d.clock_.now());
     d.expire_hellos(d.clock_.now());
@@ -130,6 +142,7 @@ Daemon::~Daemon() {
     for (auto& [fd, session] : sessions_) reactor_->remove(fd);
     if (listener_.valid()) reactor_->remove(listener_.get());
   }
+  metrics_.reset();
   by_client_.clear();
   sessions_.clear();
   control_.reset();
@@ -143,6 +156,16 @@ Daemon::~Daemon() {
 }
 
 Status Daemon::run() { return reactor_->run(); }
+
+MetricsSnapshot Daemon::metrics_snapshot() const {
+  MetricsSnapshot s;
+  s.status = scheduler_.snapshot(clock_.now());
+  s.stats = stats_;
+  s.sessions = sessions_.size();
+  s.start_time_s = start_time_s_;
+  s.version = NVSHARE_VERSION;
+  return s;
+}
 
 void Daemon::load_state() {
   if (config_.state_file.empty()) {
@@ -383,7 +406,7 @@ void Daemon::flush_sessions(MonoTime) {
       close_list_.push_back(fd);
       continue;
     }
-    session.collect_written(stats_.decision_latency, clock_.now());
+    session.collect_written(stats_.decision_latency, stats_.decision_buckets, clock_.now());
     const bool wants = !done.value();
     if (wants != session.wants_writable) {
       session.wants_writable = wants;

@@ -40,6 +40,7 @@
 #include "scheduler/control_server.h"
 #include "scheduler/daemon_stats.h"
 #include "scheduler/knobs.h"
+#include "scheduler/metrics_server.h"
 #include "scheduler/reactor.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/session_limits.h"
@@ -92,6 +93,7 @@ class Daemon final : public ClientChannel, public SessionHost {
   std::optional<MonoTime> next_timer() const;
   void on_session_event(int fd, std::uint32_t events);
   void before_sleep();
+  MetricsSnapshot metrics_snapshot() const;
   void flush_sessions(MonoTime now);
   void close_pending(MonoTime now);
   void close_session(int fd, MonoTime now);
@@ -117,6 +119,8 @@ class Daemon final : public ClientChannel, public SessionHost {
   std::uint64_t refusals_unlogged_ = 0;
   MonoTime refusal_logged_at_{};
   std::unique_ptr<ControlServer> control_;
+  std::unique_ptr<MetricsServer> metrics_;  // when metrics-address is set
+  double start_time_s_ = 0;                 // wall clock at start, for metrics
   std::unique_ptr<StateWriter> state_writer_;
   std::unordered_map<int, std::unique_ptr<ClientSession>> sessions_;  // by fd
   std::unordered_map<ClientId, ClientSession*> by_client_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/protocol.h"
+#include "scheduler/bucket_histogram.h"
 #include "scheduler/latency_histogram.h"
 
 namespace nvshare::scheduler {
@@ -32,6 +33,7 @@ struct DaemonStats {
   std::uint64_t control_refused = 0;  // peers refused by uid
   // From a request or release being read to the grant it caused being written to the socket.
   LatencyHistogram decision_latency;
+  BucketHistogram decision_buckets;  // the same, in the buckets metrics expose
 
   void count_in(protocol::MessageType type) { ++frames_in[static_cast<std::size_t>(type)]; }
   void count_out(protocol::MessageType type) { ++frames_out[static_cast<std::size_t>(type)]; }

@@ -7,6 +7,7 @@
 #include "common/protocol.h"
 #include "common/quantity.h"
 #include "common/shared_knobs.h"
+#include "scheduler/metrics_server.h"
 
 namespace nvshare::scheduler {
 namespace {
@@ -119,6 +120,18 @@ const Knob kKnobs[] = {
      KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        c.state_file = std::string(v);
+       return Status::Ok();
+     }},
+    {"metrics-address", "", "`host:port` (an empty host: every interface), or empty",
+     "Where the scheduler serves its metrics (GET /metrics, the Prometheus text format; "
+     "docs/metrics.md), from a thread of its own. Empty: no metrics endpoint.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       if (!v.empty()) {
+         auto parts = split_host_port(v);
+         if (!parts) return parts.error();
+       }
+       c.metrics_address = std::string(v);
        return Status::Ok();
      }},
     {"mode", "auto", "`auto`, `exclusive`, `serial` (an alias of exclusive)",

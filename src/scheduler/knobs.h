@@ -47,6 +47,8 @@ struct CapacitySpec {
 struct DaemonConfig {
   std::string socket_path;
   std::string control_socket_path;
+  // Where GET /metrics is served ("host:port"); empty: nowhere.
+  std::string metrics_address;
   // Where pod limits, processes' own limits and the GPUs are kept across restarts; empty: nowhere.
   std::string state_file;
   // Policy settings shared by all GPUs; capacity_bytes is resolved per GPU from `capacity`.

@@ -306,6 +306,11 @@ void Scheduler::request(ClientId client, MonoTime now) {
 void Scheduler::release(ClientId client, const protocol::Released& released, MonoTime now) {
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
+  if (auto gpu = gpus_.find(it->second.gpu);
+      gpu != gpus_.end() && gpu->second->policy.revoking(client)) {
+    gpu->second->drains.record(std::chrono::microseconds(
+        static_cast<std::int64_t>(std::min<std::uint64_t>(released.drain_us, INT64_MAX / 1000))));
+  }
   feed(it->second.gpu,
        policy::Released{client, released.epoch,
                         std::chrono::microseconds(static_cast<std::int64_t>(
@@ -318,6 +323,7 @@ void Scheduler::release(ClientId client, const protocol::Released& released, Mon
 void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime now) {
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
+  count_swap(it->second, usage);
   feed(it->second.gpu,
        policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
                              usage.swap_bytes_per_s, pace_of(usage)},
@@ -579,6 +585,20 @@ Result<Explanation> Scheduler::explain(ClientId client, MonoTime now) const {
   return explanation;
 }
 
+// What moved between device and host since the last report: the change in resident bytes that a
+// change in allocated bytes does not explain (an allocation made or freed moves nothing).
+void Scheduler::count_swap(Client& client, const protocol::Usage& usage) {
+  const auto delta = [](std::uint64_t to, std::uint64_t from) {
+    return static_cast<std::int64_t>(to) - static_cast<std::int64_t>(from);
+  };
+  const std::int64_t moved = delta(usage.resident_bytes, client.resident_bytes) -
+                             delta(usage.allocated_bytes, client.allocated_bytes);
+  if (moved < 0) client.swapped_out_bytes += static_cast<std::uint64_t>(-moved);
+  if (moved > 0) client.swapped_in_bytes += static_cast<std::uint64_t>(moved);
+  client.allocated_bytes = usage.allocated_bytes;
+  client.resident_bytes = usage.resident_bytes;
+}
+
 StatusSnapshot Scheduler::snapshot(MonoTime now) const {
   StatusSnapshot snapshot;
   snapshot.taken = now;
@@ -591,6 +611,7 @@ StatusSnapshot Scheduler::snapshot(MonoTime now) const {
     }
     status.config = gpu->policy.config();
     status.view = gpu->policy.view(now);
+    status.drains = gpu->drains;
     for (const policy::ClientView& view : status.view.clients) {
       auto it = clients_.find(view.client);
       if (it == clients_.end()) continue;
@@ -611,10 +632,16 @@ StatusSnapshot Scheduler::snapshot(MonoTime now) const {
       c.capabilities = client.capabilities;
       c.limits = effective_limits(client, &c.limits_source);
       c.connected_for = now - client.connected_at;
+      c.swapped_out_bytes = client.swapped_out_bytes;
+      c.swapped_in_bytes = client.swapped_in_bytes;
       c.view = view;
       status.clients.push_back(std::move(c));
     }
     snapshot.gpus.push_back(std::move(status));
+  }
+  std::map<std::string, std::size_t> per_pod;
+  for (const auto& [id, client] : clients_) {
+    if (client.pod_uid) ++per_pod[*client.pod_uid];
   }
   for (const auto& [uid, pod] : pods_) {
     PodStatus status;
@@ -622,9 +649,7 @@ StatusSnapshot Scheduler::snapshot(MonoTime now) const {
     status.pod_namespace = pod.pod_namespace;
     status.pod_name = pod.pod_name;
     status.limits = pod.limits;
-    for (const auto& [id, client] : clients_) {
-      if (client.pod_uid == uid) ++status.clients;
-    }
+    if (auto n = per_pod.find(uid); n != per_pod.end()) status.clients = n->second;
     snapshot.pods.push_back(std::move(status));
   }
   return snapshot;

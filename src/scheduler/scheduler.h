@@ -50,6 +50,7 @@
 #include "common/result.h"
 #include "control/requests.h"
 #include "scheduler/knobs.h"
+#include "scheduler/bucket_histogram.h"
 #include "scheduler/limits_layer.h"
 #include "scheduler/peer_identity.h"
 #include "scheduler/policy/gpu_policy.h"
@@ -89,6 +90,10 @@ struct ClientStatus {
   protocol::Limits limits;    // effective
   std::string limits_source;  // which layers contributed: "client", "pod", "declared", "none"
   Duration connected_for{0};
+  // Bytes that left the device (resident fell more than allocated) and came back, from its usage
+  // reports.
+  std::uint64_t swapped_out_bytes = 0;
+  std::uint64_t swapped_in_bytes = 0;
   policy::ClientView view;
 };
 
@@ -98,6 +103,7 @@ struct GpuStatus {
   std::string memory_source;       // where that figure came from
   policy::PolicyConfig config;
   policy::GpuView view;
+  BucketHistogram drains;  // revokes' drains, as the clients measured them
   std::vector<ClientStatus> clients;
 };
 
@@ -217,12 +223,17 @@ class Scheduler {
     protocol::Limits effective;
     std::optional<protocol::SetLimits> last_sent;  // the last limits frame queued for it
     MonoTime connected_at{};
+    std::uint64_t allocated_bytes = 0;  // as last reported
+    std::uint64_t resident_bytes = 0;
+    std::uint64_t swapped_out_bytes = 0;
+    std::uint64_t swapped_in_bytes = 0;
     ProcessKey process() const { return ProcessKey{identity.pid, identity.start_time, gpu}; }
   };
 
   struct Gpu {
     explicit Gpu(policy::PolicyConfig config) : policy(config) {}
     policy::GpuPolicy policy;
+    BucketHistogram drains;
   };
 
   struct KnownGpu {
@@ -239,6 +250,7 @@ class Scheduler {
   void feed(const std::string& gpu, const policy::Event& event, MonoTime now);
   void route(const std::vector<policy::Action>& actions);
   void send_limits_if_needed(Client& client);
+  static void count_swap(Client& client, const protocol::Usage& usage);
   // The limits frame for a client: its effective limits, provisional unless authoritative.
   protocol::SetLimits limits_frame(const Client& client) const;
   bool authoritative(const Client& client) const;

@@ -150,6 +150,11 @@ class GpuPolicy {
 
   std::vector<Action> handle(const Event& event, MonoTime now);
   std::optional<MonoTime> next_deadline() const { return next_deadline_; }
+  // Whether the client is being revoked (a release from it answers the revoke).
+  bool revoking(ClientId client) const {
+    const ClientRecord* c = find(client);
+    return c != nullptr && (c->state == ClientState::kRevoking || c->state == ClientState::kUnresponsive);
+  }
 
   // Replaces the configuration; takes effect for the next decisions (may grant or revoke at once).
   // A configuration that fails validate() is ignored.

@@ -1,0 +1,85 @@
+// MetricsServer: GET /metrics over HTTP/1.1 (docs/metrics.md), on a thread of its own.
+//
+// The server never touches the scheduler's state. For a scrape it asks the reactor for a snapshot
+// (an eventfd the reactor watches; the reactor's handler takes a MetricsSnapshot and hands it
+// over), then renders and writes the exposition on its own thread. Scrapes within kFreshFor of the
+// last snapshot share it, so however many scrapers there are the reactor takes at most one snapshot
+// per kFreshFor. A slow or stalled scraper holds only this thread (every read and write has a
+// timeout); grants never wait for it.
+//
+// Contract
+//  - start() binds and listens on `address` ("host:port"; an empty host is every interface, port 0
+//    picks a free one) and registers the eventfd with `reactor`; call it on the reactor's thread.
+//  - The destructor stops the thread (within one poll interval) and unregisters the eventfd; call
+//    it on the reactor's thread, while the reactor still exists.
+//  - Answers: GET /metrics (200, text format 0.0.4), GET / (200, a pointer to /metrics), other paths
+//    404, other methods 405, a request that does not parse 400; 503 when the reactor gave no
+//    snapshot within kSnapshotWait. One request per connection.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/result.h"
+#include "common/unix_socket.h"
+#include "scheduler/metrics.h"
+#include "scheduler/reactor.h"
+
+namespace nvshare::scheduler {
+
+// "host:port", "[v6]:port" or ":port" (every interface) into host and port; fails unless the port is
+// a number of 0..65535.
+Result<std::pair<std::string, std::string>> split_host_port(std::string_view address);
+
+class MetricsServer {
+ public:
+  static constexpr Duration kFreshFor = std::chrono::milliseconds(100);
+  static constexpr Duration kSnapshotWait = std::chrono::seconds(2);
+  static constexpr Duration kIoTimeout = std::chrono::seconds(5);
+  static constexpr std::size_t kMaxRequestBytes = 8192;
+
+  using Snapshotter = std::function<MetricsSnapshot()>;
+
+  static Result<std::unique_ptr<MetricsServer>> start(const std::string& address, Reactor& reactor,
+                                                      Snapshotter snapshotter);
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+  ~MetricsServer();
+
+  // The address bound, "host:port" with the port resolved.
+  const std::string& address() const { return address_; }
+  std::uint64_t snapshots_taken() const { return snapshots_.load(std::memory_order_relaxed); }
+
+ private:
+  MetricsServer(Reactor& reactor, Snapshotter snapshotter);
+
+  // Reactor thread: the eventfd is readable, a scrape waits.
+  void on_wanted();
+  // Server thread.
+  void serve();
+  void answer(int fd);
+  // A snapshot no older than kFreshFor, or nullptr after kSnapshotWait.
+  std::shared_ptr<const MetricsSnapshot> fresh_snapshot();
+
+  Reactor& reactor_;
+  Snapshotter snapshotter_;
+  UniqueFd listener_;
+  UniqueFd wanted_;  // eventfd: server -> reactor
+  UniqueFd stop_;    // eventfd: destructor -> server thread
+  std::string address_;
+
+  std::mutex mu_;
+  std::condition_variable published_;
+  std::shared_ptr<const MetricsSnapshot> latest_;
+  MonoTime latest_at_{};
+  std::uint64_t generation_ = 0;
+  std::atomic<std::uint64_t> snapshots_{0};
+  std::thread thread_;
+};
+
+}  // namespace nvshare::scheduler
