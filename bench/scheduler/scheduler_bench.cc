@@ -18,13 +18,18 @@
 //    and the load generator's own loop);
 //  - messages per second through the daemon (frames in + out, from its counters), and the CPU time
 //  the
-//    daemon used.
+//    daemon used;
+//  - with --scrape-ms MS: the daemon serves metrics and a thread scrapes GET /metrics every MS
+//    during the measured phase; each scrape's time (connect to last byte) and size. Compare the
+//    decision latency with and without it.
 //
 // This is a benchmark, not a test: it asserts nothing. Usage:
 //   scheduler_bench [--clients N] [--gpus G] [--seconds S] [--warmup S] [--hold-ms MS] [--think-ms
 //   MS]
-//                   [--ping-ms MS] [--out FILE] [--scheduler PATH]
+//                   [--ping-ms MS] [--scrape-ms MS] [--out FILE] [--scheduler PATH]
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -35,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -76,6 +82,7 @@ struct Options {
   double hold_ms = 2;    // mean hold time (exponential)
   double think_ms = 20;  // mean pause between release and the next request (exponential)
   double ping_ms = 100;  // ping period per client
+  double scrape_ms = 0;  // GET /metrics period; 0: no metrics endpoint
   std::string out = "scheduler-bench.json";
   std::string scheduler = NVSHARE_SCHEDULER_BIN;
 };
@@ -107,6 +114,8 @@ Options parse_options(int argc, char** argv) {
       o.think_ms = std::stod(value());
     } else if (arg == "--ping-ms") {
       o.ping_ms = std::stod(value());
+    } else if (arg == "--scrape-ms") {
+      o.scrape_ms = std::stod(value());
     } else if (arg == "--out") {
       o.out = value();
     } else if (arg == "--scheduler") {
@@ -114,7 +123,8 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
           "scheduler_bench [--clients N] [--gpus G] [--seconds S] [--warmup S] [--hold-ms MS]\n"
-          "                [--think-ms MS] [--ping-ms MS] [--out FILE] [--scheduler PATH]\n");
+          "                [--think-ms MS] [--ping-ms MS] [--scrape-ms MS] [--out FILE]\n"
+          "                [--scheduler PATH]\n");
       std::exit(0);
     } else {
       die("unknown argument " + arg);
@@ -131,7 +141,44 @@ struct Daemon {
   std::string dir;
   std::string socket;
   std::string control;
+  int metrics_port = 0;
 };
+
+// A port that was free a moment ago on 127.0.0.1.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// One GET /metrics: the reply, or empty on failure.
+std::string scrape_once(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buffer[1 << 16];
+    ssize_t n = 0;
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) got.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
 
 Daemon start_daemon(const Options& o) {
   Daemon d;
@@ -164,6 +211,11 @@ Daemon start_daemon(const Options& o) {
                                    "3600",
                                    "--log-level",
                                    "warn"};
+  if (o.scrape_ms > 0) {
+    d.metrics_port = free_port();
+    args.push_back("--metrics-address");
+    args.push_back("127.0.0.1:" + std::to_string(d.metrics_port));
+  }
   d.pid = ::fork();
   if (d.pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -475,9 +527,33 @@ int main(int argc, char** argv) {
   (void)control(daemon, nvshare::control::StatsRequest{true});
   const double cpu_before = daemon_cpu_seconds(daemon.pid);
   const auto started = Clock::now();
+  // The scraper: GET /metrics every scrape_ms while the load runs.
+  std::atomic<bool> scraping{o.scrape_ms > 0};
+  std::vector<double> scrape_ms;
+  std::size_t scrape_bytes = 0;
+  std::vector<double> snapshot_ms;  // the loop's time to take each snapshot, as the daemon says
+  std::thread scraper([&] {
+    auto next = Clock::now();
+    while (scraping.load()) {
+      const auto t0 = Clock::now();
+      const std::string reply = scrape_once(daemon.metrics_port);
+      scrape_bytes = reply.size();
+      const std::string key = "\nnvshare_metrics_snapshot_seconds ";
+      if (const std::size_t at = reply.find(key); at != std::string::npos && scrape_ms.size() > 0) {
+        snapshot_ms.push_back(1e3 * std::strtod(reply.c_str() + at + key.size(), nullptr));
+      }
+      scrape_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      next += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(o.scrape_ms));
+      while (scraping.load() && Clock::now() < next) std::this_thread::sleep_for(1ms);
+    }
+  });
   load.run(started + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(o.seconds)),
            true);
+  scraping = false;
+  scraper.join();
+  std::sort(scrape_ms.begin(), scrape_ms.end());
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
   const double cpu = daemon_cpu_seconds(daemon.pid) - cpu_before;
   const auto stats = control(daemon, nvshare::control::StatsRequest{});
@@ -515,6 +591,18 @@ int main(int argc, char** argv) {
   std::printf("  %-58s %12.0f\n", "memory waits/s", static_cast<double>(load.waits) / elapsed);
   std::printf("  %-58s %12.1f\n", "daemon CPU (% of one core)", 100 * cpu / elapsed);
   std::printf("  %-58s %12zu\n", "client sessions at the end", sessions);
+  if (o.scrape_ms > 0) {
+    std::printf("  %-58s %12zu\n", "metrics scrapes (GET /metrics)", scrape_ms.size());
+    std::printf("  %-58s %12.1f\n", "scrape time p50 (ms, connect -> last byte)",
+                percentile(scrape_ms, 0.50));
+    std::printf("  %-58s %12.1f\n", "scrape time p99 (ms)", percentile(scrape_ms, 0.99));
+    std::printf("  %-58s %12.1f\n", "scrape time max (ms)", scrape_ms.empty() ? 0 : scrape_ms.back());
+    std::printf("  %-58s %12zu\n", "scrape size (bytes)", scrape_bytes);
+    std::printf("  %-58s %12.2f\n", "snapshot time in the daemon's loop p50 (ms)",
+                percentile(snapshot_ms, 0.50));
+    std::printf("  %-58s %12.2f\n", "snapshot time max (ms)",
+                snapshot_ms.empty() ? 0 : *std::max_element(snapshot_ms.begin(), snapshot_ms.end()));
+  }
 
   Json out = Json::object();
   out.set("benchmark", "scheduler");
@@ -541,6 +629,19 @@ int main(int argc, char** argv) {
   out.set("waits_per_s", static_cast<double>(load.waits) / elapsed);
   out.set("daemon_cpu_percent", 100 * cpu / elapsed);
   out.set("daemon_stats", stats_json);
+  if (o.scrape_ms > 0) {
+    Json scrape = Json::object();
+    scrape.set("period_ms", o.scrape_ms);
+    scrape.set("count", scrape_ms.size());
+    scrape.set("p50_ms", percentile(scrape_ms, 0.50));
+    scrape.set("p99_ms", percentile(scrape_ms, 0.99));
+    scrape.set("max_ms", scrape_ms.empty() ? 0 : scrape_ms.back());
+    scrape.set("bytes", scrape_bytes);
+    scrape.set("snapshot_p50_ms", percentile(snapshot_ms, 0.50));
+    scrape.set("snapshot_max_ms",
+               snapshot_ms.empty() ? 0 : *std::max_element(snapshot_ms.begin(), snapshot_ms.end()));
+    out.set("metrics_scrape", std::move(scrape));
+  }
   std::ofstream(o.out) << out.dump_pretty() << "\n";
   std::printf("\nwrote %s\n", o.out.c_str());
 

@@ -178,6 +178,9 @@ void node_families(Exposition& e, const MetricsSnapshot& s) {
   e.sample(Labels(), d.bytes_out);
   e.family("nvshare_control_requests_total", "counter", "Control API requests served.");
   e.sample(Labels(), d.control_requests);
+  e.family("nvshare_metrics_snapshot_seconds", "gauge",
+           "How long the scheduler's loop spent taking the previous metrics snapshot.");
+  e.sample(Labels(), s.previous_snapshot_s);
   e.family("nvshare_handoff_latency_seconds", "histogram",
            "From a request or release being read to the grant it caused being written "
            "(one observation per grant).");

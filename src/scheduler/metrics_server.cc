@@ -155,7 +155,10 @@ MetricsServer::~MetricsServer() {
 void MetricsServer::on_wanted() {
   std::uint64_t count = 0;
   if (read(wanted_.get(), &count, sizeof count) < 0) return;  // nothing asked (spurious)
-  auto snapshot = std::make_shared<const MetricsSnapshot>(snapshotter_());
+  const MonoTime started = SteadyClock::instance().now();
+  auto snapshot = std::make_shared<MetricsSnapshot>(snapshotter_());
+  snapshot->previous_snapshot_s = last_snapshot_s_;
+  last_snapshot_s_ = to_seconds(SteadyClock::instance().now() - started);
   snapshots_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(mu_);

@@ -79,6 +79,7 @@ class MetricsServer {
   MonoTime latest_at_{};
   std::uint64_t generation_ = 0;
   std::atomic<std::uint64_t> snapshots_{0};
+  double last_snapshot_s_ = 0;  // reactor thread only
   std::thread thread_;
 };
 

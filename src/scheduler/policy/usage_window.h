@@ -5,7 +5,9 @@
 // else 0.
 //
 // Contract: the owner calls settle(now) before changing the rate; time must not go backwards.
-// Memory is bounded by the number of rate changes within `keep` of the last settle.
+// Memory is bounded by the number of rate changes within `keep` of the last settle; share() over a
+// window no longer than `keep` is exact and takes O(log segments) (each segment knows the total
+// billed before it), so a status or metrics snapshot of many busy clients stays cheap.
 #pragma once
 
 #include <deque>
@@ -33,7 +35,10 @@ class UsageWindow {
     MonoTime begin;
     MonoTime end;
     double rate;
+    double before;  // billed seconds before `begin`
   };
+  // Billed seconds up to `t` (at or after the oldest segment kept).
+  double total_at(MonoTime t) const;
   std::deque<Segment> segments_;
   double rate_ = 0;
   double total_s_ = 0;

@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <algorithm>
 
 #include "harness.h"
@@ -73,6 +75,50 @@ TEST(UsageWindow, ShareOverTheLastWindow) {
   EXPECT_DOUBLE_EQ(usage.share(MonoTime{3s}, 2s), 0.5);
   EXPECT_DOUBLE_EQ(usage.share(MonoTime{2s}, 2s), 0.75);  // projected: 1 s at 1, 1 s at 0.5
   EXPECT_DOUBLE_EQ(usage.share(MonoTime{4s}, 2s), 0.25);
+}
+
+// share() reads prefix totals: over random rate changes it equals the billed time summed by hand
+// over every window within what it keeps (2 s back from the last settle), ending at or before the
+// last settle or after it (projected).
+TEST(UsageWindow, ShareEqualsTheBilledTimeSummedByHand) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> step_ms(1, 40);
+  std::uniform_int_distribution<int> holders(0, 4);
+  UsageWindow usage(MonoTime{0s});
+  struct Piece {
+    MonoTime begin, end;
+    double rate;
+  };
+  std::vector<Piece> pieces;
+  MonoTime t{0s};
+  double rate = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const MonoTime next = t + std::chrono::milliseconds(step_ms(rng));
+    usage.settle(next, 2s);
+    pieces.push_back({t, next, rate});
+    const int n = holders(rng);
+    rate = n == 0 ? 0.0 : 1.0 / n;
+    usage.set_rate(rate);
+    t = next;
+  }
+  const auto by_hand = [&](MonoTime now, Duration window) {
+    double billed = 0;
+    const MonoTime from = now - window;
+    for (Piece p : pieces) {
+      const MonoTime b = std::max(p.begin, from);
+      const MonoTime e = std::min(p.end, now);
+      if (e > b) billed += p.rate * to_seconds(e - b);
+    }
+    if (now > t) billed += rate * to_seconds(now - std::max(t, from));
+    return billed / to_seconds(window);
+  };
+  for (const Duration back : {0ms, 5ms, 300ms, 1000ms}) {
+    for (const Duration window : {100ms, 700ms, 2000ms}) {
+      if (back + window > 2s) continue;  // older than what is kept
+      EXPECT_NEAR(usage.share(t - back, window), by_hand(t - back, window), 1e-9);
+    }
+  }
+  EXPECT_NEAR(usage.share(t + 50ms, 2s), by_hand(t + 50ms, 2s), 1e-9);  // projected
 }
 
 TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
