@@ -51,8 +51,11 @@ def sets(overrides):
     return args
 
 
-def render(checker, helm_path, root, overrides, label):
-    done = helm(helm_path, root, ["template", "rel", CHART, "--namespace", NAMESPACE, *sets(overrides)])
+def render(checker, helm_path, root, overrides, label, typed=()):
+    """`overrides` as strings (--set-string); `typed` as --set KEY=VALUE (booleans, numbers)."""
+    typed_args = [arg for item in typed for arg in ("--set", item)]
+    done = helm(helm_path, root, ["template", "rel", CHART, "--namespace", NAMESPACE,
+                                  *sets(overrides), *typed_args])
     if done.returncode != 0:
         fail(f"{label}: helm template failed: {done.stderr.strip()}")
         return []
@@ -122,7 +125,8 @@ def check_lint(helm_path, root):
 def check_defaults(checker, helm_path, root):
     docs = render(checker, helm_path, root, {}, "defaults")
     kinds = {kind: len(items) for kind, items in by_kind(docs).items()}
-    expected = {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 2}
+    expected = {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 2,
+                "Service": 1}
     if kinds != expected:
         fail(f"defaults: rendered {kinds}, expected {expected}")
     for doc in docs:
@@ -131,10 +135,13 @@ def check_defaults(checker, helm_path, root):
             fail(f"defaults: {doc['kind']} {doc['metadata']['name']} is not in {NAMESPACE}")
     scheduler = daemonset(docs, "-scheduler")
     plugin = daemonset(docs, "-device-plugin")
-    for ds, name in ((scheduler, "scheduler"), (plugin, "device-plugin")):
-        knobs = sorted(k for k in env_of(container(ds, name)) if k.startswith("NVSHARE_"))
-        if knobs:
-            fail(f"defaults: the {name} container sets {knobs}; the programs' defaults should apply")
+    # The programs' defaults apply, but for the metrics endpoint, which the chart turns on.
+    for ds, name, chart_set in ((scheduler, "scheduler", {"NVSHARE_METRICS_ADDRESS": ":9402"}),
+                                (plugin, "device-plugin", {})):
+        env = env_of(container(ds, name))
+        knobs = {k: v for k, v in env.items() if k.startswith("NVSHARE_")}
+        if knobs != chart_set:
+            fail(f"defaults: the {name} container sets {knobs}, expected {chart_set}")
     want_scheduler = {"/var/run/nvshare", "/var/run/nvshare-control", "/var/lib/nvshare/scheduler"}
     if not want_scheduler <= set(host_paths(scheduler).values()):
         fail(f"defaults: scheduler host paths {sorted(host_paths(scheduler).values())} miss "
@@ -153,6 +160,70 @@ def check_defaults(checker, helm_path, root):
             fail(f"defaults: deploy/manifests/nvshare.yaml's *{suffix} mounts "
                  f"{mounts_by_host_path(written)}, the chart's defaults {mounts_by_host_path(rendered)}")
     print(f"helm template (defaults): {kinds}; the plain manifests mount the same host directories")
+
+
+def check_metrics(checker, helm_path, root):
+    """The metrics endpoint: port, scrape annotations and a headless Service by default; a
+    ServiceMonitor when asked for; nothing when metrics are off; an explicit address wins."""
+    docs = render(checker, helm_path, root, {}, "metrics")
+    scheduler = daemonset(docs, "-scheduler")
+    c = container(scheduler, "scheduler")
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    if ports != {"metrics": 9402}:
+        fail(f"metrics: scheduler container ports {ports}, expected metrics: 9402")
+    annotations = scheduler["spec"]["template"]["metadata"].get("annotations", {})
+    want = {"prometheus.io/scrape": "true", "prometheus.io/port": "9402",
+            "prometheus.io/path": "/metrics"}
+    if any(annotations.get(k) != v for k, v in want.items()):
+        fail(f"metrics: scheduler pod annotations {annotations}, expected {want}")
+    services = by_kind(docs).get("Service", [])
+    if len(services) != 1:
+        fail(f"metrics: {len(services)} Services rendered, expected 1")
+    else:
+        spec = services[0]["spec"]
+        pod_labels = scheduler["spec"]["template"]["metadata"]["labels"]
+        if any(pod_labels.get(k) != v for k, v in spec["selector"].items()):
+            fail(f"metrics: the Service selects {spec['selector']}, the scheduler pods are {pod_labels}")
+        if [(p["name"], p["port"], p["targetPort"]) for p in spec["ports"]] != [("metrics", 9402, "metrics")]:
+            fail(f"metrics: Service ports {spec['ports']}")
+    if by_kind(docs).get("ServiceMonitor"):
+        fail("metrics: a ServiceMonitor was rendered without serviceMonitor.enabled")
+
+    docs = render(checker, helm_path, root, {"metrics.serviceMonitor.labels.release": "prom"},
+                  "service monitor",
+                  typed=["metrics.serviceMonitor.enabled=true", "metrics.port=9500"])
+    monitors = by_kind(docs).get("ServiceMonitor", [])
+    service = (by_kind(docs).get("Service") or [{}])[0]
+    if len(monitors) != 1:
+        fail(f"metrics: {len(monitors)} ServiceMonitors with serviceMonitor.enabled, expected 1")
+    else:
+        m = monitors[0]
+        if m["metadata"]["labels"].get("release") != "prom":
+            fail(f"metrics: ServiceMonitor labels {m['metadata']['labels']} lack release: prom")
+        selected = m["spec"]["selector"]["matchLabels"]
+        if any(service.get("metadata", {}).get("labels", {}).get(k) != v for k, v in selected.items()):
+            fail(f"metrics: the ServiceMonitor selects {selected}, the Service has "
+                 f"{service.get('metadata', {}).get('labels')}")
+        if [e.get("port") for e in m["spec"]["endpoints"]] != ["metrics"]:
+            fail(f"metrics: ServiceMonitor endpoints {m['spec']['endpoints']}")
+    env = env_of(container(daemonset(docs, "-scheduler"), "scheduler"))
+    if env.get("NVSHARE_METRICS_ADDRESS") != ":9500":
+        fail(f"metrics: metrics.port 9500 gave NVSHARE_METRICS_ADDRESS={env.get('NVSHARE_METRICS_ADDRESS')}")
+
+    docs = render(checker, helm_path, root, {"scheduler.metricsAddress": "127.0.0.1:9600"}, "address")
+    env = env_of(container(daemonset(docs, "-scheduler"), "scheduler"))
+    if env.get("NVSHARE_METRICS_ADDRESS") != "127.0.0.1:9600":
+        fail(f"metrics: scheduler.metricsAddress gave NVSHARE_METRICS_ADDRESS={env.get('NVSHARE_METRICS_ADDRESS')}")
+
+    docs = render(checker, helm_path, root, {}, "metrics off", typed=["metrics.enabled=false"])
+    scheduler = daemonset(docs, "-scheduler")
+    c = container(scheduler, "scheduler")
+    if by_kind(docs).get("Service") or c.get("ports") or "NVSHARE_METRICS_ADDRESS" in env_of(c):
+        fail("metrics: metrics.enabled=false still rendered a Service, a port or the address")
+    if scheduler["spec"]["template"]["metadata"].get("annotations"):
+        fail("metrics: metrics.enabled=false still rendered scrape annotations")
+    print("helm template (metrics): port, scrape annotations and Service by default; ServiceMonitor "
+          "when enabled; an explicit address wins; nothing when off")
 
 
 def check_overrides(checker, helm_path, root):
@@ -293,6 +364,7 @@ def main(argv):
     check_lint(helm_path, root)
     check_defaults(checker, helm_path, root)
     check_overrides(checker, helm_path, root)
+    check_metrics(checker, helm_path, root)
     check_cluster_fit(checker, helm_path, root)
     check_refusals(helm_path, root)
     for message in FAILURES:

@@ -77,6 +77,7 @@ helloTimeout: NVSHARE_HELLO_TIMEOUT
 maxSessionsPerUid: NVSHARE_MAX_SESSIONS_PER_UID
 maxSessionsPerPod: NVSHARE_MAX_SESSIONS_PER_POD
 logLevel: NVSHARE_LOG_LEVEL
+metricsAddress: NVSHARE_METRICS_ADDRESS
 {{- end -}}
 
 {{- define "nvshare.devicePluginKnobs" -}}
