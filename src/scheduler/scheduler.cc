@@ -704,6 +704,23 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("share_percent", tenths(c.view.share_percent));
       j.set("held_ms", tenths(to_ms_value(c.view.held_total)));
       j.set("waited_ms", tenths(to_ms_value(c.view.waited_total)));
+      Json waited = Json::object();
+      for (const protocol::WaitReason r :
+           {protocol::WaitReason::kMemory, protocol::WaitReason::kTurn, protocol::WaitReason::kQuota}) {
+        waited.set(std::string(protocol::to_string(r)),
+                   tenths(to_ms_value(c.view.counters.waited_for(r))));
+      }
+      j.set("waited_by_reason_ms", std::move(waited));
+      j.set("grants", c.view.counters.grants);
+      Json revokes = Json::object();
+      for (const protocol::RevokeReason r :
+           {protocol::RevokeReason::kTurn, protocol::RevokeReason::kQuota,
+            protocol::RevokeReason::kMemory, protocol::RevokeReason::kAdmin}) {
+        revokes.set(std::string(protocol::to_string(r)), c.view.counters.revokes_for(r));
+      }
+      j.set("revokes", std::move(revokes));
+      j.set("swapped_out_bytes", c.swapped_out_bytes);
+      j.set("swapped_in_bytes", c.swapped_in_bytes);
       j.set("state_for_ms", tenths(to_ms_value(snapshot.taken - c.view.state_since)));
       j.set("connected_ms", tenths(to_ms_value(c.connected_for)));
       // Present only when they apply: a capped client's bucket, a runner's turn end, a revoked

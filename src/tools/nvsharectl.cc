@@ -42,7 +42,9 @@ constexpr const char* kUsage =
 Commands:
   status [--json]                   per GPU: clients, their state, memory and compute limits
   top [--interval S] [--iterations N] [--json]
-                                    status, refreshed every S seconds (default 1; N = 0: forever)
+                                    per pod: GPU share, waits by reason, memory, swap
+                                    over each interval, then status; refreshed every S
+                                    seconds (default 1; N = 0: forever)
   set-limits SELECTOR [--memory Q|none|inherit] [--core P|none|inherit]
         SELECTOR: --client ID | --pid PID | --pod-uid UID [--pod NS/NAME] | --pod NS/NAME
                                     limits for a client, a process or a pod (remembered for
@@ -214,11 +216,14 @@ int cmd_top(const Global& global, std::vector<std::string> rest) {
     iterations = *n;
   }
   const bool clear = ::isatty(STDOUT_FILENO) && !args.has("json");
+  std::optional<Json> previous;
+  auto previous_at = std::chrono::steady_clock::now();
   for (long long i = 0; iterations == 0 || i < iterations; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(interval));
     int code;
     auto answer = call(global, nvshare::control::StatusRequest{}, code);
     if (!answer) return code;
+    const auto now = std::chrono::steady_clock::now();
     if (args.has("json")) {
       print_json(*answer, false);
     } else {
@@ -227,10 +232,18 @@ int cmd_top(const Global& global, std::vector<std::string> rest) {
       const std::time_t t = std::time(nullptr);
       std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&t));
       std::printf("nvsharectl top  %s  every %gs\n\n", stamp, interval);
+      const double seconds = std::chrono::duration<double>(now - previous_at).count();
+      std::fputs(nvshare::tools::render_pod_table(previous ? &*previous : nullptr, answer->body,
+                                                  seconds)
+                     .c_str(),
+                 stdout);
+      std::fputs("\n", stdout);
       std::fputs(nvshare::tools::render_status_table(answer->body).c_str(), stdout);
       if (!clear) std::fputs("\n", stdout);
     }
     std::fflush(stdout);
+    previous = answer->body;
+    previous_at = now;
   }
   return kExitOk;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include "common/quantity.h"
@@ -79,7 +80,102 @@ void render_rows(const std::vector<Row>& rows, std::string& out, const std::stri
   }
 }
 
+double number_of(const Json* value) {
+  return value ? value->as_double().value_or(0) : 0;
+}
+
+// Every client object of a status response, by id.
+std::map<std::int64_t, const Json*> clients_by_id(const Json& status) {
+  std::map<std::int64_t, const Json*> out;
+  const Json* gpus = status.find("gpus");
+  if (gpus == nullptr || gpus->as_array() == nullptr) return out;
+  for (const Json& gpu : *gpus->as_array()) {
+    const Json* clients = gpu.find("clients");
+    if (clients == nullptr || clients->as_array() == nullptr) continue;
+    for (const Json& c : *clients->as_array()) {
+      if (auto id = c.find("id") ? c.find("id")->as_int64() : std::nullopt) out[*id] = &c;
+    }
+  }
+  return out;
+}
+
+struct PodRow {
+  double held_ms = 0, memory_ms = 0, turn_ms = 0, quota_ms = 0, out_bytes = 0, in_bytes = 0;
+  bool rates = true;  // every client had a previous sample
+  double allocated = 0, resident = 0;
+  std::string cap = "none", limit = "none";
+  int clients = 0;
+};
+
+std::string rate_percent(double ms, double seconds, bool known) {
+  if (!known || seconds <= 0) return "-";
+  char out[32];
+  std::snprintf(out, sizeof out, "%.1f%%", std::max(0.0, ms / (10 * seconds)));
+  return out;
+}
+
+std::string rate_bytes(double bytes, double seconds, bool known) {
+  if (!known || seconds <= 0) return "-";
+  return format_bytes(static_cast<std::uint64_t>(std::max(0.0, bytes / seconds))) + "/s";
+}
+
 }  // namespace
+
+std::string render_pod_table(const Json* previous, const Json& current, double seconds) {
+  const std::map<std::int64_t, const Json*> before =
+      previous ? clients_by_id(*previous) : std::map<std::int64_t, const Json*>{};
+  std::map<std::pair<std::string, std::string>, PodRow> pods;  // (pod, gpu)
+  const Json* gpus = current.find("gpus");
+  for (const Json& gpu : gpus && gpus->as_array() ? *gpus->as_array() : Json::Array{}) {
+    const Json* clients = gpu.find("clients");
+    for (const Json& c : clients && clients->as_array() ? *clients->as_array() : Json::Array{}) {
+      std::string pod = pod_of(c);
+      if (pod == "-") pod = "pid " + text_of(c.find("pid"));
+      PodRow& row = pods[{pod, text_of(gpu.find("uuid"))}];
+      ++row.clients;
+      row.allocated += number_of(c.find("allocated_bytes"));
+      row.resident += std::min(number_of(c.find("resident_bytes")), number_of(c.find("allocated_bytes")));
+      const Json* limit = c.find("memory_limit_bytes");
+      if (limit && !limit->is_null()) row.limit = bytes_of(limit);
+      const Json* core = c.find("core_limit_percent");
+      if (core && core->as_int64() != 100) row.cap = percent_of(core);
+      const auto id = c.find("id") ? c.find("id")->as_int64() : std::nullopt;
+      const auto was = id ? before.find(*id) : before.end();
+      if (was == before.end()) {
+        row.rates = false;
+        continue;
+      }
+      const Json& p = *was->second;
+      const auto waited = [](const Json& j, const char* reason) {
+        const Json* w = j.find("waited_by_reason_ms");
+        return w ? number_of(w->find(reason)) : 0.0;
+      };
+      row.held_ms += number_of(c.find("held_ms")) - number_of(p.find("held_ms"));
+      row.memory_ms += waited(c, "memory") - waited(p, "memory");
+      row.turn_ms += waited(c, "turn") - waited(p, "turn");
+      row.quota_ms += waited(c, "quota") - waited(p, "quota");
+      row.out_bytes += number_of(c.find("swapped_out_bytes")) - number_of(p.find("swapped_out_bytes"));
+      row.in_bytes += number_of(c.find("swapped_in_bytes")) - number_of(p.find("swapped_in_bytes"));
+    }
+  }
+  if (pods.empty()) return "no clients\n";
+  std::vector<Row> rows;
+  rows.push_back({"POD", "GPU", "PROCS", "SHARE", "CAP", "WAIT MEM", "WAIT TURN", "WAIT QUOTA",
+                  "MEMORY (ALLOC/ON GPU/LIMIT)", "SWAP OUT", "SWAP IN"});
+  for (const auto& [key, r] : pods) {
+    const bool known = r.rates && previous != nullptr;
+    rows.push_back({key.first, key.second, std::to_string(r.clients),
+                    rate_percent(r.held_ms, seconds, known), r.cap,
+                    rate_percent(r.memory_ms, seconds, known), rate_percent(r.turn_ms, seconds, known),
+                    rate_percent(r.quota_ms, seconds, known),
+                    format_bytes(static_cast<std::uint64_t>(r.allocated)) + " / " +
+                        format_bytes(static_cast<std::uint64_t>(r.resident)) + " / " + r.limit,
+                    rate_bytes(r.out_bytes, seconds, known), rate_bytes(r.in_bytes, seconds, known)});
+  }
+  std::string out;
+  render_rows(rows, out, "");
+  return out;
+}
 
 std::string render_status_table(const Json& status) {
   std::string out;

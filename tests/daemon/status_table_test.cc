@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <sstream>
+#include <vector>
+
 namespace nvshare::tools {
 namespace {
 
@@ -29,6 +33,45 @@ TEST(StatusTable, RendersGpusClientsAndPods) {
   EXPECT_NE(text.find("none / 0%"), std::string::npos) << text;
   EXPECT_NE(text.find("waiting  memory"), std::string::npos) << text;
   EXPECT_NE(text.find("Pods with limits"), std::string::npos) << text;
+}
+
+// Two samples 2 s apart: the pod's two processes held 0.6 s of GPU time together (30%), waited
+// 1.4 s for quota (70%), and moved 1Gi out; a process outside pods has only one sample.
+TEST(StatusTable, PodTableShowsRatesBetweenTwoSamples) {
+  const auto sample = [](double held, double quota, double out, bool lone) {
+    std::string text = R"({"gpus":[{"uuid":"GPU-1","clients":[
+      {"id":1,"pid":10,"namespace":"ml","pod":"trainer","allocated_bytes":1073741824,
+       "resident_bytes":1073741824,"memory_limit_bytes":2147483648,"core_limit_percent":30,
+       "held_ms":)" + std::to_string(held) + R"(,"waited_by_reason_ms":{"memory":0,"turn":0,"quota":)" +
+                       std::to_string(quota) + R"(},"swapped_out_bytes":)" + std::to_string(out) + R"(},
+      {"id":2,"pid":11,"namespace":"ml","pod":"trainer","allocated_bytes":1073741824,
+       "resident_bytes":0,"memory_limit_bytes":2147483648,"core_limit_percent":30,
+       "held_ms":)" + std::to_string(held) + R"(,"waited_by_reason_ms":{"quota":)" +
+                       std::to_string(quota) + R"(},"swapped_out_bytes":0})";
+    if (lone) text += R"(,{"id":3,"pid":77,"allocated_bytes":0,"core_limit_percent":100})";
+    return parse_json(text + "]}]}").value();
+  };
+  const Json before = sample(1000, 500, 0, false);
+  const Json after = sample(1300, 1200, 1073741824, true);
+  const std::string text = render_pod_table(&before, after, 2.0);
+  EXPECT_NE(text.find("POD"), std::string::npos) << text;
+  const std::size_t row = text.find("ml/trainer");
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string line = text.substr(row, text.find('\n', row) - row);
+  std::istringstream words(line);
+  std::vector<std::string> cells{std::istream_iterator<std::string>(words), {}};
+  ASSERT_GE(cells.size(), 8u) << text;
+  // POD GPU PROCS SHARE CAP WAIT-MEM WAIT-TURN WAIT-QUOTA
+  EXPECT_EQ(std::vector<std::string>(cells.begin(), cells.begin() + 8),
+            (std::vector<std::string>{"ml/trainer", "GPU-1", "2", "30.0%", "30%", "0.0%", "0.0%", "70.0%"}))
+      << text;
+  EXPECT_NE(line.find("2Gi / 1Gi / 2Gi"), std::string::npos) << text;
+  EXPECT_NE(line.find("512Mi/s"), std::string::npos) << text;
+  const std::size_t lone = text.find("pid 77");
+  ASSERT_NE(lone, std::string::npos) << text;
+  EXPECT_NE(text.substr(lone, text.find('\n', lone) - lone).find("-"), std::string::npos)
+      << "no previous sample: no rates";
+  EXPECT_EQ(render_pod_table(nullptr, parse_json(R"({"gpus":[]})").value(), 1), "no clients\n");
 }
 
 TEST(StatusTable, ToleratesMissingFields) {
