@@ -34,7 +34,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 3;
+inline constexpr std::uint16_t kMaxVersion = 4;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -132,13 +132,15 @@ struct Released {
 // Version 3 appends deep_queue_permille: of the time the client held its grant over its last pace
 // window, the share (0..1000) during which a submitting thread waited for the drain bound, i.e. it
 // had more GPU work queued than the bound and more to submit. kPaceUnknown until a window is
-// complete (and from version 2 peers).
+// complete (and from version 2 peers). Version 4 appends refused_allocations: allocations the
+// client's memory limit refused since it connected (saturating; 0 from older peers).
 struct Usage {
   static constexpr std::uint16_t kPaceUnknown = 0xFFFF;
   std::uint64_t allocated_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::uint64_t swap_bytes_per_s = 0;  // measured swap bandwidth, 0 until one was measured
   std::uint16_t deep_queue_permille = kPaceUnknown;
+  std::uint32_t refused_allocations = 0;
   bool operator==(const Usage&) const = default;
 };
 

@@ -259,6 +259,9 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
        [&](const ClientStatus& c, const Labels& l) {
          if (c.limits.memory_bytes > 0) e.sample(l, c.limits.memory_bytes);
        });
+  each("nvshare_client_memory_refused_allocations_total", "counter",
+       "Allocations the process's memory limit refused (CUDA_ERROR_OUT_OF_MEMORY), as it reports.",
+       [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.refused_allocations); });
   each("nvshare_client_core_limit_ratio", "gauge",
        "The process's compute cap, a fraction of the GPU's time (1: uncapped).",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, ratio(c.limits.core_percent)); });

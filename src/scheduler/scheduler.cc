@@ -597,6 +597,9 @@ void Scheduler::count_swap(Client& client, const protocol::Usage& usage) {
   if (moved > 0) client.swapped_in_bytes += static_cast<std::uint64_t>(moved);
   client.allocated_bytes = usage.allocated_bytes;
   client.resident_bytes = usage.resident_bytes;
+  // A counter: it only grows within a session (what a client says can only mislead this figure).
+  client.refused_allocations = std::max<std::uint64_t>(client.refused_allocations,
+                                                       usage.refused_allocations);
 }
 
 StatusSnapshot Scheduler::snapshot(MonoTime now) const {
@@ -634,6 +637,7 @@ StatusSnapshot Scheduler::snapshot(MonoTime now) const {
       c.connected_for = now - client.connected_at;
       c.swapped_out_bytes = client.swapped_out_bytes;
       c.swapped_in_bytes = client.swapped_in_bytes;
+      c.refused_allocations = client.refused_allocations;
       c.view = view;
       status.clients.push_back(std::move(c));
     }
@@ -721,6 +725,7 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("revokes", std::move(revokes));
       j.set("swapped_out_bytes", c.swapped_out_bytes);
       j.set("swapped_in_bytes", c.swapped_in_bytes);
+      j.set("refused_allocations", c.refused_allocations);
       j.set("state_for_ms", tenths(to_ms_value(snapshot.taken - c.view.state_since)));
       j.set("connected_ms", tenths(to_ms_value(c.connected_for)));
       // Present only when they apply: a capped client's bucket, a runner's turn end, a revoked

@@ -94,6 +94,7 @@ struct ClientStatus {
   // reports.
   std::uint64_t swapped_out_bytes = 0;
   std::uint64_t swapped_in_bytes = 0;
+  std::uint64_t refused_allocations = 0;  // allocations its memory limit refused, as it reports
   policy::ClientView view;
 };
 
@@ -227,6 +228,7 @@ class Scheduler {
     std::uint64_t resident_bytes = 0;
     std::uint64_t swapped_out_bytes = 0;
     std::uint64_t swapped_in_bytes = 0;
+    std::uint64_t refused_allocations = 0;  // as last reported (it counts since it connected)
     ProcessKey process() const { return ProcessKey{identity.pid, identity.start_time, gpu}; }
   };
 

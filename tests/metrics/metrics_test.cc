@@ -312,6 +312,36 @@ TEST_F(MetricsTest, PrometheusReadsWhatTheWorkloadsImply) {
   }
 }
 
+// An allocation over the pod's limit fails in the process (CUDA_ERROR_OUT_OF_MEMORY) and is counted
+// on its series while it keeps running.
+TEST_F(MetricsTest, RefusedAllocationsAreCounted) {
+  set_pod(kCappedPod, "ml/limited", {"--memory", "1Gi"});
+  Trainer& t = start_trainer("limited", kCappedPod,
+                             {"--bytes", "256Mi", "--kernels", "300", "--kernel-us", "10000",
+                              "--alloc-after-ms", "200", "--alloc-bytes", "2Gi"});
+  ASSERT_FALSE(HasFailure());
+  std::string line;
+  for (int i = 0; i < 50 && line.empty(); ++i) {
+    sleep_s(0.1);
+    auto exposition = http_get(metrics_port_, "/metrics");
+    ASSERT_OK(exposition);
+    std::istringstream lines(exposition.value().body);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.rfind("nvshare_client_memory_refused_allocations_total{", 0) == 0 &&
+          l.find("pod=\"limited\"") != std::string::npos && l.substr(l.rfind(' ') + 1) != "0") {
+        line = l;
+      }
+    }
+  }
+  EXPECT_EQ(line.substr(line.rfind(' ') + 1), "1") << "no refusal counted: " << line;
+  auto code = t.wait(30);
+  ASSERT_OK(code);
+  EXPECT_EQ(code.value(), 0) << t.describe();
+  auto report = t.report();
+  ASSERT_OK(report);
+  EXPECT_NE(report.value().dump().find("OUT_OF_MEMORY"), std::string::npos) << report.value().dump();
+}
+
 // A scrape with nothing connected is valid too, and series of a client that left are gone.
 TEST_F(MetricsTest, SeriesOfAGoneClientDisappear) {
   Trainer& t = start_trainer("short", kCappedPod, {"--bytes", "64Mi", "--kernels", "10"});

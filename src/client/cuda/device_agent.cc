@@ -65,6 +65,7 @@ DeviceUsage GpuAgent::usage() {
   usage.resident_bytes = usage.allocated_bytes > swapped ? usage.allocated_bytes - swapped : 0;
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.queue_waited = device_.tracker.bound_waited();
+  usage.refused_allocations = device_.ledger.refused();
   return usage;
 }
 

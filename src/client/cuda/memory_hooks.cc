@@ -28,6 +28,8 @@ using cuda::DeviceState;
 using Space = AllocationTable::Space;
 
 CUresult over_limit(DeviceState& device, std::uint64_t bytes) {
+  device.ledger.note_refused();
+  if (device.link != nullptr) device.link->usage_changed();
   NVSHARE_DEBUG("%s: allocation of %s refused: %s of %s limit in use",
                 device.identity.gpu_uuid.c_str(), format_bytes(bytes).c_str(),
                 format_bytes(device.ledger.used()).c_str(),

@@ -34,6 +34,9 @@ class MemoryLedger {
   explicit MemoryLedger(std::uint64_t limit_bytes = 0) : limit_(limit_bytes) {}
 
   [[nodiscard]] bool try_charge(std::uint64_t bytes);
+  // Allocations refused by the limit so far (reported to the scheduler with the usage).
+  void note_refused() { refused_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   void charge(std::uint64_t bytes);
   void refund(std::uint64_t bytes);  // clamps at zero
 
@@ -63,6 +66,7 @@ class MemoryLedger {
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> limit_;
   std::atomic<bool> unknown_{false};
+  std::atomic<std::uint64_t> refused_{0};
 };
 
 enum class AllocationKind : std::uint8_t {

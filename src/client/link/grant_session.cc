@@ -616,7 +616,8 @@ void GrantSession::send_usage(MonoTime now, bool force) {
   const DeviceUsage usage = probe_.usage();
   const protocol::Usage message{
       usage.allocated_bytes, usage.resident_bytes,
-      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_, pace_permille_};
+      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_, pace_permille_,
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(usage.refused_allocations, UINT32_MAX))};
   if (!force && usage_sent_ && message == last_usage_) return;
   usage_sent_ = true;
   last_usage_ = message;

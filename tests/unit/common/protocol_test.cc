@@ -101,6 +101,22 @@ TEST(Protocol, Version2UsageCarriesNoDeepQueueShare) {
   EXPECT_FALSE(decode_frame(v2_with_share).ok());
 }
 
+TEST(Protocol, Version3UsageCarriesNoRefusedAllocations) {
+  const Message usage = Usage{8ULL << 30, 8ULL << 30, 0, 975, 42};
+  const auto v3 = encode(usage, 3).value();
+  const auto v4 = encode(usage, 4).value();
+  EXPECT_EQ(v3.size() + 4, v4.size());  // the u32 count
+  auto decoded = decode_frame(v4);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message), std::get<Usage>(usage));
+  decoded = decode_frame(v3);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).refused_allocations, 0u);
+  auto v3_with_count = v4;
+  v3_with_count[4] = 3;
+  EXPECT_FALSE(decode_frame(v3_with_count).ok());
+}
+
 TEST(Protocol, DeepQueueShareOverAThousandIsMalformed) {
   for (std::uint16_t permille : {std::uint16_t{1001}, std::uint16_t{0xFFFE}}) {
     auto bytes = encode(Usage{0, 0, 0, 0}, 3).value();
@@ -139,7 +155,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 3, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 4, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }
