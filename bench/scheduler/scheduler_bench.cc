@@ -174,7 +174,8 @@ std::string scrape_once(int port) {
       ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
     char buffer[1 << 16];
     ssize_t n = 0;
-    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) got.append(buffer, static_cast<std::size_t>(n));
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0)
+      got.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
   return got;
@@ -596,12 +597,14 @@ int main(int argc, char** argv) {
     std::printf("  %-58s %12.1f\n", "scrape time p50 (ms, connect -> last byte)",
                 percentile(scrape_ms, 0.50));
     std::printf("  %-58s %12.1f\n", "scrape time p99 (ms)", percentile(scrape_ms, 0.99));
-    std::printf("  %-58s %12.1f\n", "scrape time max (ms)", scrape_ms.empty() ? 0 : scrape_ms.back());
+    std::printf("  %-58s %12.1f\n", "scrape time max (ms)",
+                scrape_ms.empty() ? 0 : scrape_ms.back());
     std::printf("  %-58s %12zu\n", "scrape size (bytes)", scrape_bytes);
     std::printf("  %-58s %12.2f\n", "snapshot time in the daemon's loop p50 (ms)",
                 percentile(snapshot_ms, 0.50));
-    std::printf("  %-58s %12.2f\n", "snapshot time max (ms)",
-                snapshot_ms.empty() ? 0 : *std::max_element(snapshot_ms.begin(), snapshot_ms.end()));
+    std::printf(
+        "  %-58s %12.2f\n", "snapshot time max (ms)",
+        snapshot_ms.empty() ? 0 : *std::max_element(snapshot_ms.begin(), snapshot_ms.end()));
   }
 
   Json out = Json::object();

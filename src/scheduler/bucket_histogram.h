@@ -14,8 +14,8 @@ class BucketHistogram {
  public:
   // Upper bounds, in seconds; a last, implicit bucket is +Inf.
   static constexpr std::array<double, 19> kBounds = {
-      1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
-      2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+      1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
+      2.5e-2, 5e-2,   0.1,  0.25, 0.5,    1,    2.5,  5,      10};
 
   void record(Duration d);
 

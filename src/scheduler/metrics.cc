@@ -166,10 +166,10 @@ void node_families(Exposition& e, const MetricsSnapshot& s) {
   e.family("nvshare_sessions_closed_by_scheduler_total", "counter",
            "Client connections the scheduler closed, by reason.");
   const std::pair<std::string_view, std::uint64_t> closed[] = {
-      {"malformed", d.closed_malformed},   {"protocol", d.closed_protocol},
-      {"version", d.closed_version},       {"slow", d.closed_slow},
+      {"malformed", d.closed_malformed},     {"protocol", d.closed_protocol},
+      {"version", d.closed_version},         {"slow", d.closed_slow},
       {"unknown_gpu", d.closed_unknown_gpu}, {"no_hello", d.closed_no_hello},
-      {"unidentified", d.refused_identity}, {"session_limit", d.refused_limit},
+      {"unidentified", d.refused_identity},  {"session_limit", d.refused_limit},
       {"descriptors", d.refused_descriptors}};
   for (const auto& [reason, n] : closed) e.sample(Labels().add("reason", reason), n);
   e.family("nvshare_received_bytes_total", "counter", "Bytes read from client connections.");
@@ -279,7 +279,8 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
   each("nvshare_client_wait_seconds_total", "counter", "Time waited for the GPU, by reason.",
        [&](const ClientStatus& c, const Labels& l) {
          for (const WaitReason r : kWaitReasons) {
-           e.sample(l.with("reason", protocol::to_string(r)), seconds(c.view.counters.waited_for(r)));
+           e.sample(l.with("reason", protocol::to_string(r)),
+                    seconds(c.view.counters.waited_for(r)));
          }
        });
   each("nvshare_client_waiting", "gauge", "1 while the process waits for the GPU for this reason.",
@@ -304,7 +305,8 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
            e.sample(l.with("reason", protocol::to_string(r)), c.view.counters.revokes_for(r));
          }
        });
-  each("nvshare_client_yields_total", "counter", "Times the process was asked to hand over when idle.",
+  each("nvshare_client_yields_total", "counter",
+       "Times the process was asked to hand over when idle.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.yields); });
   each("nvshare_client_releases_total", "counter", "Releases answering a revoke.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.releases); });

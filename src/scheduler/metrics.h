@@ -20,8 +20,8 @@ namespace nvshare::scheduler {
 struct MetricsSnapshot {
   StatusSnapshot status;
   DaemonStats stats;
-  std::size_t sessions = 0;     // connections open now (registered or not)
-  double start_time_s = 0;      // the scheduler's start, in seconds since the Unix epoch
+  std::size_t sessions = 0;  // connections open now (registered or not)
+  double start_time_s = 0;   // the scheduler's start, in seconds since the Unix epoch
   std::string version;
   // How long the reactor took to take the previous snapshot (its cost to the scheduler's loop).
   double previous_snapshot_s = 0;

@@ -62,7 +62,8 @@ Result<UniqueFd> listen_on(const std::string& host, const std::string& port) {
 
 void set_timeouts(int fd, Duration timeout) {
   timeval tv{};
-  tv.tv_sec = static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+  tv.tv_sec =
+      static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
@@ -78,7 +79,8 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-void respond(int fd, std::string_view status, std::string_view content_type, std::string_view body) {
+void respond(int fd, std::string_view status, std::string_view content_type,
+             std::string_view body) {
   std::string head = "HTTP/1.1 ";
   head += status;
   head += "\r\nContent-Type: ";
@@ -108,7 +110,8 @@ std::optional<std::string> read_request_line(int fd) {
 Result<std::pair<std::string, std::string>> split_host_port(std::string_view address) {
   const std::size_t colon = address.rfind(':');
   const std::string_view port = colon == std::string_view::npos ? "" : address.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos ||
       std::stoul(std::string(port)) > 65535) {
     return make_error("metrics address \"" + std::string(address) +
                       "\" is not host:port with a port of 0..65535");
@@ -134,7 +137,8 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& a
   server->stop_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!server->wanted_.valid() || !server->stop_.valid()) return sys_error("metrics: eventfd");
   MetricsServer* self = server.get();
-  Status added = reactor.add(server->wanted_.get(), EPOLLIN, [self](std::uint32_t) { self->on_wanted(); });
+  Status added =
+      reactor.add(server->wanted_.get(), EPOLLIN, [self](std::uint32_t) { self->on_wanted(); });
   if (!added.ok()) return added.error();
   server->thread_ = std::thread([self] { self->serve(); });
   return server;
@@ -146,7 +150,8 @@ MetricsServer::MetricsServer(Reactor& reactor, Snapshotter snapshotter)
 MetricsServer::~MetricsServer() {
   if (thread_.joinable()) {
     const std::uint64_t one = 1;
-    if (write(stop_.get(), &one, sizeof one) < 0) NVSHARE_WARN("metrics: stop: %s", std::strerror(errno));
+    if (write(stop_.get(), &one, sizeof one) < 0)
+      NVSHARE_WARN("metrics: stop: %s", std::strerror(errno));
     thread_.join();
   }
   if (wanted_.valid()) reactor_.remove(wanted_.get());
@@ -175,7 +180,8 @@ std::shared_ptr<const MetricsSnapshot> MetricsServer::fresh_snapshot() {
   const std::uint64_t seen = generation_;
   const std::uint64_t one = 1;
   if (write(wanted_.get(), &one, sizeof one) < 0 && errno != EAGAIN) return nullptr;
-  if (!published_.wait_for(lock, kSnapshotWait, [&] { return generation_ != seen; })) return nullptr;
+  if (!published_.wait_for(lock, kSnapshotWait, [&] { return generation_ != seen; }))
+    return nullptr;
   return latest_;
 }
 

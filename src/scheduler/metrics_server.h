@@ -12,7 +12,8 @@
 //    picks a free one) and registers the eventfd with `reactor`; call it on the reactor's thread.
 //  - The destructor stops the thread (within one poll interval) and unregisters the eventfd; call
 //    it on the reactor's thread, while the reactor still exists.
-//  - Answers: GET /metrics (200, text format 0.0.4), GET / (200, a pointer to /metrics), other paths
+//  - Answers: GET /metrics (200, text format 0.0.4), GET / (200, a pointer to /metrics), other
+//  paths
 //    404, other methods 405, a request that does not parse 400; 503 when the reactor gave no
 //    snapshot within kSnapshotWait. One request per connection.
 #pragma once
@@ -32,8 +33,8 @@
 
 namespace nvshare::scheduler {
 
-// "host:port", "[v6]:port" or ":port" (every interface) into host and port; fails unless the port is
-// a number of 0..65535.
+// "host:port", "[v6]:port" or ":port" (every interface) into host and port; fails unless the port
+// is a number of 0..65535.
 Result<std::pair<std::string, std::string>> split_host_port(std::string_view address);
 
 class MetricsServer {

@@ -598,8 +598,8 @@ void Scheduler::count_swap(Client& client, const protocol::Usage& usage) {
   client.allocated_bytes = usage.allocated_bytes;
   client.resident_bytes = usage.resident_bytes;
   // A counter: it only grows within a session (what a client says can only mislead this figure).
-  client.refused_allocations = std::max<std::uint64_t>(client.refused_allocations,
-                                                       usage.refused_allocations);
+  client.refused_allocations =
+      std::max<std::uint64_t>(client.refused_allocations, usage.refused_allocations);
 }
 
 StatusSnapshot Scheduler::snapshot(MonoTime now) const {
@@ -710,7 +710,8 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("waited_ms", tenths(to_ms_value(c.view.waited_total)));
       Json waited = Json::object();
       for (const protocol::WaitReason r :
-           {protocol::WaitReason::kMemory, protocol::WaitReason::kTurn, protocol::WaitReason::kQuota}) {
+           {protocol::WaitReason::kMemory, protocol::WaitReason::kTurn,
+            protocol::WaitReason::kQuota}) {
         waited.set(std::string(protocol::to_string(r)),
                    tenths(to_ms_value(c.view.counters.waited_for(r))));
       }

@@ -233,10 +233,10 @@ int cmd_top(const Global& global, std::vector<std::string> rest) {
       std::strftime(stamp, sizeof stamp, "%H:%M:%S", std::localtime(&t));
       std::printf("nvsharectl top  %s  every %gs\n\n", stamp, interval);
       const double seconds = std::chrono::duration<double>(now - previous_at).count();
-      std::fputs(nvshare::tools::render_pod_table(previous ? &*previous : nullptr, answer->body,
-                                                  seconds)
-                     .c_str(),
-                 stdout);
+      std::fputs(
+          nvshare::tools::render_pod_table(previous ? &*previous : nullptr, answer->body, seconds)
+              .c_str(),
+          stdout);
       std::fputs("\n", stdout);
       std::fputs(nvshare::tools::render_status_table(answer->body).c_str(), stdout);
       if (!clear) std::fputs("\n", stdout);

@@ -80,9 +80,7 @@ void render_rows(const std::vector<Row>& rows, std::string& out, const std::stri
   }
 }
 
-double number_of(const Json* value) {
-  return value ? value->as_double().value_or(0) : 0;
-}
+double number_of(const Json* value) { return value ? value->as_double().value_or(0) : 0; }
 
 // Every client object of a status response, by id.
 std::map<std::int64_t, const Json*> clients_by_id(const Json& status) {
@@ -134,7 +132,8 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
       PodRow& row = pods[{pod, text_of(gpu.find("uuid"))}];
       ++row.clients;
       row.allocated += number_of(c.find("allocated_bytes"));
-      row.resident += std::min(number_of(c.find("resident_bytes")), number_of(c.find("allocated_bytes")));
+      row.resident +=
+          std::min(number_of(c.find("resident_bytes")), number_of(c.find("allocated_bytes")));
       const Json* limit = c.find("memory_limit_bytes");
       if (limit && !limit->is_null()) row.limit = bytes_of(limit);
       const Json* core = c.find("core_limit_percent");
@@ -154,7 +153,8 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
       row.memory_ms += waited(c, "memory") - waited(p, "memory");
       row.turn_ms += waited(c, "turn") - waited(p, "turn");
       row.quota_ms += waited(c, "quota") - waited(p, "quota");
-      row.out_bytes += number_of(c.find("swapped_out_bytes")) - number_of(p.find("swapped_out_bytes"));
+      row.out_bytes +=
+          number_of(c.find("swapped_out_bytes")) - number_of(p.find("swapped_out_bytes"));
       row.in_bytes += number_of(c.find("swapped_in_bytes")) - number_of(p.find("swapped_in_bytes"));
     }
   }
@@ -164,13 +164,13 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
                   "MEMORY (ALLOC/ON GPU/LIMIT)", "SWAP OUT", "SWAP IN"});
   for (const auto& [key, r] : pods) {
     const bool known = r.rates && previous != nullptr;
-    rows.push_back({key.first, key.second, std::to_string(r.clients),
-                    rate_percent(r.held_ms, seconds, known), r.cap,
-                    rate_percent(r.memory_ms, seconds, known), rate_percent(r.turn_ms, seconds, known),
-                    rate_percent(r.quota_ms, seconds, known),
-                    format_bytes(static_cast<std::uint64_t>(r.allocated)) + " / " +
-                        format_bytes(static_cast<std::uint64_t>(r.resident)) + " / " + r.limit,
-                    rate_bytes(r.out_bytes, seconds, known), rate_bytes(r.in_bytes, seconds, known)});
+    rows.push_back(
+        {key.first, key.second, std::to_string(r.clients), rate_percent(r.held_ms, seconds, known),
+         r.cap, rate_percent(r.memory_ms, seconds, known), rate_percent(r.turn_ms, seconds, known),
+         rate_percent(r.quota_ms, seconds, known),
+         format_bytes(static_cast<std::uint64_t>(r.allocated)) + " / " +
+             format_bytes(static_cast<std::uint64_t>(r.resident)) + " / " + r.limit,
+         rate_bytes(r.out_bytes, seconds, known), rate_bytes(r.in_bytes, seconds, known)});
   }
   std::string out;
   render_rows(rows, out, "");

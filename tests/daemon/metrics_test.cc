@@ -50,9 +50,11 @@ TEST(Metrics, ClientSeriesCarryEscapedLabelsAndBaseUnits) {
   const std::string text = render_metrics(one_client());
   const std::string labels =
       R"({gpu="GPU-1",client="7",pid="1234",process="py\"th\\on\nx",namespace="ml",pod="trainer-0"})";
-  EXPECT_NE(text.find("nvshare_client_memory_allocated_bytes" + labels + " 1000\n"), std::string::npos)
+  EXPECT_NE(text.find("nvshare_client_memory_allocated_bytes" + labels + " 1000\n"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("nvshare_client_memory_swapped_bytes" + labels + " 400\n"), std::string::npos);
+  EXPECT_NE(text.find("nvshare_client_memory_swapped_bytes" + labels + " 400\n"),
+            std::string::npos);
   EXPECT_NE(text.find("nvshare_client_memory_limit_bytes" + labels + " 2048\n"), std::string::npos);
   EXPECT_NE(text.find("nvshare_client_core_limit_ratio" + labels + " 0.3\n"), std::string::npos);
   EXPECT_NE(text.find("nvshare_client_gpu_seconds_total" + labels + " 1.5\n"), std::string::npos);
@@ -122,7 +124,8 @@ std::string exchange(int port, const std::string& request) {
       write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
     char buffer[4096];
     ssize_t n = 0;
-    while ((n = read(fd, buffer, sizeof buffer)) > 0) reply.append(buffer, static_cast<std::size_t>(n));
+    while ((n = read(fd, buffer, sizeof buffer)) > 0)
+      reply.append(buffer, static_cast<std::size_t>(n));
   }
   close(fd);
   return reply;
@@ -138,7 +141,8 @@ TEST(MetricsServerTest, AnswersFromSnapshotsTheReactorTakes) {
     return one_client();
   });
   ASSERT_TRUE(server.ok()) << server.error().message;
-  const int port = std::stoi(server.value()->address().substr(server.value()->address().rfind(':') + 1));
+  const int port =
+      std::stoi(server.value()->address().substr(server.value()->address().rfind(':') + 1));
   std::string metrics, missing, post;
   std::atomic<bool> done{false};
   std::thread scraper([&] {

@@ -42,12 +42,15 @@ TEST(StatusTable, PodTableShowsRatesBetweenTwoSamples) {
     std::string text = R"({"gpus":[{"uuid":"GPU-1","clients":[
       {"id":1,"pid":10,"namespace":"ml","pod":"trainer","allocated_bytes":1073741824,
        "resident_bytes":1073741824,"memory_limit_bytes":2147483648,"core_limit_percent":30,
-       "held_ms":)" + std::to_string(held) + R"(,"waited_by_reason_ms":{"memory":0,"turn":0,"quota":)" +
-                       std::to_string(quota) + R"(},"swapped_out_bytes":)" + std::to_string(out) + R"(},
+       "held_ms":)" + std::to_string(held) +
+                       R"(,"waited_by_reason_ms":{"memory":0,"turn":0,"quota":)" +
+                       std::to_string(quota) + R"(},"swapped_out_bytes":)" + std::to_string(out) +
+                       R"(},
       {"id":2,"pid":11,"namespace":"ml","pod":"trainer","allocated_bytes":1073741824,
        "resident_bytes":0,"memory_limit_bytes":2147483648,"core_limit_percent":30,
-       "held_ms":)" + std::to_string(held) + R"(,"waited_by_reason_ms":{"quota":)" +
-                       std::to_string(quota) + R"(},"swapped_out_bytes":0})";
+       "held_ms":)" + std::to_string(held) +
+                       R"(,"waited_by_reason_ms":{"quota":)" + std::to_string(quota) +
+                       R"(},"swapped_out_bytes":0})";
     if (lone) text += R"(,{"id":3,"pid":77,"allocated_bytes":0,"core_limit_percent":100})";
     return parse_json(text + "]}]}").value();
   };
@@ -63,7 +66,8 @@ TEST(StatusTable, PodTableShowsRatesBetweenTwoSamples) {
   ASSERT_GE(cells.size(), 8u) << text;
   // POD GPU PROCS SHARE CAP WAIT-MEM WAIT-TURN WAIT-QUOTA
   EXPECT_EQ(std::vector<std::string>(cells.begin(), cells.begin() + 8),
-            (std::vector<std::string>{"ml/trainer", "GPU-1", "2", "30.0%", "30%", "0.0%", "0.0%", "70.0%"}))
+            (std::vector<std::string>{"ml/trainer", "GPU-1", "2", "30.0%", "30%", "0.0%", "0.0%",
+                                      "70.0%"}))
       << text;
   EXPECT_NE(line.find("2Gi / 1Gi / 2Gi"), std::string::npos) << text;
   EXPECT_NE(line.find("512Mi/s"), std::string::npos) << text;

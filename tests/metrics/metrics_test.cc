@@ -162,10 +162,10 @@ class MetricsTest : public ::testing::Test {
     std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                           << "scrape_configs:\n  - job_name: nvshare\n    static_configs:\n"
                           << "      - targets: ['127.0.0.1:" << metrics_port_ << "']\n";
-    auto p = Process::spawn(
-        {on_path("prometheus"), "--config.file=" + config, "--storage.tsdb.path=" + dir_.path() + "/tsdb",
-         "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port_)},
-        {}, dir_.path() + "/prometheus.out", dir_.path() + "/prometheus.log");
+    auto p = Process::spawn({on_path("prometheus"), "--config.file=" + config,
+                             "--storage.tsdb.path=" + dir_.path() + "/tsdb",
+                             "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port_)},
+                            {}, dir_.path() + "/prometheus.out", dir_.path() + "/prometheus.log");
     ASSERT_OK(p);
     prometheus_ = std::move(p).value();
     for (int i = 0; i < 300; ++i) {
@@ -181,7 +181,8 @@ class MetricsTest : public ::testing::Test {
     Env env = gpu_env();
     env["NVSHARE_SOCKET"] = scheduler_->socket();
     env["NVSHARE_POD_UID"] = pod;
-    trainers_.push_back(std::make_unique<Trainer>(TrainerOptions{name, std::move(args)}, dir_.path()));
+    trainers_.push_back(
+        std::make_unique<Trainer>(TrainerOptions{name, std::move(args)}, dir_.path()));
     Status started = trainers_.back()->start(env);
     EXPECT_TRUE(started.ok()) << (started.ok() ? "" : started.error().message);
     return *trainers_.back();
@@ -200,8 +201,8 @@ class MetricsTest : public ::testing::Test {
     std::map<std::string, double> values;
     char time[32];
     std::snprintf(time, sizeof time, "%.3f", at);
-    auto reply = http_get(prometheus_port_,
-                          "/api/v1/query?query=" + url_encode(promql) + "&time=" + time);
+    auto reply =
+        http_get(prometheus_port_, "/api/v1/query?query=" + url_encode(promql) + "&time=" + time);
     EXPECT_TRUE(reply.ok()) << promql;
     if (!reply.ok()) return values;
     EXPECT_EQ(reply.value().status, 200) << promql << ": " << reply.value().body;
@@ -218,7 +219,8 @@ class MetricsTest : public ::testing::Test {
       const Json* metric = series.find("metric");
       const Json* value = series.find("value");
       const Json* label = metric ? metric->find(by) : nullptr;
-      if (value == nullptr || value->as_array() == nullptr || value->as_array()->size() != 2) continue;
+      if (value == nullptr || value->as_array() == nullptr || value->as_array()->size() != 2)
+        continue;
       const std::string* text = (*value->as_array())[1].as_string();
       values[label && label->as_string() ? *label->as_string() : ""] =
           text ? std::strtod(text->c_str(), nullptr) : -1;
@@ -251,10 +253,12 @@ TEST_F(MetricsTest, PrometheusReadsWhatTheWorkloadsImply) {
   // 24 s at 30%; 2 x 12 s of work taking turns.
   Trainer& capped = start_trainer("capped", kCappedPod,
                                   {"--bytes", "1Gi", "--kernels", "720", "--kernel-us", "10000"});
-  Trainer& big_a = start_trainer("big-a", kBigPodA, {"--device", "1", "--bytes", "10Gi",
-                                                     "--kernels", "1200", "--kernel-us", "10000"});
-  Trainer& big_b = start_trainer("big-b", kBigPodB, {"--device", "1", "--bytes", "10Gi",
-                                                     "--kernels", "1200", "--kernel-us", "10000"});
+  Trainer& big_a = start_trainer(
+      "big-a", kBigPodA,
+      {"--device", "1", "--bytes", "10Gi", "--kernels", "1200", "--kernel-us", "10000"});
+  Trainer& big_b = start_trainer(
+      "big-b", kBigPodB,
+      {"--device", "1", "--bytes", "10Gi", "--kernels", "1200", "--kernel-us", "10000"});
   ASSERT_FALSE(HasFailure());
   const double start = unix_now();
   sleep_s(20);
@@ -271,7 +275,8 @@ TEST_F(MetricsTest, PrometheusReadsWhatTheWorkloadsImply) {
   auto share = query("sum by (pod) (rate(nvshare_client_gpu_seconds_total[14s]))", at, "pod");
   measure("capped pod's share (PromQL rate)", 100 * share["capped"], "%");
   EXPECT_NEAR(share["capped"], 0.30, 0.02);
-  auto windowed = query("avg by (pod) (avg_over_time(nvshare_client_gpu_share_ratio[14s]))", at, "pod");
+  auto windowed =
+      query("avg by (pod) (avg_over_time(nvshare_client_gpu_share_ratio[14s]))", at, "pod");
   measure("capped pod's share over the quota window, averaged", 100 * windowed["capped"], "%");
   EXPECT_NEAR(windowed["capped"], 0.30, 0.02);
   auto quota_wait = query(
@@ -339,7 +344,8 @@ TEST_F(MetricsTest, RefusedAllocationsAreCounted) {
   EXPECT_EQ(code.value(), 0) << t.describe();
   auto report = t.report();
   ASSERT_OK(report);
-  EXPECT_NE(report.value().dump().find("OUT_OF_MEMORY"), std::string::npos) << report.value().dump();
+  EXPECT_NE(report.value().dump().find("OUT_OF_MEMORY"), std::string::npos)
+      << report.value().dump();
 }
 
 // A scrape with nothing connected is valid too, and series of a client that left are gone.
@@ -362,7 +368,8 @@ TEST_F(MetricsTest, SeriesOfAGoneClientDisappear) {
   for (std::string line; std::getline(lines, line);) {
     EXPECT_NE(line.rfind("nvshare_client_", 0), 0u) << "a client series remains: " << line;
   }
-  EXPECT_EQ(exposition.value().body.find("pid=\"" + std::to_string(t.pid()) + "\""), std::string::npos);
+  EXPECT_EQ(exposition.value().body.find("pid=\"" + std::to_string(t.pid()) + "\""),
+            std::string::npos);
   EXPECT_NE(exposition.value().body.find("nvshare_clients 0\n"), std::string::npos);
   auto lint = promtool_check(dir_.path(), exposition.value().body);
   ASSERT_OK(lint);

@@ -387,8 +387,8 @@ Duration WorkTracker::drain() noexcept {
     if (tau_ns_ == 0 && submitted > marked_) {
       record_locked(work, nullptr, submitted, /*context_wide=*/true);
     }
-    const bool measurable = tau_ns_ == 0 && !reap_locked(work) &&
-                            work.pending.front().recorded >= work.last_done;
+    const bool measurable =
+        tau_ns_ == 0 && !reap_locked(work) && work.pending.front().recorded >= work.last_done;
     const MonoTime began = measurable ? work.pending.front().recorded : MonoTime{};
     const CUresult rc = driver().cuCtxSynchronize();
     if (rc != CUDA_SUCCESS) NVSHARE_DEBUG("drain: cuCtxSynchronize: %s", hooks::error_name(rc));

@@ -10,18 +10,18 @@
 //
 // Drain bound (the only place besides the grant where an application thread may block), by time:
 // the tracker learns the GPU time one submission takes (tau: measured whenever a thread waits for a
-// marker, from the marker's completion time, and at every drain, as an average), estimates the queued GPU time as the
-// pending markers' submissions times tau, and when recording a marker waits (cuEventSynchronize,
-// outside every lock) for the marker after which at most the drain bound (NVSHARE_DRAIN_BOUND_MS)
-// of work remains. Markers are spaced so that one covers about half the bound (at most kMarkerEvery
-// submissions). Whatever tau says, a thread also waits for every marker older than the bound, and
-// whenever more than kMaxPendingMarkers markers of unknown length are pending (before tau is
-// measured, every marker is: at most two submissions of unknown length are queued before the first
-// measurement). When the link thread's idle check finds a marker older than the bound still
-// pending, the next submission is a marker point (kernels that became longer than tau says are
-// caught within an idle check, not after kMarkerEvery submissions). So a revoke's drain waits for
-// about the bound at most, for short and long kernels alike, while launch-bound work (tiny kernels
-// the GPU keeps up with) never waits.
+// marker, from the marker's completion time, and at every drain, as an average), estimates the
+// queued GPU time as the pending markers' submissions times tau, and when recording a marker waits
+// (cuEventSynchronize, outside every lock) for the marker after which at most the drain bound
+// (NVSHARE_DRAIN_BOUND_MS) of work remains. Markers are spaced so that one covers about half the
+// bound (at most kMarkerEvery submissions). Whatever tau says, a thread also waits for every marker
+// older than the bound, and whenever more than kMaxPendingMarkers markers of unknown length are
+// pending (before tau is measured, every marker is: at most two submissions of unknown length are
+// queued before the first measurement). When the link thread's idle check finds a marker older than
+// the bound still pending, the next submission is a marker point (kernels that became longer than
+// tau says are caught within an idle check, not after kMarkerEvery submissions). So a revoke's
+// drain waits for about the bound at most, for short and long kernels alike, while launch-bound
+// work (tiny kernels the GPU keeps up with) never waits.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU

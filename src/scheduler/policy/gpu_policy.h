@@ -153,7 +153,8 @@ class GpuPolicy {
   // Whether the client is being revoked (a release from it answers the revoke).
   bool revoking(ClientId client) const {
     const ClientRecord* c = find(client);
-    return c != nullptr && (c->state == ClientState::kRevoking || c->state == ClientState::kUnresponsive);
+    return c != nullptr &&
+           (c->state == ClientState::kRevoking || c->state == ClientState::kUnresponsive);
   }
 
   // Replaces the configuration; takes effect for the next decisions (may grant or revoke at once).

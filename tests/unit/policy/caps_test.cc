@@ -2,9 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include <algorithm>
+#include <random>
 
 #include "harness.h"
 #include "scheduler/policy/quota.h"

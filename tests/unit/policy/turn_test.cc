@@ -233,7 +233,8 @@ TEST(Yield, AHolderIsAskedOnlyOnceItHasHadAsMuchAsTheHead) {
 // Turns that move no memory follow the fair clocks: two clients that never idle alternate in turns
 // of a slice (0.5 s) each, with nothing to swap, long before a quantum would end them; a 30% cap
 // beside an uncapped client (entitled 70%) takes turns of 0.15 s against 0.35 s. Their buckets
-// cycle by the same slice (0.15 s on, 0.35 s off; 0.35 s on, 0.15 s off), so turns end by either rule.
+// cycle by the same slice (0.15 s on, 0.35 s off; 0.35 s on, 0.15 s off), so turns end by either
+// rule.
 TEST(Turns, TurnsThatMoveNoMemoryLastASliceTimesTheWeight) {
   for (const std::uint8_t cap : {std::uint8_t{100}, std::uint8_t{30}}) {
     SCOPED_TRACE(static_cast<int>(cap));
