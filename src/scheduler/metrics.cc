@@ -10,12 +10,10 @@ namespace nvshare::scheduler {
 namespace {
 
 using policy::ClientState;
+using policy::kRevokeReasons;
+using policy::kWaitReasons;
 using protocol::RevokeReason;
 using protocol::WaitReason;
-
-constexpr WaitReason kWaitReasons[] = {WaitReason::kMemory, WaitReason::kTurn, WaitReason::kQuota};
-constexpr RevokeReason kRevokeReasons[] = {RevokeReason::kTurn, RevokeReason::kQuota,
-                                           RevokeReason::kMemory, RevokeReason::kAdmin};
 
 // A label set, already rendered: `{a="x",b="y"}` without the braces.
 class Labels {
@@ -292,10 +290,7 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
        });
   each("nvshare_client_running", "gauge", "1 while the process holds the GPU.",
        [&](const ClientStatus& c, const Labels& l) {
-         const bool holds = c.view.state == ClientState::kRunning ||
-                            c.view.state == ClientState::kRevoking ||
-                            c.view.state == ClientState::kUnresponsive;
-         e.sample(l, std::uint64_t{holds ? 1u : 0u});
+         e.sample(l, std::uint64_t{policy::holds(c.view.state) ? 1u : 0u});
        });
   each("nvshare_client_grants_total", "counter", "Grants made to the process.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.grants); });

@@ -306,17 +306,16 @@ void Scheduler::request(ClientId client, MonoTime now) {
 void Scheduler::release(ClientId client, const protocol::Released& released, MonoTime now) {
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
+  const auto from_us = [](std::uint64_t us) -> Duration {
+    return std::chrono::microseconds(
+        static_cast<std::int64_t>(std::min<std::uint64_t>(us, INT64_MAX / 1000)));
+  };
+  const Duration drained = from_us(released.drain_us);
   if (auto gpu = gpus_.find(it->second.gpu);
       gpu != gpus_.end() && gpu->second->policy.revoking(client)) {
-    gpu->second->drains.record(std::chrono::microseconds(
-        static_cast<std::int64_t>(std::min<std::uint64_t>(released.drain_us, INT64_MAX / 1000))));
+    gpu->second->drains.record(drained);
   }
-  feed(it->second.gpu,
-       policy::Released{client, released.epoch,
-                        std::chrono::microseconds(static_cast<std::int64_t>(
-                            std::min<std::uint64_t>(released.held_us, INT64_MAX / 1000))),
-                        std::chrono::microseconds(static_cast<std::int64_t>(
-                            std::min<std::uint64_t>(released.drain_us, INT64_MAX / 1000)))},
+  feed(it->second.gpu, policy::Released{client, released.epoch, from_us(released.held_us), drained},
        now);
 }
 
@@ -709,18 +708,14 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("held_ms", tenths(to_ms_value(c.view.held_total)));
       j.set("waited_ms", tenths(to_ms_value(c.view.waited_total)));
       Json waited = Json::object();
-      for (const protocol::WaitReason r :
-           {protocol::WaitReason::kMemory, protocol::WaitReason::kTurn,
-            protocol::WaitReason::kQuota}) {
+      for (const protocol::WaitReason r : policy::kWaitReasons) {
         waited.set(std::string(protocol::to_string(r)),
                    tenths(to_ms_value(c.view.counters.waited_for(r))));
       }
       j.set("waited_by_reason_ms", std::move(waited));
       j.set("grants", c.view.counters.grants);
       Json revokes = Json::object();
-      for (const protocol::RevokeReason r :
-           {protocol::RevokeReason::kTurn, protocol::RevokeReason::kQuota,
-            protocol::RevokeReason::kMemory, protocol::RevokeReason::kAdmin}) {
+      for (const protocol::RevokeReason r : policy::kRevokeReasons) {
         revokes.set(std::string(protocol::to_string(r)), c.view.counters.revokes_for(r));
       }
       j.set("revokes", std::move(revokes));

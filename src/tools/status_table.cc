@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "common/quantity.h"
@@ -82,16 +84,25 @@ void render_rows(const std::vector<Row>& rows, std::string& out, const std::stri
 
 double number_of(const Json* value) { return value ? value->as_double().value_or(0) : 0; }
 
+// Member `key` of `object` as an array; an empty one when absent or not an array.
+const Json::Array& array_at(const Json& object, std::string_view key) {
+  static const Json::Array kNone;
+  const Json* value = object.find(key);
+  const Json::Array* array = value ? value->as_array() : nullptr;
+  return array ? *array : kNone;
+}
+
+std::optional<std::int64_t> id_of(const Json& client) {
+  const Json* id = client.find("id");
+  return id ? id->as_int64() : std::nullopt;
+}
+
 // Every client object of a status response, by id.
 std::map<std::int64_t, const Json*> clients_by_id(const Json& status) {
   std::map<std::int64_t, const Json*> out;
-  const Json* gpus = status.find("gpus");
-  if (gpus == nullptr || gpus->as_array() == nullptr) return out;
-  for (const Json& gpu : *gpus->as_array()) {
-    const Json* clients = gpu.find("clients");
-    if (clients == nullptr || clients->as_array() == nullptr) continue;
-    for (const Json& c : *clients->as_array()) {
-      if (auto id = c.find("id") ? c.find("id")->as_int64() : std::nullopt) out[*id] = &c;
+  for (const Json& gpu : array_at(status, "gpus")) {
+    for (const Json& c : array_at(gpu, "clients")) {
+      if (auto id = id_of(c)) out[*id] = &c;
     }
   }
   return out;
@@ -123,10 +134,8 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
   const std::map<std::int64_t, const Json*> before =
       previous ? clients_by_id(*previous) : std::map<std::int64_t, const Json*>{};
   std::map<std::pair<std::string, std::string>, PodRow> pods;  // (pod, gpu)
-  const Json* gpus = current.find("gpus");
-  for (const Json& gpu : gpus && gpus->as_array() ? *gpus->as_array() : Json::Array{}) {
-    const Json* clients = gpu.find("clients");
-    for (const Json& c : clients && clients->as_array() ? *clients->as_array() : Json::Array{}) {
+  for (const Json& gpu : array_at(current, "gpus")) {
+    for (const Json& c : array_at(gpu, "clients")) {
       std::string pod = pod_of(c);
       if (pod == "-") pod = "pid " + text_of(c.find("pid"));
       PodRow& row = pods[{pod, text_of(gpu.find("uuid"))}];
@@ -138,7 +147,7 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
       if (limit && !limit->is_null()) row.limit = bytes_of(limit);
       const Json* core = c.find("core_limit_percent");
       if (core && core->as_int64() != 100) row.cap = percent_of(core);
-      const auto id = c.find("id") ? c.find("id")->as_int64() : std::nullopt;
+      const auto id = id_of(c);
       const auto was = id ? before.find(*id) : before.end();
       if (was == before.end()) {
         row.rates = false;

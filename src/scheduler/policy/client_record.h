@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/mono_time.h"
@@ -15,6 +16,19 @@
 namespace nvshare::policy {
 
 enum class ClientState { kIdle, kWaiting, kRunning, kRevoking, kUnresponsive };
+
+// Holds a grant epoch (is billed as one of the n holders).
+inline bool holds(ClientState state) {
+  return state == ClientState::kRunning || state == ClientState::kRevoking ||
+         state == ClientState::kUnresponsive;
+}
+
+// The reasons ClientCounters counts, in the order status and metrics list them (a yield is counted
+// apart: it takes nothing back).
+inline constexpr std::array<WaitReason, 3> kWaitReasons = {WaitReason::kMemory, WaitReason::kTurn,
+                                                           WaitReason::kQuota};
+inline constexpr std::array<RevokeReason, 4> kRevokeReasons = {
+    RevokeReason::kTurn, RevokeReason::kQuota, RevokeReason::kMemory, RevokeReason::kAdmin};
 
 // What happened to a client since it registered, for monitoring (metrics, status). Counted by the
 // engine as it decides; nothing depends on them.
@@ -27,6 +41,9 @@ struct ClientCounters {
   // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before
   // any reason was given (the moment between a request and its grant or first wait reason).
   std::array<Duration, 4> waited{};
+  static_assert(static_cast<std::size_t>(WaitReason::kQuota) < std::tuple_size_v<decltype(waited)>);
+  static_assert(static_cast<std::size_t>(RevokeReason::kYield) <
+                std::tuple_size_v<decltype(revokes)>);
 
   std::uint64_t revokes_for(RevokeReason r) const { return revokes[static_cast<std::size_t>(r)]; }
   Duration waited_for(WaitReason r) const { return waited[static_cast<std::size_t>(r)]; }
@@ -84,11 +101,9 @@ struct ClientRecord {
   bool capped() const { return limits.core_percent < 100; }
   // The cap in percent, 1..100 (0 never reaches us from the wire; treated as the smallest cap).
   int cap_percent() const { return std::max<int>(1, limits.core_percent); }
-  // Holds a grant epoch (is billed as one of the n holders).
-  bool holds() const {
-    return state == ClientState::kRunning || state == ClientState::kRevoking ||
-           state == ClientState::kUnresponsive;
-  }
+  bool holds() const { return policy::holds(state); }
+  // The slot of counters.waited the wait in progress is booked to.
+  std::size_t wait_slot() const { return wait_reason ? static_cast<std::size_t>(*wait_reason) : 0; }
   // Keeps others out: its memory counts and, in exclusive mode, its presence. An unresponsive
   // holder has stopped blocking.
   bool blocks() const { return state == ClientState::kRunning || state == ClientState::kRevoking; }

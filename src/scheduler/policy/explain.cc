@@ -84,8 +84,7 @@ GpuView GpuPolicy::view(MonoTime now) const {
     cv.saturating = c.saturating;
     cv.counters = c.counters;
     if (c.state == ClientState::kWaiting && now > c.wait_reason_since) {
-      const std::size_t i = c.wait_reason ? static_cast<std::size_t>(*c.wait_reason) : 0;
-      if (i < cv.counters.waited.size()) cv.counters.waited[i] += now - c.wait_reason_since;
+      cv.counters.waited[c.wait_slot()] += now - c.wait_reason_since;
     }
     v.clients.push_back(cv);
   }

@@ -544,10 +544,7 @@ void GpuPolicy::set_state(ClientRecord& c, ClientState state, MonoTime now) {
 
 // Books the wait since the reason last changed to that reason.
 void GpuPolicy::book_wait(ClientRecord& c, MonoTime now) {
-  const std::size_t i = c.wait_reason ? static_cast<std::size_t>(*c.wait_reason) : 0;
-  if (i < c.counters.waited.size() && now > c.wait_reason_since) {
-    c.counters.waited[i] += now - c.wait_reason_since;
-  }
+  if (now > c.wait_reason_since) c.counters.waited[c.wait_slot()] += now - c.wait_reason_since;
   c.wait_reason_since = now;
 }
 
