@@ -596,6 +596,36 @@ class Bench:
         self.metric("two_gpu_cap_error_max_points", v, "<= 2", v is not None and v <= 2, "points", rows=rows)
 
 
+    def multi_notfit(self):
+        """Two GPUs, two memory-bound jobs on each that cannot run together there (16Gi virtual
+        capacity): each GPU's pair takes turns with swap on its own. Makespan per GPU over the serial
+        sum of native single times, and each GPU's release-to-grant gaps while the other swaps."""
+        name = "multi_notfit"
+        d = self.scenario_dir(name)
+        single = self.native_single["membound"]
+        rows, gaps = [], {"0": [], "1": []}
+        for i in range(max(1, self.repeats - 1)):
+            trace = str(d / f"trace{i}.jsonl")
+            jobs = [(self.sized("membound", g), {"NVSHARE_TRACE_FILE": trace}) for g in ("0", "0", "1", "1")]
+            with Scheduler(self, d, ["--capacity", "16Gi"]) as s:
+                r = self.run_jobs(name, jobs, env=s.env())
+            events = read_trace(trace)
+            uuids = sorted({e["gpu"] for e in events})
+            for g, pair in (("0", r[:2]), ("1", r[2:])):
+                span = self.makespan(pair)
+                rows.append({"gpu": g, "repeat": i, "makespan_over_serial": span / (2 * single) if span else None})
+            for k, uuid in enumerate(uuids[:2]):
+                _, g_ = handoff_latencies([e for e in events if e["gpu"] == uuid])
+                gaps[str(k)] += g_
+        v = max((x["makespan_over_serial"] for x in rows), default=None) if all(x["makespan_over_serial"] for x in rows) else None
+        self.metric("two_gpu_notfit_makespan_over_serial", v, "<= 1.05 on each GPU", v is not None and v <= 1.05,
+                    "x serial", native=None, rows=rows,
+                    note="the worst GPU of every repeat; natively each pair does not fit")
+        worst = max((percentile(g_, 99) or 0) for g_ in gaps.values()) if all(gaps.values()) else None
+        self.metric("two_gpu_notfit_release_to_grant_p99_ms", worst, "<= 5 on each GPU", worst is not None and worst <= 5,
+                    "ms", per_gpu={k: {"p50": percentile(v_, 50), "p99": percentile(v_, 99), "samples": len(v_)} for k, v_ in gaps.items()},
+                    note="a hand-off on one GPU while the other GPU's pair swaps")
+
     def ddp_ranks(self, steps, extra=None, world=2):
         """One DDP run (ddp.py), one rank per GPU; returns the ranks' JSON."""
         with socket.socket() as probe:
@@ -703,7 +733,7 @@ PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto", "latency"],
     "turns": ["notfit", "caps", "capdeep"],
-    "multi": ["multi", "ddp"],
+    "multi": ["multi", "multi_notfit", "ddp"],
 }
 
 
@@ -729,14 +759,14 @@ def main():
                "repeats": args.repeats}
     needs = set()
     if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "caps_auto", "multi",
-                                    "capdeep")):
+                                    "multi_notfit", "capdeep")):
         needs |= {"membound", "matmul"}
     if "idle3" in scenarios:
         needs.add("idle")
     if "latency" in scenarios:
         needs.add("matmul")
     bench.calibrate(sorted(needs))
-    if "single" not in scenarios and any(s in scenarios for s in ("pair_fit", "notfit")):
+    if "single" not in scenarios and any(s in scenarios for s in ("pair_fit", "notfit", "multi_notfit")):
         # The efficiency and serial-sum rows divide by native single times: measure them.
         bench.native_single = {}
         for kind in ("membound", "matmul"):
