@@ -82,8 +82,6 @@ struct ClientRecord {
   std::optional<WaitReason> wait_reason;  // the reason last sent for this wait
   MonoTime wait_reason_since{};           // when it was sent (or the wait began)
   bool throttled = false;  // waits until its quota bucket is back at the resume level
-  // A capped client's pause ends no earlier than this (ResumeNotBefore); cleared at its grant.
-  std::optional<MonoTime> resume_floor;
   Duration waited_total{0};
   ClientCounters counters;
 

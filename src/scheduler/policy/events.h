@@ -71,22 +71,11 @@ struct Disconnected {
   ClientId client = 0;
 };
 
-// The processes of one job on other GPUs (gang.h) pause for their caps and run again no earlier than
-// `at`: a capped client pauses with them until then (running, it is revoked for quota; waiting for
-// its bucket, it also waits for `at`), so that the job's processes run at the same time (work that
-// waits on another GPU's, such as a collective, is not billed while the other GPU's process
-// pauses). nullopt, or a time already past: no floor. Only capped clients are affected; the floor
-// goes at the client's next grant.
-struct ResumeNotBefore {
-  ClientId client = 0;
-  std::optional<MonoTime> at;
-};
-
 // The time returned by next_deadline() has come (the engine re-evaluates everything due by `now`).
 struct DeadlineReached {};
 
 using Event = std::variant<Registered, Requested, Released, UsageReported, LimitsChanged,
-                           Disconnected, ResumeNotBefore, DeadlineReached>;
+                           Disconnected, DeadlineReached>;
 
 // ---- actions ------------------------------------------------------------------------------------
 

@@ -65,36 +65,11 @@ std::vector<Action> GpuPolicy::handle(const Event& event, MonoTime now) {
                  [&](const UsageReported& e) { on_usage(e); },
                  [&](const LimitsChanged& e) { on_limits(e, out); },
                  [&](const Disconnected& e) { on_disconnected(e); },
-                 [&](const ResumeNotBefore& e) {
-                   if (ClientRecord* c = find(e.client)) c->resume_floor = e.at;
-                 },
                  [&](const DeadlineReached&) {},
              },
              event);
   schedule(now, out);
   return out;
-}
-
-std::optional<MonoTime> GpuPolicy::gang_pause_ends(ClientId client) const {
-  const ClientRecord* c = find(client);
-  if (c == nullptr || !c->capped() || !c->quota) return std::nullopt;
-  if (c->state == ClientState::kWaiting && c->throttled) {
-    if (c->quota->refilled()) return now_;
-    return c->quota->refilled_at();
-  }
-  if (c->state == ClientState::kRevoking && c->revoke_reason == RevokeReason::kQuota) {
-    return c->unresponsive_at;
-  }
-  return std::nullopt;
-}
-
-std::optional<MonoTime> GpuPolicy::resume_floor(ClientId client) const {
-  const ClientRecord* c = find(client);
-  return c != nullptr ? c->resume_floor : std::nullopt;
-}
-
-bool GpuPolicy::held_by_floor(const ClientRecord& c) const {
-  return c.capped() && c.resume_floor && *c.resume_floor > now_;
 }
 
 std::vector<Action> GpuPolicy::reconfigure(const PolicyConfig& config, MonoTime now) {
@@ -264,9 +239,7 @@ void GpuPolicy::update_rates() {
   for (ClientRecord& c : clients_) {
     const double rate = c.holds() ? 1.0 / holders : 0.0;
     c.usage.set_rate(rate);
-    // Waiting only for its gang's floor, it is owed nothing beyond its depth.
-    const bool wants = c.active() && !(c.throttled && held_by_floor(c) && c.quota->refilled());
-    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window, wants);
+    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window, c.active());
   }
 }
 
@@ -274,8 +247,7 @@ void GpuPolicy::update_rates() {
 // entitlements bind.
 void GpuPolicy::release_throttles() {
   for (ClientRecord& c : clients_) {
-    if (c.capped() && c.state == ClientState::kWaiting && c.throttled && c.quota->refilled() &&
-        !held_by_floor(c)) {
+    if (c.capped() && c.state == ClientState::kWaiting && c.throttled && c.quota->refilled()) {
       c.throttled = false;
     }
   }
@@ -320,9 +292,7 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
 
 void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
-    if (c.state != ClientState::kRunning || !binds(c) || (!c.quota->spent() && !held_by_floor(c))) {
-      continue;
-    }
+    if (c.state != ClientState::kRunning || !binds(c) || !c.quota->spent()) continue;
     // Memory must move only if the client that runs next cannot sit beside it.
     const ClientRecord* next = head();
     bool swap_out = false;
@@ -545,9 +515,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
     if (c.state == ClientState::kRunning && binds(c)) consider(c.quota->spent_at());
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
-      std::optional<MonoTime> refilled = c.quota->refilled_at();
-      if (refilled && c.capped() && c.resume_floor) refilled = std::max(*refilled, *c.resume_floor);
-      consider(refilled);
+      consider(c.quota->refilled_at());
     }
   }
   if (const ClientRecord* next = head()) {
@@ -587,8 +555,7 @@ void GpuPolicy::enqueue(ClientRecord& c, MonoTime now, bool memory_in_place) {
   c.wait_reason_since = now;
   // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work; a client
   // preempted with its memory left in place costs none, so any budget left is worth a grant.
-  c.throttled = binds(c) && ((!c.quota->may_enter() && (!memory_in_place || c.quota->spent())) ||
-                              held_by_floor(c));
+  c.throttled = binds(c) && !c.quota->may_enter() && (!memory_in_place || c.quota->spent());
   queue_.push_back(c.id);
 }
 
@@ -600,7 +567,6 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   c.runs_from = now + swap_in_estimate(c);
   c.wait_reason.reset();
   c.throttled = false;
-  c.resume_floor.reset();
   c.swap_out = false;
   out.push_back(SendGrant{c.id, c.epoch});
 }

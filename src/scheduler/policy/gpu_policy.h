@@ -61,10 +61,6 @@
 //    window: QuotaLedger::set_cycle). Time held after
 //    the revoke (the drain) is billed too, so overshoot carries forward. An uncapped client is
 //    charged only while it is held to an entitlement.
-//  - Gangs: a capped client given a resume floor later than now (ResumeNotBefore: the processes
-//    of its job on other GPUs pause for their caps, gang.h) pauses too: running, it is revoked
-//    (reason quota); waiting for its bucket, it resumes no earlier than the floor. The floor goes
-//    at its grant. While it waits only for the floor, its bucket does not rise above its depth.
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
 //    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
@@ -160,14 +156,6 @@ class GpuPolicy {
     return c != nullptr &&
            (c->state == ClientState::kRevoking || c->state == ClientState::kUnresponsive);
   }
-
-  // What gang.h couples across GPUs. A capped client pausing for its cap: waiting for its bucket,
-  // when the bucket is back at the resume level by its own refill (now when it already is); revoked
-  // for quota and still draining, when it stops blocking others at the latest. nullopt for any
-  // other client.
-  std::optional<MonoTime> gang_pause_ends(ClientId client) const;
-  // The resume floor in force for a client (ResumeNotBefore), nullopt when none.
-  std::optional<MonoTime> resume_floor(ClientId client) const;
 
   // Replaces the configuration; takes effect for the next decisions (may grant or revoke at once).
   // A configuration that fails validate() is ignored.
@@ -292,8 +280,6 @@ class GpuPolicy {
   // Revoked and throttled by its bucket now: a capped client, or an uncapped one whose
   // entitlement binds.
   bool binds(const ClientRecord& c) const;
-  // A capped client whose resume floor lies ahead: it pauses with its gang.
-  bool held_by_floor(const ClientRecord& c) const;
   // One runner at a time: exclusive mode, or any mode while entitlements bind (a capped client
   // wants the GPU). A GPU that time-slices gives co-running processes shares nobody controls, so
   // a cap is enforced by time-division, where the time held is the time had.
