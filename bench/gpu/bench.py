@@ -664,11 +664,19 @@ class Bench:
                     diff is not None and diff == 0.0, "", steps=steps,
                     native_first_last=[a[0], a[-1]] if a else None,
                     nvshare_first_last=[b[0], b[-1]] if b else None)
-        # Each rank capped at 50% with a memory limit: the share of native throughput per GPU.
+
+    def ddp_cap(self):
+        """Each DDP rank capped at 50% with a 16Gi memory limit: the share of native throughput per
+        GPU (the ranks' grant trace is kept in the raw data)."""
+        name = "ddp_cap"
+        d = self.scenario_dir(name)
+        steps = 300
         base = self.ddp_ranks(steps)
+        trace = str(d / "trace.jsonl")
         with Scheduler(self, d, []) as s:
             capped = self.ddp_ranks(steps, s.env({"NVSHARE_CORE_LIMIT": "50",
-                                                  "NVSHARE_MEMORY_LIMIT": "16Gi"}))
+                                                  "NVSHARE_MEMORY_LIMIT": "16Gi",
+                                                  "NVSHARE_TRACE_FILE": trace}))
         rows = []
         for b_, c_ in zip(base, capped):
             share = (100.0 * c_["steady_rate"] / b_["steady_rate"]
@@ -733,7 +741,7 @@ PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto", "latency"],
     "turns": ["notfit", "caps", "capdeep"],
-    "multi": ["multi", "multi_notfit", "ddp"],
+    "multi": ["multi", "multi_notfit", "ddp", "ddp_cap"],
 }
 
 
