@@ -1,10 +1,11 @@
 #include "scheduler/metrics.h"
 
-#include <charconv>
 #include <cmath>
 #include <functional>
 #include <string_view>
 #include <vector>
+
+#include "common/exposition.h"
 
 namespace nvshare::scheduler {
 namespace {
@@ -15,106 +16,19 @@ using policy::kWaitReasons;
 using protocol::RevokeReason;
 using protocol::WaitReason;
 
-// A label set, already rendered: `{a="x",b="y"}` without the braces.
-class Labels {
- public:
-  Labels() = default;
-  Labels& add(std::string_view name, std::string_view value) {
-    if (value.empty()) return *this;  // an empty value is the same as no label
-    if (!text_.empty()) text_ += ',';
-    text_ += name;
-    text_ += "=\"";
-    for (const char ch : value) {
-      if (ch == '\\') {
-        text_ += "\\\\";
-      } else if (ch == '"') {
-        text_ += "\\\"";
-      } else if (ch == '\n') {
-        text_ += "\\n";
-      } else {
-        text_ += ch;
-      }
+// The histogram samples of a family: cumulative buckets, sum and count.
+void histogram(Exposition& out, const Labels& labels, const BucketHistogram& h) {
+  for (std::size_t i = 0; i <= BucketHistogram::kBounds.size(); ++i) {
+    std::string le = "+Inf";
+    if (i < BucketHistogram::kBounds.size()) {
+      le.clear();
+      append_number(le, BucketHistogram::kBounds[i]);
     }
-    text_ += '"';
-    return *this;
+    out.sample(labels.with("le", le), h.cumulative(i), "_bucket");
   }
-  Labels with(std::string_view name, std::string_view value) const {
-    Labels copy = *this;
-    copy.add(name, value);
-    return copy;
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  std::string text_;
-};
-
-void append_number(std::string& out, double value) {
-  if (std::isnan(value)) {
-    out += "NaN";
-    return;
-  }
-  if (std::isinf(value)) {
-    out += value > 0 ? "+Inf" : "-Inf";
-    return;
-  }
-  char buffer[64];
-  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  out.append(buffer, ec == std::errc{} ? end : buffer);
+  out.sample(labels, h.sum_seconds(), "_sum");
+  out.sample(labels, h.count(), "_count");
 }
-
-void append_number(std::string& out, std::uint64_t value) {
-  char buffer[32];
-  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  out.append(buffer, ec == std::errc{} ? end : buffer);
-}
-
-// Writes families one at a time: the header, then every sample of the family.
-class Exposition {
- public:
-  void family(std::string_view name, std::string_view type, std::string_view help) {
-    name_ = name;
-    out_ += "# HELP ";
-    out_ += name;
-    out_ += ' ';
-    out_ += help;
-    out_ += "\n# TYPE ";
-    out_ += name;
-    out_ += ' ';
-    out_ += type;
-    out_ += '\n';
-  }
-  template <typename Number>
-  void sample(const Labels& labels, Number value, std::string_view suffix = {}) {
-    out_ += name_;
-    out_ += suffix;
-    if (!labels.text().empty()) {
-      out_ += '{';
-      out_ += labels.text();
-      out_ += '}';
-    }
-    out_ += ' ';
-    append_number(out_, value);
-    out_ += '\n';
-  }
-  void histogram(const Labels& labels, const BucketHistogram& h) {
-    for (std::size_t i = 0; i <= BucketHistogram::kBounds.size(); ++i) {
-      std::string le = "+Inf";
-      if (i < BucketHistogram::kBounds.size()) {
-        le.clear();
-        append_number(le, BucketHistogram::kBounds[i]);
-      }
-      sample(labels.with("le", le), h.cumulative(i), "_bucket");
-    }
-    sample(labels, h.sum_seconds(), "_sum");
-    sample(labels, h.count(), "_count");
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-  std::string_view name_;
-};
 
 double seconds(Duration d) { return to_seconds(d); }
 double ratio(double percent) { return percent / 100.0; }
@@ -182,7 +96,7 @@ void node_families(Exposition& e, const MetricsSnapshot& s) {
   e.family("nvshare_handoff_latency_seconds", "histogram",
            "From a request or release being read to the grant it caused being written "
            "(one observation per grant).");
-  e.histogram(Labels(), d.decision_buckets);
+  histogram(e, Labels(), d.decision_buckets);
 }
 
 void gpu_families(Exposition& e, const StatusSnapshot& s) {
@@ -230,7 +144,7 @@ void gpu_families(Exposition& e, const StatusSnapshot& s) {
        [&](const GpuStatus& g, const Labels& l) { e.sample(l, g.view.unresponsive_holders); });
   each("nvshare_gpu_drain_seconds", "histogram",
        "From a revoke to the client's queued work being done, as the clients measure it.",
-       [&](const GpuStatus& g, const Labels& l) { e.histogram(l, g.drains); });
+       [&](const GpuStatus& g, const Labels& l) { histogram(e, l, g.drains); });
 }
 
 void client_families(Exposition& e, const std::vector<ClientRow>& rows) {

@@ -1,10 +1,6 @@
 #include "scheduler/metrics_server.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,134 +9,27 @@
 #include "common/log.h"
 
 namespace nvshare::scheduler {
-namespace {
-
-constexpr int kPollMs = 200;
-
-Error sys_error(const std::string& what) { return make_error(what + ": " + std::strerror(errno)); }
-
-std::string bound_address(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  char host[NI_MAXHOST] = {};
-  char port[NI_MAXSERV] = {};
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, port, sizeof port,
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "?";
-  }
-  const bool v6 = ss.ss_family == AF_INET6;
-  return (v6 ? "[" + std::string(host) + "]" : std::string(host)) + ":" + port;
-}
-
-Result<UniqueFd> listen_on(const std::string& host, const std::string& port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0) return make_error("metrics address " + host + ": " + gai_strerror(rc));
-  std::string last = "no address";
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    UniqueFd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) {
-      last = std::strerror(errno);
-      continue;
-    }
-    const int one = 1;
-    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd.get(), 64) == 0) {
-      freeaddrinfo(found);
-      return fd;
-    }
-    last = std::strerror(errno);
-  }
-  freeaddrinfo(found);
-  return make_error("metrics: cannot listen on " + host + ":" + port + ": " + last);
-}
-
-void set_timeouts(int fd, Duration timeout) {
-  timeval tv{};
-  tv.tv_sec =
-      static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
-// Writes all of `data` (blocking, with the socket's send timeout); false on error or timeout.
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
-void respond(int fd, std::string_view status, std::string_view content_type,
-             std::string_view body) {
-  std::string head = "HTTP/1.1 ";
-  head += status;
-  head += "\r\nContent-Type: ";
-  head += content_type;
-  head += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-  if (write_all(fd, head)) write_all(fd, body);
-}
-
-// Reads up to the end of the request head; the request line, or nullopt when it never came.
-std::optional<std::string> read_request_line(int fd) {
-  std::string in;
-  char buffer[2048];
-  while (in.find("\r\n\r\n") == std::string::npos && in.find("\n\n") == std::string::npos) {
-    if (in.size() >= MetricsServer::kMaxRequestBytes) return std::nullopt;
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    in.append(buffer, static_cast<std::size_t>(n));
-  }
-  const std::size_t eol = in.find_first_of("\r\n");
-  if (eol == std::string::npos || eol == 0) return std::nullopt;
-  return in.substr(0, eol);
-}
-
-}  // namespace
-
-Result<std::pair<std::string, std::string>> split_host_port(std::string_view address) {
-  const std::size_t colon = address.rfind(':');
-  const std::string_view port = colon == std::string_view::npos ? "" : address.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoul(std::string(port)) > 65535) {
-    return make_error("metrics address \"" + std::string(address) +
-                      "\" is not host:port with a port of 0..65535");
-  }
-  std::string_view host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return std::make_pair(std::string(host), std::string(port));
-}
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& address,
                                                             Reactor& reactor,
                                                             Snapshotter snapshotter) {
-  auto parts = split_host_port(address);
-  if (!parts.ok()) return parts.error();
-  auto listener = listen_on(parts.value().first, parts.value().second);
-  if (!listener.ok()) return listener.error();
   std::unique_ptr<MetricsServer> server(new MetricsServer(reactor, std::move(snapshotter)));
-  server->listener_ = std::move(listener).value();
-  server->address_ = bound_address(server->listener_.get());
   server->wanted_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  server->stop_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!server->wanted_.valid() || !server->stop_.valid()) return sys_error("metrics: eventfd");
+  if (!server->wanted_.valid()) {
+    return make_error(std::string("metrics: eventfd: ") + std::strerror(errno));
+  }
   MetricsServer* self = server.get();
+  auto endpoint =
+      MetricsEndpoint::start(address, "nvshare-scheduler", [self]() -> Result<std::string> {
+        const std::shared_ptr<const MetricsSnapshot> snapshot = self->fresh_snapshot();
+        if (!snapshot) return make_error("the scheduler gave no snapshot in time");
+        return render_metrics(*snapshot);
+      });
+  if (!endpoint.ok()) return endpoint.error();
   Status added =
       reactor.add(server->wanted_.get(), EPOLLIN, [self](std::uint32_t) { self->on_wanted(); });
   if (!added.ok()) return added.error();
-  server->thread_ = std::thread([self] { self->serve(); });
+  server->endpoint_ = std::move(endpoint).value();
   return server;
 }
 
@@ -148,12 +37,7 @@ MetricsServer::MetricsServer(Reactor& reactor, Snapshotter snapshotter)
     : reactor_(reactor), snapshotter_(std::move(snapshotter)) {}
 
 MetricsServer::~MetricsServer() {
-  if (thread_.joinable()) {
-    const std::uint64_t one = 1;
-    if (write(stop_.get(), &one, sizeof one) < 0)
-      NVSHARE_WARN("metrics: stop: %s", std::strerror(errno));
-    thread_.join();
-  }
+  endpoint_.reset();  // no scrape waits on the reactor from here on
   if (wanted_.valid()) reactor_.remove(wanted_.get());
 }
 
@@ -183,60 +67,6 @@ std::shared_ptr<const MetricsSnapshot> MetricsServer::fresh_snapshot() {
   if (!published_.wait_for(lock, kSnapshotWait, [&] { return generation_ != seen; }))
     return nullptr;
   return latest_;
-}
-
-void MetricsServer::serve() {
-  pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
-  while (true) {
-    const int n = poll(fds, 2, kPollMs);
-    if (n < 0 && errno != EINTR) {
-      NVSHARE_WARN("metrics: poll: %s; the metrics endpoint stops", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if (n <= 0 || (fds[0].revents & POLLIN) == 0) continue;
-    UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!conn.valid()) continue;  // gone already, or out of descriptors: the scraper retries
-    set_timeouts(conn.get(), kIoTimeout);
-    answer(conn.get());
-  }
-}
-
-void MetricsServer::answer(int fd) {
-  const std::optional<std::string> line = read_request_line(fd);
-  if (!line) {
-    respond(fd, "400 Bad Request", "text/plain; charset=utf-8", "bad request\n");
-    return;
-  }
-  const std::size_t sp1 = line->find(' ');
-  const std::size_t sp2 = sp1 == std::string::npos ? sp1 : line->find(' ', sp1 + 1);
-  if (sp1 == std::string::npos || sp2 == std::string::npos) {
-    respond(fd, "400 Bad Request", "text/plain; charset=utf-8", "bad request\n");
-    return;
-  }
-  const std::string method = line->substr(0, sp1);
-  std::string path = line->substr(sp1 + 1, sp2 - sp1 - 1);
-  if (const std::size_t q = path.find('?'); q != std::string::npos) path.resize(q);
-  if (method != "GET") {
-    respond(fd, "405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n");
-    return;
-  }
-  if (path == "/") {
-    respond(fd, "200 OK", "text/plain; charset=utf-8", "nvshare-scheduler: metrics at /metrics\n");
-    return;
-  }
-  if (path != "/metrics") {
-    respond(fd, "404 Not Found", "text/plain; charset=utf-8", "not found\n");
-    return;
-  }
-  const std::shared_ptr<const MetricsSnapshot> snapshot = fresh_snapshot();
-  if (!snapshot) {
-    respond(fd, "503 Service Unavailable", "text/plain; charset=utf-8",
-            "the scheduler gave no snapshot in time\n");
-    return;
-  }
-  const std::string body = render_metrics(*snapshot);
-  respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body);
 }
 
 }  // namespace nvshare::scheduler

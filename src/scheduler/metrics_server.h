@@ -8,14 +8,11 @@
 // timeout); grants never wait for it.
 //
 // Contract
-//  - start() binds and listens on `address` ("host:port"; an empty host is every interface, port 0
-//    picks a free one) and registers the eventfd with `reactor`; call it on the reactor's thread.
-//  - The destructor stops the thread (within one poll interval) and unregisters the eventfd; call
-//    it on the reactor's thread, while the reactor still exists.
-//  - Answers: GET /metrics (200, text format 0.0.4), GET / (200, a pointer to /metrics), other
-//  paths
-//    404, other methods 405, a request that does not parse 400; 503 when the reactor gave no
-//    snapshot within kSnapshotWait. One request per connection.
+//  - start() binds and listens on `address` (common/metrics_endpoint.h serves the HTTP side) and
+//    registers the eventfd with `reactor`; call it on the reactor's thread.
+//  - The destructor stops the endpoint's thread and unregisters the eventfd; call it on the
+//    reactor's thread, while the reactor still exists.
+//  - Answers as MetricsEndpoint does; 503 when the reactor gave no snapshot within kSnapshotWait.
 #pragma once
 
 #include <atomic>
@@ -26,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "common/metrics_endpoint.h"
 #include "common/result.h"
 #include "common/unix_socket.h"
 #include "scheduler/metrics.h"
@@ -33,16 +31,12 @@
 
 namespace nvshare::scheduler {
 
-// "host:port", "[v6]:port" or ":port" (every interface) into host and port; fails unless the port
-// is a number of 0..65535.
-Result<std::pair<std::string, std::string>> split_host_port(std::string_view address);
+using nvshare::split_host_port;
 
 class MetricsServer {
  public:
   static constexpr Duration kFreshFor = std::chrono::milliseconds(100);
   static constexpr Duration kSnapshotWait = std::chrono::seconds(2);
-  static constexpr Duration kIoTimeout = std::chrono::seconds(5);
-  static constexpr std::size_t kMaxRequestBytes = 8192;
 
   using Snapshotter = std::function<MetricsSnapshot()>;
 
@@ -53,7 +47,7 @@ class MetricsServer {
   ~MetricsServer();
 
   // The address bound, "host:port" with the port resolved.
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return endpoint_->address(); }
   std::uint64_t snapshots_taken() const { return snapshots_.load(std::memory_order_relaxed); }
 
  private:
@@ -61,18 +55,12 @@ class MetricsServer {
 
   // Reactor thread: the eventfd is readable, a scrape waits.
   void on_wanted();
-  // Server thread.
-  void serve();
-  void answer(int fd);
-  // A snapshot no older than kFreshFor, or nullptr after kSnapshotWait.
+  // Endpoint thread: a snapshot no older than kFreshFor, or nullptr after kSnapshotWait.
   std::shared_ptr<const MetricsSnapshot> fresh_snapshot();
 
   Reactor& reactor_;
   Snapshotter snapshotter_;
-  UniqueFd listener_;
-  UniqueFd wanted_;  // eventfd: server -> reactor
-  UniqueFd stop_;    // eventfd: destructor -> server thread
-  std::string address_;
+  UniqueFd wanted_;  // eventfd: endpoint thread -> reactor
 
   std::mutex mu_;
   std::condition_variable published_;
@@ -81,7 +69,7 @@ class MetricsServer {
   std::uint64_t generation_ = 0;
   std::atomic<std::uint64_t> snapshots_{0};
   double last_snapshot_s_ = 0;  // reactor thread only
-  std::thread thread_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 
 }  // namespace nvshare::scheduler
