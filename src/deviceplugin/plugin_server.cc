@@ -179,8 +179,24 @@ struct PluginServer::Impl final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+  grpc::Status Allocate(grpc::ServerContext* context, const v1beta1::AllocateRequest* request,
                         v1beta1::AllocateResponse* response) override {
+    grpc::Status status = allocate(context, request, response);
+    std::lock_guard lock(mu);
+    if (!status.ok()) {
+      ++stats.allocate_refusals;
+      return status;
+    }
+    for (const v1beta1::ContainerAllocateRequest& container : request->container_requests()) {
+      for (const std::string& id : container.devices_ids()) {
+        ++stats.allocated_slots[id.substr(0, id.rfind("__"))];
+      }
+    }
+    return status;
+  }
+
+  grpc::Status allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* request,
+                        v1beta1::AllocateResponse* response) {
     const std::vector<ManagedGpu> snapshot = gpus_snapshot();
     for (const v1beta1::ContainerAllocateRequest& container : request->container_requests()) {
       const std::vector<std::string> ids(container.devices_ids().begin(),

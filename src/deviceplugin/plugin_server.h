@@ -63,6 +63,10 @@ struct PluginServerStats {
   std::uint64_t serves = 0;             // times the DevicePlugin service started listening
   std::uint64_t health_changes = 0;     // GPU health transitions
   std::uint64_t capacity_pushes = 0;    // inventory (and capacity) pushes a scheduler accepted
+  // Allocate: slots handed to containers, by GPU UUID, and calls refused (bad IDs, settings or CDI
+  // files that could not be written).
+  std::map<std::string, std::uint64_t> allocated_slots;
+  std::uint64_t allocate_refusals = 0;
 };
 
 class PluginServer {

@@ -11,11 +11,13 @@
 #include <random>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/unix_socket.h"
 #include "control/client.h"
 #include "podwatcher/api_client.h"
 #include "podwatcher/limits_ledger.h"
+#include "podwatcher/pod_alerts.h"
 #include "podwatcher/pod_limits.h"
 #include "podwatcher/watch_stream.h"
 
@@ -80,14 +82,16 @@ struct PendingWarning {
   std::string namespace_name;
   std::string name;
   std::string message;
+  std::string reason = kInvalidReason;
 };
 
 }  // namespace
 
 struct PodWatcher::Impl {
-  explicit Impl(PodWatcherConfig c) : config(std::move(c)) {}
+  explicit Impl(PodWatcherConfig c) : config(std::move(c)), alerts(config.alerts) {}
 
   PodWatcherConfig config;
+  PodAlerts alerts;  // guarded by mu
   std::optional<ApiCredentials> credentials;
   std::unique_ptr<ApiClient> watch_api;  // used by the watch thread only
   std::unique_ptr<ApiClient> post_api;   // used by the sync thread only
@@ -183,6 +187,7 @@ struct PodWatcher::Impl {
                    problem->message.c_str());
       new_warnings.push_back(
           PendingWarning{pod.uid, pod.namespace_name, pod.name, problem->message});
+      count(&PodWatcherStats::invalid_annotations);
     }
     // Only a change (or a new pod, or a warning to post) needs the sync thread.
     const bool changed = inserted || state.limits != decision.limits;
@@ -323,6 +328,7 @@ struct PodWatcher::Impl {
   void watch_loop() {
     Backoff backoff(config.backoff_initial, config.backoff_max);
     bool need_list = true;
+    bool watched_before = false;
     while (!stopping) {
       if (need_list) {
         if (!list_pods()) {
@@ -331,6 +337,8 @@ struct PodWatcher::Impl {
         }
         need_list = false;
       }
+      if (watched_before) count(&PodWatcherStats::watch_restarts);
+      watched_before = true;
       bool saw_events = false;
       const auto began = std::chrono::steady_clock::now();
       switch (watch_once(&saw_events)) {
@@ -376,7 +384,7 @@ struct PodWatcher::Impl {
                                         {"name", warning.name},
                                         {"namespace", warning.namespace_name},
                                         {"uid", warning.pod_uid}}},
-        {"reason", kInvalidReason},
+        {"reason", warning.reason},
         {"message", warning.message},
         {"type", "Warning"},
         {"source", Json::Object{{"component", kComponent}, {"host", config.node_name}}},
@@ -440,6 +448,43 @@ struct PodWatcher::Impl {
     return true;
   }
 
+  // Reads the scheduler's status and posts the Warning Events it calls for on managed pods
+  // (pod_alerts.h). False when the scheduler could not be reached.
+  bool check_alerts(std::optional<control::ControlClient>& control) {
+    if (!control) return false;
+    auto response = control->call(control::StatusRequest{});
+    if (!response) {
+      control.reset();
+      return false;
+    }
+    auto reply = control::decode_reply<control::StatusAnswer>(response.value());
+    if (!reply || reply.value().refused()) return true;  // an older scheduler: nothing to read
+    std::vector<PodUsage> usage = pod_usage_from_status(reply.value().answer().body);
+    std::vector<PendingWarning> posts;
+    {
+      std::lock_guard lock(mu);
+      ++stats.status_reads;
+      std::erase_if(usage, [&](const PodUsage& u) { return pod_keys.count(u.pod_uid) == 0; });
+      const std::uint64_t suppressed = alerts.suppressed();
+      for (PodAlert& alert : alerts.observe(usage, SteadyClock::instance().now())) {
+        const std::string& key = pod_keys.at(alert.pod_uid).key;
+        const std::size_t slash = key.find('/');
+        posts.push_back(PendingWarning{alert.pod_uid, key.substr(0, slash),
+                                       key.substr(slash + 1), std::move(alert.message),
+                                       std::move(alert.reason)});
+        ++stats.alerts_raised;
+      }
+      stats.alerts_suppressed += alerts.suppressed() - suppressed;
+    }
+    for (const PendingWarning& warning : posts) {
+      if (stopping) break;
+      NVSHARE_WARN("pod %s/%s: %s: %s", warning.namespace_name.c_str(), warning.name.c_str(),
+                   warning.reason.c_str(), warning.message.c_str());
+      post_warning(warning);
+    }
+    return true;
+  }
+
   // A cheap request on an idle connection: a restarted scheduler shows up as a failed call.
   bool check(std::optional<control::ControlClient>& control) {
     if (!control) return false;
@@ -476,6 +521,7 @@ struct PodWatcher::Impl {
     std::optional<FileIdentity> scheduler = socket_identity(config.control_socket);
     bool sync_announced = false;  // to this scheduler, after a full push
     auto next_check = std::chrono::steady_clock::now() + config.control_check_interval;
+    auto next_status = std::chrono::steady_clock::now() + config.status_interval;
     while (!stopping) {
       if (const auto now_serving = socket_identity(config.control_socket);
           now_serving && now_serving != scheduler) {
@@ -551,6 +597,15 @@ struct PodWatcher::Impl {
       backoff.reset();
 
       const auto now = std::chrono::steady_clock::now();
+      if (config.status_interval.count() > 0 && now >= next_status) {
+        next_status = now + config.status_interval;
+        bool has_pods;
+        {
+          std::lock_guard lock(mu);
+          has_pods = ledger.managed_pods() > 0;
+        }
+        if (has_pods && !check_alerts(control)) continue;  // unreachable: the next pass retries
+      }
       if (now >= next_check) {
         next_check = now + config.control_check_interval;
         bool has_pods;
@@ -566,7 +621,9 @@ struct PodWatcher::Impl {
         }
       }
       std::unique_lock lock(mu);
-      wake.wait_until(lock, std::min(next_check, now + kIdentityPoll), [&] {
+      const auto next_due = config.status_interval.count() > 0 ? std::min(next_check, next_status)
+                                                               : next_check;
+      wake.wait_until(lock, std::min(next_due, now + kIdentityPoll), [&] {
         return stopping.load() || !warnings.empty() || ledger.next_command().has_value();
       });
     }
@@ -667,7 +724,9 @@ std::map<std::string, int> PodWatcher::core_limits_by_pod_uid() const {
 
 PodWatcherStats PodWatcher::stats() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->stats;
+  PodWatcherStats stats = impl_->stats;
+  stats.managed_pods = impl_->ledger.managed_pods();
+  return stats;
 }
 
 }  // namespace nvshare::podwatcher

@@ -13,7 +13,11 @@
 //  a
 //    Warning Event on the pod (reason InvalidNvshareAnnotation);
 //  - a pod that is deleted, leaves the node or finishes (Succeeded/Failed) is forgotten
-//  (`forget-pod`).
+//  (`forget-pod`);
+//  - every status_interval it reads the scheduler's status and posts Warning Events on managed pods
+//    whose allocations the memory limit refused or that wait for their compute cap most of the time
+//    (pod_alerts.h: reasons GpuMemoryLimitReached and GpuComputeThrottled, each at most once per pod
+//    per repeat interval).
 // When the scheduler cannot be reached the pushes are retried with backoff, and everything is
 // pushed again once it answers (a restarted scheduler remembers nothing).
 //
@@ -32,6 +36,7 @@
 
 #include "common/default_paths.h"
 #include "common/result.h"
+#include "podwatcher/pod_alerts.h"
 #include "podwatcher/pod_limits.h"
 
 namespace nvshare::podwatcher {
@@ -60,6 +65,9 @@ struct PodWatcherConfig {
   std::chrono::milliseconds control_check_interval{5000};
   // Limit on connecting to the API server and on a non-watch request.
   std::chrono::milliseconds api_request_timeout{30000};
+  // How often the scheduler's status is read for alerts (0: never), and the alerts' rules.
+  std::chrono::milliseconds status_interval{10000};
+  PodAlertsConfig alerts;
 };
 
 // Counters for logs and tests; read with PodWatcher::stats().
@@ -69,7 +77,13 @@ struct PodWatcherStats {
   std::uint64_t relists_gone = 0;     // relists caused by 410 Gone
   std::uint64_t api_errors = 0;       // failed requests and dropped connections
   std::uint64_t events_seen = 0;      // watch events processed (BOOKMARKs included)
-  std::uint64_t warnings_posted = 0;  // Warning Events created
+  std::uint64_t warnings_posted = 0;  // Warning Events created (all reasons)
+  std::uint64_t invalid_annotations = 0;  // annotation values refused (each reported once)
+  std::uint64_t watch_restarts = 0;       // watches started after the first (reconnects, resumes)
+  std::uint64_t alerts_raised = 0;        // GpuMemoryLimitReached / GpuComputeThrottled raised
+  std::uint64_t alerts_suppressed = 0;    // the same within their repeat interval, not posted
+  std::uint64_t status_reads = 0;         // status answers read for alerts
+  std::size_t managed_pods = 0;           // pods on this node requesting the resource, now
   std::uint64_t pushes = 0;           // set-limits / forget-pod requests the scheduler accepted
   std::uint64_t push_failures = 0;    // requests that failed (unreachable or refused)
   std::string resource_version;       // the last resourceVersion seen (list, event or bookmark)

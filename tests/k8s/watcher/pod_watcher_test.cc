@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fake_api_server.h"
+#include "protocol_client.h"
 #include "scheduler_process.h"
 
 namespace nvshare::podwatcher {
@@ -67,8 +68,8 @@ class PodWatcherTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void start_scheduler() {
-    auto scheduler = SchedulerProcess::start(NVSHARE_SCHEDULER_BIN, dir_);
+  void start_scheduler(const std::vector<std::string>& flags = {}) {
+    auto scheduler = SchedulerProcess::start(NVSHARE_SCHEDULER_BIN, dir_, flags);
     ASSERT_TRUE(scheduler.ok()) << scheduler.error().message;
     scheduler_ = std::move(scheduler.value());
   }
@@ -307,6 +308,68 @@ TEST_F(PodWatcherTest, InvalidAnnotationPostsOneWarningAndKeepsTheLimit) {
   // The server records an event before the watcher has read the answer.
   EXPECT_TRUE(eventually([&] { return watcher_->stats().warnings_posted == 3u; }));
   // The API server's own validation accepted every one.
+  EXPECT_TRUE(server_->refused_events().empty()) << server_->refused_events()[0].dump();
+}
+
+// Events people can act on: a pod whose allocations its memory limit refused, and a pod that waits
+// for its compute cap most of the time, each get one Warning Event (pod_alerts.h).
+TEST_F(PodWatcherTest, RefusedAllocationsAndALongThrottlePostWarnings) {
+  // The test process is in no pod: the scheduler takes the pod UID from the hello.
+  start_scheduler({"--gpus", "GPU-alerts=80Gi", "--trust-client-limits"});
+  PodWatcherConfig c = config();
+  c.status_interval = 100ms;
+  c.alerts.throttle_window = 1s;
+  start_watcher(c);
+  ASSERT_TRUE(watching());
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMemory, "4Gi"}, {kCore, "30"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, 4 * kGi, 30); }));
+
+  auto client = testing::ProtocolClient::connect(scheduler_->socket());
+  ASSERT_TRUE(client.ok()) << client.error().message;
+  ASSERT_TRUE(client.value().hello(testing::hello_for("GPU-alerts", kUidA)).ok());
+  protocol::Usage usage;
+  usage.allocated_bytes = kGi;
+  usage.resident_bytes = kGi;
+  usage.refused_allocations = 3;
+  ASSERT_TRUE(client.value().send(usage).ok());
+  auto reason_posted = [&](const std::string& reason) -> std::optional<json> {
+    for (const json& e : server_->posted_events()) {
+      if (e["reason"] == reason) return e;
+    }
+    return std::nullopt;
+  };
+  ASSERT_TRUE(eventually([&] { return reason_posted("GpuMemoryLimitReached").has_value(); }));
+  const json refused = *reason_posted("GpuMemoryLimitReached");
+  EXPECT_EQ(refused["type"], "Warning");
+  EXPECT_EQ(refused["involvedObject"]["uid"], kUidA);
+  EXPECT_EQ(refused["involvedObject"]["name"], "trainer");
+  const std::string message = refused["message"];
+  EXPECT_NE(message.find("3 GPU memory allocation(s) refused"), std::string::npos) << message;
+  EXPECT_NE(message.find("4Gi"), std::string::npos) << message;
+  EXPECT_EQ(reason_posted("GpuComputeThrottled"), std::nullopt);  // it has not run yet
+
+  // Always busy under its 30% cap: it waits for the cap about 70% of the time.
+  ASSERT_TRUE(client.value().send(protocol::Request{}).ok());
+  const auto until = std::chrono::steady_clock::now() + 15s;
+  while (!reason_posted("GpuComputeThrottled") && std::chrono::steady_clock::now() < until) {
+    auto frame = client.value().next(100ms);
+    if (!frame) continue;
+    if (const auto* revoke = std::get_if<protocol::Revoke>(&frame.value())) {
+      if (revoke->reason != protocol::RevokeReason::kYield) {
+        ASSERT_TRUE(client.value().send(protocol::Released{revoke->epoch, 0, 0}).ok());
+      }
+    }
+  }
+  const std::optional<json> throttled = reason_posted("GpuComputeThrottled");
+  ASSERT_TRUE(throttled.has_value()) << watcher_->stats().status_reads << " status reads";
+  const std::string text = (*throttled)["message"];
+  EXPECT_NE(text.find("compute cap of 30%"), std::string::npos) << text;
+  // One of each: more refusals within the repeat interval are counted, not posted.
+  usage.refused_allocations = 5;
+  ASSERT_TRUE(client.value().send(usage).ok());
+  EXPECT_TRUE(eventually([&] { return watcher_->stats().alerts_suppressed > 0; }));
+  EXPECT_EQ(server_->posted_events().size(), 2u);
+  EXPECT_EQ(watcher_->stats().alerts_raised, 2u);
   EXPECT_TRUE(server_->refused_events().empty()) << server_->refused_events()[0].dump();
 }
 

@@ -15,8 +15,8 @@
 
 namespace nvshare::testing {
 
-Result<std::unique_ptr<SchedulerProcess>> SchedulerProcess::start(const std::string& binary,
-                                                                  const std::string& dir) {
+Result<std::unique_ptr<SchedulerProcess>> SchedulerProcess::start(
+    const std::string& binary, const std::string& dir, const std::vector<std::string>& extra) {
   std::unique_ptr<SchedulerProcess> process(new SchedulerProcess());
   process->control_socket_ = dir + "/control.sock";
   process->socket_ = dir + "/scheduler.sock";
@@ -26,6 +26,7 @@ Result<std::unique_ptr<SchedulerProcess>> SchedulerProcess::start(const std::str
   // it learns again comes from the pod watcher's pushes.
   std::vector<std::string> args = {
       binary, "--socket", socket, "--control-socket", process->control_socket_, "--state-file", ""};
+  args.insert(args.end(), extra.begin(), extra.end());
   const pid_t pid = ::fork();
   if (pid < 0) return make_error(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {

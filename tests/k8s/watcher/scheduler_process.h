@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/json.h"
 #include "common/result.h"
@@ -16,8 +17,12 @@ namespace nvshare::testing {
 
 class SchedulerProcess {
  public:
+  // `extra` flags follow the socket flags.
   static Result<std::unique_ptr<SchedulerProcess>> start(const std::string& binary,
-                                                         const std::string& dir);
+                                                         const std::string& dir,
+                                                         const std::vector<std::string>& extra = {});
+  // The clients' socket.
+  const std::string& socket() const { return socket_; }
   ~SchedulerProcess();
 
   const std::string& control_socket() const { return control_socket_; }

@@ -8,6 +8,7 @@
 
 #include "podwatcher/kube_credentials.h"
 #include "podwatcher/limits_ledger.h"
+#include "podwatcher/pod_alerts.h"
 #include "podwatcher/pod_limits.h"
 #include "podwatcher/watch_stream.h"
 
@@ -429,6 +430,87 @@ TEST(Base64, DecodesStandardAndUrlAlphabets) {
   EXPECT_EQ(decode_base64("aGVsbG8=").value(), "hello");
   EXPECT_EQ(decode_base64("aGVs\nbG8").value(), "hello");
   EXPECT_FALSE(decode_base64("a$b").ok());
+}
+
+// ---- alerts ---------------------------------------------------------------------------------
+
+MonoTime at(int seconds) { return MonoTime{} + std::chrono::seconds(seconds); }
+
+PodUsage usage(const std::string& uid, std::uint64_t refused, double quota_wait_s) {
+  PodUsage u;
+  u.pod_uid = uid;
+  u.refused_allocations = refused;
+  u.quota_wait_s = quota_wait_s;
+  u.core_limit_percent = 30;
+  return u;
+}
+
+TEST(PodAlerts, RefusedAllocationsRaiseOncePerRepeatInterval) {
+  PodAlerts alerts(PodAlertsConfig{});  // 10 minutes between two of a kind
+  EXPECT_TRUE(alerts.observe({usage("a", 0, 0)}, at(0)).empty());
+  auto raised = alerts.observe({usage("a", 2, 0)}, at(10));
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_EQ(raised[0].reason, kMemoryLimitReason);
+  EXPECT_NE(raised[0].message.find("2 GPU memory allocation(s)"), std::string::npos);
+  EXPECT_TRUE(alerts.observe({usage("a", 5, 0)}, at(20)).empty());  // within 10 minutes
+  EXPECT_EQ(alerts.suppressed(), 1u);
+  EXPECT_TRUE(alerts.observe({usage("a", 5, 0)}, at(700)).empty());  // nothing new
+  raised = alerts.observe({usage("a", 6, 0)}, at(710));
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_NE(raised[0].message.find("1 GPU memory"), std::string::npos) << raised[0].message;
+  // A process left (the total fell): a new baseline, nothing raised.
+  EXPECT_TRUE(alerts.observe({usage("a", 1, 0)}, at(720)).empty());
+  // A pod seen for the first time with refusals already counted.
+  raised = alerts.observe({usage("a", 1, 0), usage("b", 4, 0)}, at(730));
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_EQ(raised[0].pod_uid, "b");
+}
+
+TEST(PodAlerts, ThrottledNeedsAWholeWindowMostlyWaiting) {
+  PodAlertsConfig config;
+  config.throttle_window = std::chrono::seconds(60);
+  PodAlerts alerts(config);
+  // 40% of the time waiting for the cap: never raised.
+  for (int t = 0; t <= 120; t += 10) EXPECT_TRUE(alerts.observe({usage("a", 0, 0.4 * t)}, at(t)).empty());
+  // From t = 120 on, 70% of the time: raised once a whole window waits half of it, not before.
+  std::vector<PodAlert> raised;
+  int when = -1;
+  for (int t = 130; t <= 240 && raised.empty(); t += 10) {
+    raised = alerts.observe({usage("a", 0, 48 + 0.7 * (t - 120))}, at(t));
+    when = t;
+  }
+  ASSERT_EQ(raised.size(), 1u);
+  EXPECT_EQ(raised[0].reason, kThrottledReason);
+  // The first whole window waiting half the time: 80..140 s, 40 s at 40% and 20 s at 70%.
+  EXPECT_EQ(when, 140);
+  EXPECT_NE(raised[0].message.find("compute cap of 30%"), std::string::npos) << raised[0].message;
+  // A pod gone from the status is forgotten; when it comes back it starts over.
+  EXPECT_TRUE(alerts.observe({}, at(250)).empty());
+  EXPECT_TRUE(alerts.observe({usage("a", 0, 500)}, at(260)).empty());
+  EXPECT_TRUE(alerts.observe({usage("a", 0, 530)}, at(290)).empty());  // half a window
+  EXPECT_EQ(alerts.observe({usage("a", 0, 560)}, at(320)).size(), 1u);
+}
+
+TEST(PodAlerts, StatusTotalsArePerPodAcrossGpus) {
+  auto body = parse_json(R"({"gpus":[
+    {"clients":[{"pod_uid":"a","refused_allocations":2,"waited_by_reason_ms":{"quota":1500},
+                 "core_limit_percent":30,"memory_limit_bytes":4096},
+                {"pod_uid":null,"refused_allocations":9},
+                {"pod_uid":"b","refused_allocations":1,"waited_by_reason_ms":{"quota":"x"}}]},
+    {"clients":[{"pod_uid":"a","refused_allocations":1,"waited_by_reason_ms":{"quota":500},
+                 "core_limit_percent":30,"memory_limit_bytes":4096}]},
+    {"clients":"not a list"}]})");
+  ASSERT_TRUE(body.ok()) << body.error().message;
+  const std::vector<PodUsage> pods = pod_usage_from_status(body.value());
+  ASSERT_EQ(pods.size(), 2u);
+  EXPECT_EQ(pods[0].pod_uid, "a");
+  EXPECT_EQ(pods[0].refused_allocations, 3u);
+  EXPECT_DOUBLE_EQ(pods[0].quota_wait_s, 2.0);
+  EXPECT_EQ(pods[0].core_limit_percent, 30);
+  EXPECT_EQ(pods[0].memory_limit_bytes, 4096u);
+  EXPECT_EQ(pods[1].refused_allocations, 1u);
+  EXPECT_DOUBLE_EQ(pods[1].quota_wait_s, 0.0);
+  EXPECT_TRUE(pod_usage_from_status(Json()).empty());
 }
 
 }  // namespace
