@@ -6,6 +6,7 @@
 
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
+#include "common/metrics_endpoint.h"
 #include "common/quantity.h"
 #include "common/shared_knobs.h"
 #include "deviceplugin/cdi_spec.h"
@@ -380,6 +381,18 @@ const Knob kKnobs[] = {
        if (!number.empty() && number.back() == 's') number.remove_suffix(1);
        return store(parse_integer(number, 1, 86400),
                     [&](std::int64_t s) { c.watch_timeout = std::chrono::seconds(s); });
+     }},
+    {"metrics-address", "", "`host:port` (an empty host: every interface), or empty",
+     "Where the device plugin serves its metrics (GET /metrics, the Prometheus text format; "
+     "docs/metrics.md): slots and allocations per GPU, annotation errors, watch restarts, "
+     "Events posted. Empty: no metrics endpoint.",
+     [](std::string_view v, PluginConfig& c) -> Status {
+       if (!v.empty()) {
+         auto parts = split_host_port(v);
+         if (!parts) return parts.error();
+       }
+       c.metrics_address = std::string(v);
+       return Status::Ok();
      }},
     {knobtable::kLogLevel.name, knobtable::kLogLevel.default_value, knobtable::kLogLevel.range,
      knobtable::kLogLevel.meaning,

@@ -105,6 +105,7 @@ struct PluginConfig {
   std::string kubeconfig;
   Duration health_interval{};
   Duration watch_timeout{};
+  std::string metrics_address;  // where GET /metrics is served; empty: nowhere
   LogLevel log_level = LogLevel::kInfo;
 
   // True when the container's nvshare edits travel in nvshare's CDI spec.

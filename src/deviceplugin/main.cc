@@ -9,13 +9,16 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "common/gpu_inventory.h"
 #include "common/log.h"
+#include "common/metrics_endpoint.h"
 #include "deviceplugin/knobs.h"
+#include "deviceplugin/plugin_metrics.h"
 #include "deviceplugin/plugin_server.h"
 
 #ifdef NVSHARE_WITH_PODWATCHER
@@ -86,10 +89,43 @@ int run(const PluginConfig& config) {
     return 1;
   }
 
+  // Declared after the plugin and the watcher: stopped first, so no scrape reads them gone.
+  std::unique_ptr<MetricsEndpoint> metrics;
+  if (!config.metrics_address.empty()) {
+    const double started = static_cast<double>(std::time(nullptr));
+    auto render = [&]() -> Result<std::string> {
+      PluginMetricsInput input;
+      input.resource_name = config.resource_name;
+      input.gpus = plugin.gpus();
+      input.plugin = plugin.stats();
+      input.start_time_s = started;
+      input.version = NVSHARE_VERSION;
+#ifdef NVSHARE_WITH_PODWATCHER
+      if (watcher) {
+        const podwatcher::PodWatcherStats s = watcher->stats();
+        input.watcher = WatcherCounters{s.lists,           s.watch_restarts,    s.relists_gone,
+                                        s.api_errors,      s.invalid_annotations, s.pushes,
+                                        s.push_failures,   s.warnings_posted,   s.alerts_raised,
+                                        s.alerts_suppressed, s.managed_pods,    s.synced};
+      }
+#endif
+      return render_plugin_metrics(input);
+    };
+    auto started_endpoint =
+        MetricsEndpoint::start(config.metrics_address, "nvshare-device-plugin", render);
+    if (!started_endpoint) {
+      NVSHARE_ERROR("%s", started_endpoint.error().message.c_str());
+      return 1;
+    }
+    metrics = std::move(started_endpoint).value();
+    NVSHARE_INFO("metrics at http://%s/metrics", metrics->address().c_str());
+  }
+
   int received = 0;
   while (sigwait(&signals, &received) != 0) {
   }
   NVSHARE_INFO("signal %d: stopping", received);
+  metrics.reset();
   plugin.stop();
 #ifdef NVSHARE_WITH_PODWATCHER
   if (watcher) watcher->stop();

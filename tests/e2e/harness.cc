@@ -1,10 +1,13 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -443,6 +446,70 @@ std::string Trainer::describe() const {
   out += "\n    stderr (" + std::to_string(progress_lines) + " progress lines omitted):\n" +
          tail(filtered, 60);
   return out;
+}
+
+std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = dir + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return name;
+}
+
+Result<CommandResult> promtool_check(const std::string& dir, const std::string& exposition) {
+  const std::string file = dir + "/scrape.txt";
+  std::ofstream(file) << exposition;
+  return run_command({"/bin/sh", "-c", on_path("promtool") + " check metrics < " + file}, dir, 30);
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+Result<HttpReply> http_get(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return make_error("socket failed");
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return make_error("connect to port " + std::to_string(port) + " failed");
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return make_error("write failed");
+  }
+  std::string in;
+  char buffer[65536];
+  ssize_t n = 0;
+  while ((n = read(fd, buffer, sizeof buffer)) > 0) in.append(buffer, static_cast<std::size_t>(n));
+  close(fd);
+  const std::size_t head_end = in.find("\r\n\r\n");
+  if (in.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) {
+    return make_error("not an HTTP reply: " + in.substr(0, 200));
+  }
+  HttpReply reply;
+  reply.status = std::atoi(in.c_str() + 9);
+  reply.body = in.substr(head_end + 4);
+  return reply;
 }
 
 }  // namespace nvshare::e2e

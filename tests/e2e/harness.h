@@ -198,4 +198,21 @@ class Trainer {
   std::unique_ptr<Process> process_;
 };
 
+// The program `name` as found on PATH (children are started with execve), or `name` itself.
+std::string on_path(const std::string& name);
+// `promtool check metrics` on an exposition (written to <dir>/scrape.txt): its exit code and what
+// it said.
+Result<CommandResult> promtool_check(const std::string& dir, const std::string& exposition);
+
+// A port that was free a moment ago on 127.0.0.1 (0 when none could be had).
+int free_port();
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+// GET http://127.0.0.1:port/path, HTTP/1.0, the whole reply (a 10 s read timeout).
+Result<HttpReply> http_get(int port, const std::string& path);
+
 }  // namespace nvshare::e2e

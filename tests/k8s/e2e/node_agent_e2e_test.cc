@@ -250,6 +250,8 @@ class NodeAgentE2eTest : public ::testing::Test {
                                            std::to_string(kSlotsPerGpu),
                                            "--health-interval",
                                            "1",
+                                           "--metrics-address",
+                                           "127.0.0.1:" + std::to_string(metrics_port_),
                                            "--log-level",
                                            "debug"};
     auto plugin = Process::spawn(argv, gpu_env(), plugin_log(), plugin_log());
@@ -297,6 +299,7 @@ class NodeAgentE2eTest : public ::testing::Test {
   std::unique_ptr<KubeletSimulator> kubelet_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Process> plugin_;
+  int metrics_port_ = free_port();  // the plugin's GET /metrics
   std::unique_ptr<Trainer> trainer_;
 };
 
@@ -638,6 +641,33 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   EXPECT_TRUE(std::any_of(samples.begin(), samples.end(), [&](const MeminfoSample& m) {
     return m.total == 2 * kGi;
   })) << "the trainer never saw the 2Gi limit";
+
+  // The plugin's metrics tell the same story: its slots, the trainer's allocation, the refused
+  // annotation value and the Events it posted.
+  auto scraped = http_get(metrics_port_, "/metrics");
+  ASSERT_OK(scraped);
+  EXPECT_EQ(scraped.value().status, 200);
+  std::map<std::string, double> metric;  // first sample of each family, and per-GPU sums
+  double slots = 0, allocated = 0;
+  std::istringstream lines(scraped.value().body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    const double value = std::stod(line.substr(line.rfind(' ') + 1));
+    metric.try_emplace(name, value);
+    if (name == "nvshare_plugin_slots") slots += value;
+    if (name == "nvshare_plugin_allocated_slots_total") allocated += value;
+  }
+  EXPECT_EQ(slots, 2 * kSlotsPerGpu) << scraped.value().body;
+  EXPECT_GE(allocated, 1) << scraped.value().body;
+  EXPECT_EQ(metric["nvshare_plugin_annotation_errors_total"], 1) << scraped.value().body;
+  EXPECT_GE(metric["nvshare_plugin_events_posted_total"], 1) << scraped.value().body;
+  EXPECT_GE(metric["nvshare_plugin_managed_pods"], 1) << scraped.value().body;
+  EXPECT_EQ(metric["nvshare_plugin_watcher_synced"], 1) << scraped.value().body;
+  EXPECT_GE(metric["nvshare_plugin_registrations_total"], 1) << scraped.value().body;
+  auto lint = promtool_check(dir_.path(), scraped.value().body);
+  ASSERT_OK(lint);
+  EXPECT_EQ(lint.value().exit_code, 0) << lint.value().out << lint.value().err;
 
   plugin_->kill(SIGTERM);
   auto plugin_exit = plugin_->wait(10);
