@@ -483,7 +483,7 @@ def check_manifests(root, values, chart, scheduler_knobs, plugin_knobs):
         by_kind.setdefault(document["kind"], []).append(document)
     namespace = "nvshare-system"
     expected_kinds = {"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1,
-                      "ClusterRoleBinding": 1, "DaemonSet": 2, "Service": 1}
+                      "ClusterRoleBinding": 1, "DaemonSet": 2, "Service": 2}
     for kind, count in expected_kinds.items():
         if len(by_kind.get(kind, [])) != count:
             fail(f"{label}: expected {count} {kind}, found {len(by_kind.get(kind, []))}")

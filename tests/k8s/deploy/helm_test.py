@@ -126,7 +126,7 @@ def check_defaults(checker, helm_path, root):
     docs = render(checker, helm_path, root, {}, "defaults")
     kinds = {kind: len(items) for kind, items in by_kind(docs).items()}
     expected = {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 2,
-                "Service": 1}
+                "Service": 2}
     if kinds != expected:
         fail(f"defaults: rendered {kinds}, expected {expected}")
     for doc in docs:
@@ -135,9 +135,9 @@ def check_defaults(checker, helm_path, root):
             fail(f"defaults: {doc['kind']} {doc['metadata']['name']} is not in {NAMESPACE}")
     scheduler = daemonset(docs, "-scheduler")
     plugin = daemonset(docs, "-device-plugin")
-    # The programs' defaults apply, but for the metrics endpoint, which the chart turns on.
+    # The programs' defaults apply, but for the metrics endpoints, which the chart turns on.
     for ds, name, chart_set in ((scheduler, "scheduler", {"NVSHARE_METRICS_ADDRESS": ":9402"}),
-                                (plugin, "device-plugin", {})):
+                                (plugin, "device-plugin", {"NVSHARE_PLUGIN_METRICS_ADDRESS": ":9403"})):
         env = env_of(container(ds, name))
         knobs = {k: v for k, v in env.items() if k.startswith("NVSHARE_")}
         if knobs != chart_set:
@@ -162,68 +162,87 @@ def check_defaults(checker, helm_path, root):
     print(f"helm template (defaults): {kinds}; the plain manifests mount the same host directories")
 
 
+# Each component with a metrics endpoint: DaemonSet suffix, container, values section, port value
+# and default, and the variable that carries its address.
+METRICS_COMPONENTS = [("-scheduler", "scheduler", "scheduler", "port", 9402, "NVSHARE_METRICS_ADDRESS"),
+                      ("-device-plugin", "device-plugin", "devicePlugin", "pluginPort", 9403,
+                       "NVSHARE_PLUGIN_METRICS_ADDRESS")]
+
+
 def check_metrics(checker, helm_path, root):
-    """The metrics endpoint: port, scrape annotations and a headless Service by default; a
-    ServiceMonitor when asked for; nothing when metrics are off; an explicit address wins."""
+    """The metrics endpoints of the scheduler and the device plugin: port, scrape annotations and a
+    headless Service each by default; a ServiceMonitor each when asked for; nothing when metrics
+    are off; an explicit address wins."""
     docs = render(checker, helm_path, root, {}, "metrics")
-    scheduler = daemonset(docs, "-scheduler")
-    c = container(scheduler, "scheduler")
-    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
-    if ports != {"metrics": 9402}:
-        fail(f"metrics: scheduler container ports {ports}, expected metrics: 9402")
-    annotations = scheduler["spec"]["template"]["metadata"].get("annotations", {})
-    want = {"prometheus.io/scrape": "true", "prometheus.io/port": "9402",
-            "prometheus.io/path": "/metrics"}
-    if any(annotations.get(k) != v for k, v in want.items()):
-        fail(f"metrics: scheduler pod annotations {annotations}, expected {want}")
     services = by_kind(docs).get("Service", [])
-    if len(services) != 1:
-        fail(f"metrics: {len(services)} Services rendered, expected 1")
-    else:
-        spec = services[0]["spec"]
-        pod_labels = scheduler["spec"]["template"]["metadata"]["labels"]
-        if any(pod_labels.get(k) != v for k, v in spec["selector"].items()):
-            fail(f"metrics: the Service selects {spec['selector']}, the scheduler pods are {pod_labels}")
-        if [(p["name"], p["port"], p["targetPort"]) for p in spec["ports"]] != [("metrics", 9402, "metrics")]:
-            fail(f"metrics: Service ports {spec['ports']}")
+    if len(services) != 2:
+        fail(f"metrics: {len(services)} Services rendered, expected 2")
     if by_kind(docs).get("ServiceMonitor"):
         fail("metrics: a ServiceMonitor was rendered without serviceMonitor.enabled")
+    monitor_docs = render(checker, helm_path, root, {"metrics.serviceMonitor.labels.release": "prom"},
+                          "service monitor",
+                          typed=["metrics.serviceMonitor.enabled=true", "metrics.port=9500",
+                                 "metrics.pluginPort=9501"])
+    monitors = by_kind(monitor_docs).get("ServiceMonitor", [])
+    if len(monitors) != 2:
+        fail(f"metrics: {len(monitors)} ServiceMonitors with serviceMonitor.enabled, expected 2")
+    for suffix, name, section, port_value, port, variable in METRICS_COMPONENTS:
+        ds = daemonset(docs, suffix)
+        c = container(ds, name)
+        ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+        if ports != {"metrics": port}:
+            fail(f"metrics: {name} container ports {ports}, expected metrics: {port}")
+        annotations = ds["spec"]["template"]["metadata"].get("annotations", {})
+        want = {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                "prometheus.io/path": "/metrics"}
+        if any(annotations.get(k) != v for k, v in want.items()):
+            fail(f"metrics: {name} pod annotations {annotations}, expected {want}")
+        pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+        mine = [svc for svc in services
+                if all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items())]
+        if len(mine) != 1:
+            fail(f"metrics: {len(mine)} Services select the {name} pods, expected 1")
+        elif [(p["name"], p["port"], p["targetPort"]) for p in mine[0]["spec"]["ports"]] != [("metrics", port, "metrics")]:
+            fail(f"metrics: {name} Service ports {mine[0]['spec']['ports']}")
 
-    docs = render(checker, helm_path, root, {"metrics.serviceMonitor.labels.release": "prom"},
-                  "service monitor",
-                  typed=["metrics.serviceMonitor.enabled=true", "metrics.port=9500"])
-    monitors = by_kind(docs).get("ServiceMonitor", [])
-    service = (by_kind(docs).get("Service") or [{}])[0]
-    if len(monitors) != 1:
-        fail(f"metrics: {len(monitors)} ServiceMonitors with serviceMonitor.enabled, expected 1")
-    else:
-        m = monitors[0]
-        if m["metadata"]["labels"].get("release") != "prom":
-            fail(f"metrics: ServiceMonitor labels {m['metadata']['labels']} lack release: prom")
-        selected = m["spec"]["selector"]["matchLabels"]
-        if any(service.get("metadata", {}).get("labels", {}).get(k) != v for k, v in selected.items()):
-            fail(f"metrics: the ServiceMonitor selects {selected}, the Service has "
-                 f"{service.get('metadata', {}).get('labels')}")
-        if [e.get("port") for e in m["spec"]["endpoints"]] != ["metrics"]:
-            fail(f"metrics: ServiceMonitor endpoints {m['spec']['endpoints']}")
-    env = env_of(container(daemonset(docs, "-scheduler"), "scheduler"))
-    if env.get("NVSHARE_METRICS_ADDRESS") != ":9500":
-        fail(f"metrics: metrics.port 9500 gave NVSHARE_METRICS_ADDRESS={env.get('NVSHARE_METRICS_ADDRESS')}")
+        # The ServiceMonitor for this component selects its Service.
+        moved = port + 98  # 9500 / 9501
+        service = [svc for svc in by_kind(monitor_docs).get("Service", [])
+                   if svc["metadata"]["name"].endswith(suffix + "-metrics")]
+        found = [m for m in monitors
+                 if service and all(service[0]["metadata"]["labels"].get(k) == v
+                                    for k, v in m["spec"]["selector"]["matchLabels"].items())]
+        if len(found) != 1:
+            fail(f"metrics: {len(found)} ServiceMonitors select the {name} Service, expected 1")
+        else:
+            m = found[0]
+            if m["metadata"]["labels"].get("release") != "prom":
+                fail(f"metrics: ServiceMonitor labels {m['metadata']['labels']} lack release: prom")
+            if [e.get("port") for e in m["spec"]["endpoints"]] != ["metrics"]:
+                fail(f"metrics: ServiceMonitor endpoints {m['spec']['endpoints']}")
+        env = env_of(container(daemonset(monitor_docs, suffix), name))
+        if env.get(variable) != f":{moved}":
+            fail(f"metrics: metrics.{port_value} {moved} gave {variable}={env.get(variable)}")
 
-    docs = render(checker, helm_path, root, {"scheduler.metricsAddress": "127.0.0.1:9600"}, "address")
-    env = env_of(container(daemonset(docs, "-scheduler"), "scheduler"))
-    if env.get("NVSHARE_METRICS_ADDRESS") != "127.0.0.1:9600":
-        fail(f"metrics: scheduler.metricsAddress gave NVSHARE_METRICS_ADDRESS={env.get('NVSHARE_METRICS_ADDRESS')}")
+        explicit = render(checker, helm_path, root, {f"{section}.metricsAddress": "127.0.0.1:9600"},
+                          "address")
+        env = env_of(container(daemonset(explicit, suffix), name))
+        if env.get(variable) != "127.0.0.1:9600":
+            fail(f"metrics: {section}.metricsAddress gave {variable}={env.get(variable)}")
 
-    docs = render(checker, helm_path, root, {}, "metrics off", typed=["metrics.enabled=false"])
-    scheduler = daemonset(docs, "-scheduler")
-    c = container(scheduler, "scheduler")
-    if by_kind(docs).get("Service") or c.get("ports") or "NVSHARE_METRICS_ADDRESS" in env_of(c):
-        fail("metrics: metrics.enabled=false still rendered a Service, a port or the address")
-    if scheduler["spec"]["template"]["metadata"].get("annotations"):
-        fail("metrics: metrics.enabled=false still rendered scrape annotations")
-    print("helm template (metrics): port, scrape annotations and Service by default; ServiceMonitor "
-          "when enabled; an explicit address wins; nothing when off")
+    off = render(checker, helm_path, root, {}, "metrics off", typed=["metrics.enabled=false"])
+    if by_kind(off).get("Service"):
+        fail("metrics: metrics.enabled=false still rendered a Service")
+    for suffix, name, _, _, _, variable in METRICS_COMPONENTS:
+        ds = daemonset(off, suffix)
+        c = container(ds, name)
+        if c.get("ports") or variable in env_of(c):
+            fail(f"metrics: metrics.enabled=false still rendered the {name} port or address")
+        if ds["spec"]["template"]["metadata"].get("annotations"):
+            fail(f"metrics: metrics.enabled=false still rendered {name} scrape annotations")
+    print("helm template (metrics): ports, scrape annotations and Services by default for the "
+          "scheduler and the device plugin; ServiceMonitors when enabled; an explicit address "
+          "wins; nothing when off")
 
 
 def check_overrides(checker, helm_path, root):
