@@ -124,6 +124,15 @@ Result<std::pair<std::string, std::string>> split_host_port(std::string_view add
   return std::make_pair(std::string(host), std::string(port));
 }
 
+Status store_metrics_address(std::string_view value, std::string& out) {
+  if (!value.empty()) {
+    auto parts = split_host_port(value);
+    if (!parts.ok()) return parts.error();
+  }
+  out = std::string(value);
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(const std::string& address,
                                                                 std::string component,
                                                                 Render render) {

@@ -29,6 +29,10 @@ namespace nvshare {
 // is a number of 0..65535.
 Result<std::pair<std::string, std::string>> split_host_port(std::string_view address);
 
+// The metrics-address knob of each program: an empty value (no endpoint) or host:port, stored in
+// `out` when it is one of those; an error naming what is wrong otherwise (`out` unchanged).
+Status store_metrics_address(std::string_view value, std::string& out);
+
 class MetricsEndpoint {
  public:
   static constexpr Duration kIoTimeout = std::chrono::seconds(5);

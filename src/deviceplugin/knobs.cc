@@ -387,12 +387,7 @@ const Knob kKnobs[] = {
      "docs/metrics.md): slots and allocations per GPU, annotation errors, watch restarts, "
      "Events posted. Empty: no metrics endpoint.",
      [](std::string_view v, PluginConfig& c) -> Status {
-       if (!v.empty()) {
-         auto parts = split_host_port(v);
-         if (!parts) return parts.error();
-       }
-       c.metrics_address = std::string(v);
-       return Status::Ok();
+       return store_metrics_address(v, c.metrics_address);
      }},
     {knobtable::kLogLevel.name, knobtable::kLogLevel.default_value, knobtable::kLogLevel.range,
      knobtable::kLogLevel.meaning,

@@ -103,10 +103,18 @@ int run(const PluginConfig& config) {
 #ifdef NVSHARE_WITH_PODWATCHER
       if (watcher) {
         const podwatcher::PodWatcherStats s = watcher->stats();
-        input.watcher = WatcherCounters{s.lists,           s.watch_restarts,    s.relists_gone,
-                                        s.api_errors,      s.invalid_annotations, s.pushes,
-                                        s.push_failures,   s.warnings_posted,   s.alerts_raised,
-                                        s.alerts_suppressed, s.managed_pods,    s.synced};
+        input.watcher = WatcherCounters{s.lists,
+                                        s.watch_restarts,
+                                        s.relists_gone,
+                                        s.api_errors,
+                                        s.invalid_annotations,
+                                        s.pushes,
+                                        s.push_failures,
+                                        s.warnings_posted,
+                                        s.alerts_raised,
+                                        s.alerts_suppressed,
+                                        s.managed_pods,
+                                        s.synced};
       }
 #endif
       return render_plugin_metrics(input);

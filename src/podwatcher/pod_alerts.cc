@@ -76,8 +76,7 @@ std::vector<PodAlert> PodAlerts::observe(const std::vector<PodUsage>& pods, Mono
     // Refused allocations: any new one since the previous sample (or, for a pod seen for the
     // first time, any at all).
     if (usage.refused_allocations > state.refused || (inserted && usage.refused_allocations > 0)) {
-      const std::uint64_t fresh =
-          usage.refused_allocations - (inserted ? 0 : state.refused);
+      const std::uint64_t fresh = usage.refused_allocations - (inserted ? 0 : state.refused);
       if (due(state, kMemoryLimitReason, now)) {
         std::string limit = usage.memory_limit_bytes != 0
                                 ? " of " + format_bytes(usage.memory_limit_bytes)
@@ -102,12 +101,13 @@ std::vector<PodAlert> PodAlerts::observe(const std::vector<PodUsage>& pods, Mono
     const Sample& oldest = state.waits.front();
     const double span = to_seconds(now - oldest.at);
     const double waited = usage.quota_wait_s - oldest.quota_wait_s;
-    if (span >= to_seconds(config_.throttle_window) &&
-        waited >= config_.throttle_fraction * span && due(state, kThrottledReason, now)) {
-      alerts.push_back({usage.pod_uid, kThrottledReason,
-                        "waited " + seconds_text(waited) + " of the last " + seconds_text(span) +
-                            " for its compute cap of " + std::to_string(usage.core_limit_percent) +
-                            "%: the cap, not the GPU, sets its speed (nvshare.com/gpu-core-limit)"});
+    if (span >= to_seconds(config_.throttle_window) && waited >= config_.throttle_fraction * span &&
+        due(state, kThrottledReason, now)) {
+      alerts.push_back(
+          {usage.pod_uid, kThrottledReason,
+           "waited " + seconds_text(waited) + " of the last " + seconds_text(span) +
+               " for its compute cap of " + std::to_string(usage.core_limit_percent) +
+               "%: the cap, not the GPU, sets its speed (nvshare.com/gpu-core-limit)"});
     }
   }
   std::erase_if(pods_, [&](const auto& entry) { return seen.count(entry.first) == 0; });

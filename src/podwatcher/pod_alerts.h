@@ -6,7 +6,8 @@
 // shows them:
 //  - GpuMemoryLimitReached: allocations were refused since the previous sample (the application
 //    saw CUDA_ERROR_OUT_OF_MEMORY from its limit, not from the GPU);
-//  - GpuComputeThrottled: over the last throttle window (60 s), the pod's processes waited for their
+//  - GpuComputeThrottled: over the last throttle window (60 s), the pod's processes waited for
+//  their
 //    cap at least throttle_fraction (half) of the time: the cap, not the GPU, sets its speed.
 // Each reason is posted at most once per pod per repeat interval (10 minutes); what falls inside it
 // is counted as suppressed. A pod absent from a sample is forgotten (its processes are gone).

@@ -469,9 +469,8 @@ struct PodWatcher::Impl {
       for (PodAlert& alert : alerts.observe(usage, SteadyClock::instance().now())) {
         const std::string& key = pod_keys.at(alert.pod_uid).key;
         const std::size_t slash = key.find('/');
-        posts.push_back(PendingWarning{alert.pod_uid, key.substr(0, slash),
-                                       key.substr(slash + 1), std::move(alert.message),
-                                       std::move(alert.reason)});
+        posts.push_back(PendingWarning{alert.pod_uid, key.substr(0, slash), key.substr(slash + 1),
+                                       std::move(alert.message), std::move(alert.reason)});
         ++stats.alerts_raised;
       }
       stats.alerts_suppressed += alerts.suppressed() - suppressed;
@@ -621,8 +620,8 @@ struct PodWatcher::Impl {
         }
       }
       std::unique_lock lock(mu);
-      const auto next_due = config.status_interval.count() > 0 ? std::min(next_check, next_status)
-                                                               : next_check;
+      const auto next_due =
+          config.status_interval.count() > 0 ? std::min(next_check, next_status) : next_check;
       wake.wait_until(lock, std::min(next_due, now + kIdentityPoll), [&] {
         return stopping.load() || !warnings.empty() || ledger.next_command().has_value();
       });

@@ -16,8 +16,8 @@
 //  (`forget-pod`);
 //  - every status_interval it reads the scheduler's status and posts Warning Events on managed pods
 //    whose allocations the memory limit refused or that wait for their compute cap most of the time
-//    (pod_alerts.h: reasons GpuMemoryLimitReached and GpuComputeThrottled, each at most once per pod
-//    per repeat interval).
+//    (pod_alerts.h: reasons GpuMemoryLimitReached and GpuComputeThrottled, each at most once per
+//    pod per repeat interval).
 // When the scheduler cannot be reached the pushes are retried with backoff, and everything is
 // pushed again once it answers (a restarted scheduler remembers nothing).
 //
@@ -72,22 +72,22 @@ struct PodWatcherConfig {
 
 // Counters for logs and tests; read with PodWatcher::stats().
 struct PodWatcherStats {
-  std::uint64_t lists = 0;            // successful pod lists
-  std::uint64_t watches = 0;          // watch requests that got a 200 response
-  std::uint64_t relists_gone = 0;     // relists caused by 410 Gone
-  std::uint64_t api_errors = 0;       // failed requests and dropped connections
-  std::uint64_t events_seen = 0;      // watch events processed (BOOKMARKs included)
-  std::uint64_t warnings_posted = 0;  // Warning Events created (all reasons)
+  std::uint64_t lists = 0;                // successful pod lists
+  std::uint64_t watches = 0;              // watch requests that got a 200 response
+  std::uint64_t relists_gone = 0;         // relists caused by 410 Gone
+  std::uint64_t api_errors = 0;           // failed requests and dropped connections
+  std::uint64_t events_seen = 0;          // watch events processed (BOOKMARKs included)
+  std::uint64_t warnings_posted = 0;      // Warning Events created (all reasons)
   std::uint64_t invalid_annotations = 0;  // annotation values refused (each reported once)
   std::uint64_t watch_restarts = 0;       // watches started after the first (reconnects, resumes)
   std::uint64_t alerts_raised = 0;        // GpuMemoryLimitReached / GpuComputeThrottled raised
   std::uint64_t alerts_suppressed = 0;    // the same within their repeat interval, not posted
   std::uint64_t status_reads = 0;         // status answers read for alerts
   std::size_t managed_pods = 0;           // pods on this node requesting the resource, now
-  std::uint64_t pushes = 0;           // set-limits / forget-pod requests the scheduler accepted
-  std::uint64_t push_failures = 0;    // requests that failed (unreachable or refused)
-  std::string resource_version;       // the last resourceVersion seen (list, event or bookmark)
-  bool synced = false;                // the first list completed
+  std::uint64_t pushes = 0;               // set-limits / forget-pod requests the scheduler accepted
+  std::uint64_t push_failures = 0;        // requests that failed (unreachable or refused)
+  std::string resource_version;           // the last resourceVersion seen (list, event or bookmark)
+  bool synced = false;                    // the first list completed
 };
 
 class PodWatcher {

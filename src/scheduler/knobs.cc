@@ -4,6 +4,7 @@
 
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
+#include "common/metrics_endpoint.h"
 #include "common/protocol.h"
 #include "common/quantity.h"
 #include "common/shared_knobs.h"
@@ -127,12 +128,7 @@ const Knob kKnobs[] = {
      "docs/metrics.md), from a thread of its own. Empty: no metrics endpoint.",
      KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       if (!v.empty()) {
-         auto parts = split_host_port(v);
-         if (!parts) return parts.error();
-       }
-       c.metrics_address = std::string(v);
-       return Status::Ok();
+       return store_metrics_address(v, c.metrics_address);
      }},
     {"mode", "auto", "`auto`, `exclusive`, `serial` (an alias of exclusive)",
      "`auto` runs clients whose working sets fit in memory together, except that clients which "

@@ -87,7 +87,20 @@ TEST(PluginKnobs, NamesOfFlagEnvironmentAndHelmValue) {
   EXPECT_EQ(helm_value(*find_knob("fail-requests-greater-than-one")),
             "devicePlugin.failRequestsGreaterThanOne");
   EXPECT_EQ(helm_value(*find_knob("device-list-strategy")), "devicePlugin.deviceListStrategy");
-  EXPECT_EQ(knobs().size(), 24u);
+  EXPECT_EQ(helm_value(*find_knob("metrics-address")), "devicePlugin.metricsAddress");
+  EXPECT_EQ(knobs().size(), 25u);
+}
+
+TEST(PluginKnobs, MetricsAddressIsHostPortOrEmpty) {
+  auto parsed = parse({}, {{"NVSHARE_PLUGIN_METRICS_ADDRESS", ":9403"}});
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  EXPECT_EQ(parsed.value().config.metrics_address, ":9403");
+  auto none = parse({}, {});
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none.value().config.metrics_address, "");  // no endpoint by default
+  for (const char* bad : {"9403", "host:", "host:70000", "[::1]:http"}) {
+    EXPECT_FALSE(parse({"--metrics-address", bad}, {})) << bad;
+  }
 }
 
 TEST(PluginKnobs, FlagsWinOverEnvironmentWhichWinsOverDefaults) {

@@ -18,9 +18,9 @@ namespace nvshare::testing {
 class SchedulerProcess {
  public:
   // `extra` flags follow the socket flags.
-  static Result<std::unique_ptr<SchedulerProcess>> start(const std::string& binary,
-                                                         const std::string& dir,
-                                                         const std::vector<std::string>& extra = {});
+  static Result<std::unique_ptr<SchedulerProcess>> start(
+      const std::string& binary, const std::string& dir,
+      const std::vector<std::string>& extra = {});
   // The clients' socket.
   const std::string& socket() const { return socket_; }
   ~SchedulerProcess();

@@ -471,7 +471,8 @@ TEST(PodAlerts, ThrottledNeedsAWholeWindowMostlyWaiting) {
   config.throttle_window = std::chrono::seconds(60);
   PodAlerts alerts(config);
   // 40% of the time waiting for the cap: never raised.
-  for (int t = 0; t <= 120; t += 10) EXPECT_TRUE(alerts.observe({usage("a", 0, 0.4 * t)}, at(t)).empty());
+  for (int t = 0; t <= 120; t += 10)
+    EXPECT_TRUE(alerts.observe({usage("a", 0, 0.4 * t)}, at(t)).empty());
   // From t = 120 on, 70% of the time: raised once a whole window waits half of it, not before.
   std::vector<PodAlert> raised;
   int when = -1;
