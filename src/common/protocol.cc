@@ -126,7 +126,8 @@ void encode_payload(ByteWriter& w, const Pong& m) { w.u64(m.nonce); }
 void decode_payload(ByteReader& r, Pong& m, bool&) { m.nonce = r.u64(); }
 
 // Fields later versions append at the end of a payload: version 2 gives limits a flags byte,
-// version 3 gives usage its deep-queue share, version 4 its refused allocations.
+// version 3 gives usage its deep-queue share, version 4 its refused allocations, version 5 the
+// sessions its link lost.
 void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
   if (version < 2) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
@@ -134,6 +135,8 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (const auto* usage = std::get_if<Usage>(&message)) w.u16(usage->deep_queue_permille);
   if (version < 4) return;
   if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->refused_allocations);
+  if (version < 5) return;
+  if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->sessions_lost);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 2) return;
@@ -150,6 +153,8 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
   }
   if (version < 4) return;
   if (auto* usage = std::get_if<Usage>(&message)) usage->refused_allocations = r.u32();
+  if (version < 5) return;
+  if (auto* usage = std::get_if<Usage>(&message)) usage->sessions_lost = r.u32();
 }
 
 // Variant index i holds MessageType i + 1; this is checked at compile time below.

@@ -34,7 +34,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 4;
+inline constexpr std::uint16_t kMaxVersion = 5;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -133,7 +133,10 @@ struct Released {
 // window, the share (0..1000) during which a submitting thread waited for the drain bound, i.e. it
 // had more GPU work queued than the bound and more to submit. kPaceUnknown until a window is
 // complete (and from version 2 peers). Version 4 appends refused_allocations: allocations the
-// client's memory limit refused since it connected (saturating; 0 from older peers).
+// client's memory limit refused since it connected (saturating; 0 from older peers). Version 5
+// appends sessions_lost: how many sessions with a scheduler this link (this process, this GPU) had
+// welcomed and then lost before this one, e.g. because the scheduler restarted (0 from older
+// peers).
 struct Usage {
   static constexpr std::uint16_t kPaceUnknown = 0xFFFF;
   std::uint64_t allocated_bytes = 0;
@@ -141,6 +144,7 @@ struct Usage {
   std::uint64_t swap_bytes_per_s = 0;  // measured swap bandwidth, 0 until one was measured
   std::uint16_t deep_queue_permille = kPaceUnknown;
   std::uint32_t refused_allocations = 0;
+  std::uint32_t sessions_lost = 0;
   bool operator==(const Usage&) const = default;
 };
 

@@ -72,6 +72,10 @@ void node_families(Exposition& e, const MetricsSnapshot& s) {
   e.sample(Labels(), clients);
   e.family("nvshare_sessions", "gauge", "Open client connections, registered or not.");
   e.sample(Labels(), static_cast<std::uint64_t>(s.sessions));
+  e.family("nvshare_resumed_sessions_total", "counter",
+           "Sessions whose client had lost an earlier one (the scheduler restarted or dropped it): "
+           "after a restart, one per client process and GPU that came back.");
+  e.sample(Labels(), s.status.resumed_sessions);
   const DaemonStats& d = s.stats;
   e.family("nvshare_sessions_opened_total", "counter", "Client connections accepted.");
   e.sample(Labels(), d.sessions_opened);
@@ -170,6 +174,11 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
        "The process's memory limit (no series: no limit).",
        [&](const ClientStatus& c, const Labels& l) {
          if (c.limits.memory_bytes > 0) e.sample(l, c.limits.memory_bytes);
+       });
+  each("nvshare_client_sessions_lost", "gauge",
+       "Sessions with a scheduler this process's link to the GPU had and lost before this one.",
+       [&](const ClientStatus& c, const Labels& l) {
+         e.sample(l, static_cast<std::uint64_t>(c.sessions_lost));
        });
   each("nvshare_client_memory_refused_allocations_total", "counter",
        "Allocations the process's memory limit refused (CUDA_ERROR_OUT_OF_MEMORY), as it reports.",

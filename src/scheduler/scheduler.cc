@@ -323,6 +323,7 @@ void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime no
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
   count_swap(it->second, usage);
+  count_resumed(it->second, usage);
   feed(it->second.gpu,
        policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
                              usage.swap_bytes_per_s, pace_of(usage)},
@@ -601,9 +602,15 @@ void Scheduler::count_swap(Client& client, const protocol::Usage& usage) {
       std::max<std::uint64_t>(client.refused_allocations, usage.refused_allocations);
 }
 
+void Scheduler::count_resumed(Client& client, const protocol::Usage& usage) {
+  if (usage.sessions_lost > 0 && client.sessions_lost == 0) ++resumed_sessions_;
+  client.sessions_lost = std::max(client.sessions_lost, usage.sessions_lost);
+}
+
 StatusSnapshot Scheduler::snapshot(MonoTime now) const {
   StatusSnapshot snapshot;
   snapshot.taken = now;
+  snapshot.resumed_sessions = resumed_sessions_;
   for (const auto& [uuid, gpu] : gpus_) {
     GpuStatus status;
     status.uuid = uuid;
@@ -637,6 +644,7 @@ StatusSnapshot Scheduler::snapshot(MonoTime now) const {
       c.swapped_out_bytes = client.swapped_out_bytes;
       c.swapped_in_bytes = client.swapped_in_bytes;
       c.refused_allocations = client.refused_allocations;
+      c.sessions_lost = client.sessions_lost;
       c.view = view;
       status.clients.push_back(std::move(c));
     }
@@ -722,6 +730,7 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("swapped_out_bytes", c.swapped_out_bytes);
       j.set("swapped_in_bytes", c.swapped_in_bytes);
       j.set("refused_allocations", c.refused_allocations);
+      j.set("sessions_lost", c.sessions_lost);
       j.set("state_for_ms", tenths(to_ms_value(snapshot.taken - c.view.state_since)));
       j.set("connected_ms", tenths(to_ms_value(c.connected_for)));
       // Present only when they apply: a capped client's bucket, a runner's turn end, a revoked
@@ -756,6 +765,7 @@ Json to_json(const StatusSnapshot& snapshot) {
   Json out = Json::object();
   out.set("gpus", std::move(gpus));
   out.set("pods", std::move(pods));
+  out.set("resumed_sessions", snapshot.resumed_sessions);
   return out;
 }
 

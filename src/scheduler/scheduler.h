@@ -95,6 +95,7 @@ struct ClientStatus {
   std::uint64_t swapped_out_bytes = 0;
   std::uint64_t swapped_in_bytes = 0;
   std::uint64_t refused_allocations = 0;  // allocations its memory limit refused, as it reports
+  std::uint32_t sessions_lost = 0;        // sessions its link lost before this one, as it reports
   policy::ClientView view;
 };
 
@@ -119,6 +120,9 @@ struct PodStatus {
 // An immutable picture of the scheduler, for status, nvsharectl and (later) metrics.
 struct StatusSnapshot {
   MonoTime taken{};
+  // Sessions whose client reported losing an earlier one (the scheduler restarted, or dropped it):
+  // after a restart, one per client that came back.
+  std::uint64_t resumed_sessions = 0;
   std::vector<GpuStatus> gpus;
   std::vector<PodStatus> pods;
 };
@@ -229,6 +233,7 @@ class Scheduler {
     std::uint64_t swapped_out_bytes = 0;
     std::uint64_t swapped_in_bytes = 0;
     std::uint64_t refused_allocations = 0;  // as last reported (it counts since it connected)
+    std::uint32_t sessions_lost = 0;        // as last reported
     ProcessKey process() const { return ProcessKey{identity.pid, identity.start_time, gpu}; }
   };
 
@@ -253,6 +258,8 @@ class Scheduler {
   void route(const std::vector<policy::Action>& actions);
   void send_limits_if_needed(Client& client);
   static void count_swap(Client& client, const protocol::Usage& usage);
+  // A session whose client reports losing an earlier one counts once as resumed.
+  void count_resumed(Client& client, const protocol::Usage& usage);
   // The limits frame for a client: its effective limits, provisional unless authoritative.
   protocol::SetLimits limits_frame(const Client& client) const;
   bool authoritative(const Client& client) const;
@@ -269,6 +276,7 @@ class Scheduler {
   std::map<std::string, policy::PolicyConfig> gpu_overrides_;
   std::map<std::string, PodRecord> pods_;
   std::map<ProcessKey, LimitsLayer> processes_;
+  std::uint64_t resumed_sessions_ = 0;
   bool synced_ = false;
   bool state_dirty_ = false;
   ProcessProbe process_alive_;

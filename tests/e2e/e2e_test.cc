@@ -891,6 +891,18 @@ TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
         return !(a.running() && b.running());
       },
       10, 0.01);
+  // Each came back saying it had lost one session: the restarted scheduler counts two resumed
+  // sessions (status, and nvshare_resumed_sessions_total in the metrics).
+  Json resumed;
+  wait_until(
+      [&] {
+        auto status = poll_status();
+        if (!status.ok()) return false;
+        resumed = status.value();
+        return json_number(find_client(resumed, a.pid()), "sessions_lost") == 1 &&
+               json_number(find_client(resumed, b.pid()), "sessions_lost") == 1;
+      },
+      10, 0.01);
   Json ra = finish(a);
   Json rb = finish(b);
   EXPECT_GE(registered_at, 0) << "the trainers did not both register with the restarted scheduler "
@@ -898,6 +910,8 @@ TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
   if (registered_at >= 0) {
     measure("re-registration after restart", (registered_at - restarted_at) * 1000, "ms");
   }
+  EXPECT_EQ(json_number(&resumed, "resumed_sessions"), 2) << resumed.dump();
+  EXPECT_EQ(json_number(find_client(resumed, a.pid()), "sessions_lost"), 1) << resumed.dump();
 }
 
 // A holder killed with SIGKILL: the trainer waiting behind it gets the GPU within 100 ms, measured

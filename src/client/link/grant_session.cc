@@ -328,6 +328,7 @@ void GrantSession::on_connect_failed(MonoTime now, const std::string& why) {
 
 void GrantSession::lose_connection(MonoTime now, const std::string& why) {
   const bool was_up = conn_ == Conn::kUp;
+  if (was_up && sessions_lost_ < UINT32_MAX) ++sessions_lost_;
   out_.emplace_back(session::Disconnect{});
   conn_ = Conn::kDown;
   revoke_pending_ = false;
@@ -615,9 +616,12 @@ void GrantSession::send_usage(MonoTime now, bool force) {
   usage_dirty_ = false;
   const DeviceUsage usage = probe_.usage();
   const protocol::Usage message{
-      usage.allocated_bytes, usage.resident_bytes,
-      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_, pace_permille_,
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(usage.refused_allocations, UINT32_MAX))};
+      usage.allocated_bytes,
+      usage.resident_bytes,
+      usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_,
+      pace_permille_,
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(usage.refused_allocations, UINT32_MAX)),
+      sessions_lost_};
   if (!force && usage_sent_ && message == last_usage_) return;
   usage_sent_ = true;
   last_usage_ = message;

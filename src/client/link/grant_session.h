@@ -348,6 +348,8 @@ class GrantSession {
   bool usage_dirty_ = true;
   bool usage_sent_ = false;
   protocol::Usage last_usage_;
+  // Welcomed sessions this link lost (the scheduler went away or dropped it), reported with usage.
+  std::uint32_t sessions_lost_ = 0;
   MonoTime last_usage_at_{};
   // Pace (pace_meter.h): reported with the usage once a window's figure changes it.
   PaceMeter pace_;

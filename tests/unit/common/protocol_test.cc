@@ -117,6 +117,24 @@ TEST(Protocol, Version3UsageCarriesNoRefusedAllocations) {
   EXPECT_FALSE(decode_frame(v3_with_count).ok());
 }
 
+TEST(Protocol, Version4UsageCarriesNoSessionsLost) {
+  Usage full{8ULL << 30, 8ULL << 30, 0, 975, 42};
+  full.sessions_lost = 3;
+  const auto v4 = encode(Message(full), 4).value();
+  const auto v5 = encode(Message(full), 5).value();
+  EXPECT_EQ(v4.size() + 4, v5.size());  // the u32 count
+  auto decoded = decode_frame(v5);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message), full);
+  decoded = decode_frame(v4);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).sessions_lost, 0u);
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).refused_allocations, 42u);
+  auto v4_with_count = v5;
+  v4_with_count[4] = 4;
+  EXPECT_FALSE(decode_frame(v4_with_count).ok());
+}
+
 TEST(Protocol, DeepQueueShareOverAThousandIsMalformed) {
   for (std::uint16_t permille : {std::uint16_t{1001}, std::uint16_t{0xFFFE}}) {
     auto bytes = encode(Usage{0, 0, 0, 0}, 3).value();
@@ -155,7 +173,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 4, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 5, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }
