@@ -93,7 +93,9 @@ int run(const PluginConfig& config) {
   std::unique_ptr<MetricsEndpoint> metrics;
   if (!config.metrics_address.empty()) {
     const double started = static_cast<double>(std::time(nullptr));
-    auto render = [&]() -> Result<std::string> {
+    // Runs on the endpoint's thread for as long as `metrics` lives: what it reads by reference
+    // (the configuration, the plugin, the watcher) outlives it; the start time is its own copy.
+    auto render = [&, started]() -> Result<std::string> {
       PluginMetricsInput input;
       input.resource_name = config.resource_name;
       input.gpus = plugin.gpus();
