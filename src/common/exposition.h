@@ -38,6 +38,12 @@ class Exposition {
     append_number(out_, value);
     out_ += '\n';
   }
+  // A family of one sample without labels.
+  template <typename Number>
+  void scalar(std::string_view name, std::string_view type, std::string_view help, Number value) {
+    family(name, type, help);
+    sample(Labels(), value);
+  }
   std::string take() { return std::move(out_); }
 
  private:

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "common/exposition.h"
 #include "common/gpu_inventory.h"
 #include "common/log.h"
 #include "common/metrics_endpoint.h"
@@ -23,6 +24,7 @@
 
 #ifdef NVSHARE_WITH_PODWATCHER
 #include "podwatcher/pod_watcher.h"
+#include "podwatcher/watcher_metrics.h"
 #endif
 
 namespace {
@@ -102,24 +104,12 @@ int run(const PluginConfig& config) {
       input.plugin = plugin.stats();
       input.start_time_s = started;
       input.version = NVSHARE_VERSION;
+      Exposition exposition;
+      render_plugin_metrics(input, exposition);
 #ifdef NVSHARE_WITH_PODWATCHER
-      if (watcher) {
-        const podwatcher::PodWatcherStats s = watcher->stats();
-        input.watcher = WatcherCounters{s.lists,
-                                        s.watch_restarts,
-                                        s.relists_gone,
-                                        s.api_errors,
-                                        s.invalid_annotations,
-                                        s.pushes,
-                                        s.push_failures,
-                                        s.warnings_posted,
-                                        s.alerts_raised,
-                                        s.alerts_suppressed,
-                                        s.managed_pods,
-                                        s.synced};
-      }
+      if (watcher) podwatcher::render_watcher_metrics(watcher->stats(), exposition);
 #endif
-      return render_plugin_metrics(input);
+      return exposition.take();
     };
     auto started_endpoint =
         MetricsEndpoint::start(config.metrics_address, "nvshare-device-plugin", render);

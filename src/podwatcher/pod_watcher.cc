@@ -596,22 +596,17 @@ struct PodWatcher::Impl {
       backoff.reset();
 
       const auto now = std::chrono::steady_clock::now();
+      bool has_pods;
+      {
+        std::lock_guard lock(mu);
+        has_pods = ledger.managed_pods() > 0;
+      }
       if (config.status_interval.count() > 0 && now >= next_status) {
         next_status = now + config.status_interval;
-        bool has_pods;
-        {
-          std::lock_guard lock(mu);
-          has_pods = ledger.managed_pods() > 0;
-        }
         if (has_pods && !check_alerts(control)) continue;  // unreachable: the next pass retries
       }
       if (now >= next_check) {
         next_check = now + config.control_check_interval;
-        bool has_pods;
-        {
-          std::lock_guard lock(mu);
-          has_pods = ledger.managed_pods() > 0;
-        }
         if (has_pods && !check(control)) {
           sync_announced = false;
           std::lock_guard lock(mu);

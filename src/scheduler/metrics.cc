@@ -61,24 +61,22 @@ std::vector<ClientRow> client_rows(const StatusSnapshot& status) {
 void node_families(Exposition& e, const MetricsSnapshot& s) {
   e.family("nvshare_scheduler_info", "gauge", "The scheduler's version (always 1).");
   e.sample(Labels().add("version", s.version), std::uint64_t{1});
-  e.family("nvshare_scheduler_start_time_seconds", "gauge",
-           "When the scheduler started, in seconds since the Unix epoch.");
-  e.sample(Labels(), s.start_time_s);
-  e.family("nvshare_gpus", "gauge", "GPUs the scheduler has a policy for (one client seen).");
-  e.sample(Labels(), static_cast<std::uint64_t>(s.status.gpus.size()));
+  e.scalar("nvshare_scheduler_start_time_seconds", "gauge",
+           "When the scheduler started, in seconds since the Unix epoch.", s.start_time_s);
+  e.scalar("nvshare_gpus", "gauge", "GPUs the scheduler has a policy for (one client seen).",
+           static_cast<std::uint64_t>(s.status.gpus.size()));
   std::uint64_t clients = 0;
   for (const GpuStatus& g : s.status.gpus) clients += g.clients.size();
-  e.family("nvshare_clients", "gauge", "Registered client processes, all GPUs.");
-  e.sample(Labels(), clients);
-  e.family("nvshare_sessions", "gauge", "Open client connections, registered or not.");
-  e.sample(Labels(), static_cast<std::uint64_t>(s.sessions));
-  e.family("nvshare_resumed_sessions_total", "counter",
+  e.scalar("nvshare_clients", "gauge", "Registered client processes, all GPUs.", clients);
+  e.scalar("nvshare_sessions", "gauge", "Open client connections, registered or not.",
+           static_cast<std::uint64_t>(s.sessions));
+  e.scalar("nvshare_resumed_sessions_total", "counter",
            "Sessions whose client had lost an earlier one (the scheduler restarted or dropped it): "
-           "after a restart, one per client process and GPU that came back.");
-  e.sample(Labels(), s.status.resumed_sessions);
+           "after a restart, one per client process and GPU that came back.",
+           s.status.resumed_sessions);
   const DaemonStats& d = s.stats;
-  e.family("nvshare_sessions_opened_total", "counter", "Client connections accepted.");
-  e.sample(Labels(), d.sessions_opened);
+  e.scalar("nvshare_sessions_opened_total", "counter", "Client connections accepted.",
+           d.sessions_opened);
   e.family("nvshare_sessions_closed_by_scheduler_total", "counter",
            "Client connections the scheduler closed, by reason.");
   const std::pair<std::string_view, std::uint64_t> closed[] = {
@@ -88,15 +86,15 @@ void node_families(Exposition& e, const MetricsSnapshot& s) {
       {"unidentified", d.refused_identity},  {"session_limit", d.refused_limit},
       {"descriptors", d.refused_descriptors}};
   for (const auto& [reason, n] : closed) e.sample(Labels().add("reason", reason), n);
-  e.family("nvshare_received_bytes_total", "counter", "Bytes read from client connections.");
-  e.sample(Labels(), d.bytes_in);
-  e.family("nvshare_sent_bytes_total", "counter", "Bytes written to client connections.");
-  e.sample(Labels(), d.bytes_out);
-  e.family("nvshare_control_requests_total", "counter", "Control API requests served.");
-  e.sample(Labels(), d.control_requests);
-  e.family("nvshare_metrics_snapshot_seconds", "gauge",
-           "How long the scheduler's loop spent taking the previous metrics snapshot.");
-  e.sample(Labels(), s.previous_snapshot_s);
+  e.scalar("nvshare_received_bytes_total", "counter", "Bytes read from client connections.",
+           d.bytes_in);
+  e.scalar("nvshare_sent_bytes_total", "counter", "Bytes written to client connections.",
+           d.bytes_out);
+  e.scalar("nvshare_control_requests_total", "counter", "Control API requests served.",
+           d.control_requests);
+  e.scalar("nvshare_metrics_snapshot_seconds", "gauge",
+           "How long the scheduler's loop spent taking the previous metrics snapshot.",
+           s.previous_snapshot_s);
   e.family("nvshare_handoff_latency_seconds", "histogram",
            "From a request or release being read to the grant it caused being written "
            "(one observation per grant).");
