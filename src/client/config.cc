@@ -83,10 +83,10 @@ Status apply_pod_uid(std::string_view value, ClientConfig& config) {
   return Status::Ok();
 }
 
-Status apply_managed(std::string_view value, ClientConfig& config) {
-  auto parsed = knobparse::parse_bool(value);
-  if (!parsed) return parsed.error();
-  config.managed = parsed.value();
+Status apply_memory_mode(std::string_view value, ClientConfig& config) {
+  const std::optional<MemoryMode> mode = parse_memory_mode(value);
+  if (!mode) return make_error(quoted(value) + " is not one of " + std::string(kMemoryModeWords));
+  config.memory_mode = *mode;
   return Status::Ok();
 }
 
@@ -146,10 +146,11 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      "Pod identity the process declares. Informational: the scheduler takes the pod from the "
      "process's cgroup unless it trusts client limits.",
      apply_pod_uid},
-    {"managed", "1", "`1`, `0`",
-     "`1` turns device allocations into managed memory placed on the GPU, so they can be swapped "
-     "out at a hand-off; `0` keeps them device memory (never swapped, still counted).",
-     apply_managed},
+    {"memory-mode", "device", kMemoryModeWords,
+     "How device allocations are backed. `device`: device memory mapped at a fixed address, swapped "
+     "at a hand-off by copies. `unified`: managed memory, swapped by prefetch, lets one job use "
+     "more than its GPU holds. `plain`: never swapped (still counted and limited).",
+     apply_memory_mode},
     {"reconnect-max-ms", "2000", "50..600000 (milliseconds)",
      "Longest wait between attempts to reach the scheduler again; attempts start at 50 ms and "
      "double up to this. In a container whose settings file enforces, the file's.",

@@ -26,6 +26,7 @@
 #include "client/settings_file.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/memory_mode.h"
 #include "common/protocol.h"
 #include "common/result.h"
 
@@ -45,8 +46,8 @@ struct ClientConfig {
   protocol::Limits declared_limits;
   // Declared pod identity (informational unless the scheduler trusts clients).
   std::string pod_uid;
-  // true: device allocations become managed memory (swappable); false keeps them device memory.
-  bool managed = true;
+  // How device allocations are backed (common/memory_mode.h).
+  MemoryMode memory_mode = MemoryMode::kDevice;
   // Upper bound of the reconnect backoff after the scheduler went away.
   Duration reconnect_max = std::chrono::milliseconds(2000);
   // How long the first CUDA call on a GPU waits for the scheduler's welcome and limits (zero: not

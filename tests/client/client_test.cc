@@ -214,10 +214,20 @@ TEST_F(ProcessTest, EveryHookIsReachedThroughEveryPath) {
   EXPECT_NE(probe.output.find("\"failures\":0"), std::string::npos) << probe.output;
 }
 
-TEST_F(ProcessTest, TheLimitIsExactAndDeviceAllocationsBecomeManaged) {
+TEST_F(ProcessTest, TheLimitIsExactAndDeviceAllocationsAreDeviceBacked) {
   auto e = env(true);
   e["NVSHARE_MEMORY_LIMIT"] = "256Mi";
   e["NVSHARE_FAKECUDA_CONTEXT_MEMORY"] = "64Mi";
+  const ProcessOutput probe = run(e, NVSHARE_PROBE_PATH " memory");
+  EXPECT_EQ(probe.status, 0) << probe.output;
+  EXPECT_NE(probe.output.find("\"failures\":0"), std::string::npos) << probe.output;
+}
+
+TEST_F(ProcessTest, TheLimitIsExactAndDeviceAllocationsBecomeManagedInTheUnifiedMode) {
+  auto e = env(true);
+  e["NVSHARE_MEMORY_LIMIT"] = "256Mi";
+  e["NVSHARE_FAKECUDA_CONTEXT_MEMORY"] = "64Mi";
+  e["NVSHARE_MEMORY_MODE"] = "unified";
   const ProcessOutput probe = run(e, NVSHARE_PROBE_PATH " memory");
   EXPECT_EQ(probe.status, 0) << probe.output;
   EXPECT_NE(probe.output.find("\"failures\":0"), std::string::npos) << probe.output;
@@ -524,9 +534,23 @@ TEST_F(TrainerTest, DisabledTheTrainerRunsAsWithoutTheLibrary) {
   EXPECT_EQ(second.after.faulted_in, second.before.faulted_in);
 }
 
-TEST_F(TrainerTest, EnabledTheTrainersMemoryBecomesManagedOnTheDevice) {
+TEST_F(TrainerTest, EnabledTheTrainersMemoryIsDeviceMemory) {
   auto plain = trainer(env(false), kTrainerArgs);
   auto shared = trainer(env(true), kTrainerArgs);
+  ASSERT_EQ(shared.status, 0) << shared.output;
+  EXPECT_EQ(text(shared.report, "result"), "\"ok\"");
+  // Device-backed: nothing migrates, nothing faults, the GPU sees the same memory in use.
+  EXPECT_EQ(shared.after.migrated_to_device, shared.before.migrated_to_device);
+  EXPECT_EQ(shared.after.faulted_in, shared.before.faulted_in);
+  EXPECT_EQ(text(shared.report, "mem_total"), text(plain.report, "mem_total"));
+  EXPECT_EQ(text(shared.report, "mem_free"), text(plain.report, "mem_free"));
+}
+
+TEST_F(TrainerTest, EnabledInTheUnifiedModeTheTrainersMemoryBecomesManagedOnTheDevice) {
+  auto plain = trainer(env(false), kTrainerArgs);
+  auto e = env(true);
+  e["NVSHARE_MEMORY_MODE"] = "unified";
+  auto shared = trainer(e, kTrainerArgs);
   ASSERT_EQ(shared.status, 0) << shared.output;
   EXPECT_EQ(text(shared.report, "result"), "\"ok\"");
   // Placed on the device by prefetch at allocation: moved once, never demand-faulted.

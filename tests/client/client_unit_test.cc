@@ -34,6 +34,7 @@ namespace nvshare::client {
 namespace {
 
 using cuda::AllocationKind;
+using cuda::allocations;
 using cuda::AllocationTable;
 using cuda::MemoryLedger;
 using namespace std::chrono_literals;
@@ -261,7 +262,126 @@ TEST_F(GpuTest, SubmissionsPassTheGateInPairs) {
   EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
-TEST_F(GpuTest, DeviceAllocationsBecomeManagedOnTheDevice) {
+// Sets a GPU's memory mode for one test.
+class ModeScope {
+ public:
+  ModeScope(cuda::DeviceState& device, MemoryMode mode)
+      : device_(device), saved_(device.memory_mode.exchange(mode)) {}
+  ~ModeScope() { device_.memory_mode.store(saved_); }
+
+ private:
+  cuda::DeviceState& device_;
+  MemoryMode saved_;
+};
+
+unsigned pointer_attribute(CUpointer_attribute attribute, CUdeviceptr p) {
+  unsigned value = 99;
+  if (cuPointerGetAttribute(&value, attribute, p) != CUDA_SUCCESS) return 98;
+  return value;
+}
+
+TEST_F(GpuTest, DeviceAllocationsAreDeviceMemoryMappedAtAFixedAddress) {
+  ASSERT_EQ(device_->memory_mode.load(), MemoryMode::kDevice);
+  ASSERT_EQ(device_->backing.granularity(), 2 * kMiB);
+  const fakecuda::DeviceSnapshot before = snapshot();
+  const std::uint64_t used = device_->ledger.used();
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(pointer_attribute(CU_POINTER_ATTRIBUTE_IS_MANAGED, p), 0u);
+  EXPECT_EQ(pointer_attribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p), CU_MEMORYTYPE_DEVICE);
+  EXPECT_EQ(p % (2 * kMiB), 0u);
+  const fakecuda::DeviceSnapshot after = snapshot();
+  EXPECT_EQ(after.memory.device_bytes - before.memory.device_bytes, 64 * kMiB);
+  EXPECT_EQ(after.memory.managed_resident, before.memory.managed_resident);
+  EXPECT_EQ(after.migrated_to_device, before.migrated_to_device);
+  EXPECT_EQ(device_->ledger.used() - used, 64 * kMiB);
+  EXPECT_EQ(allocations().find(AllocationTable::Space::kDeviceAddress, p)->kind,
+            AllocationKind::kBacked);
+
+  // Charged what it takes of the GPU: whole pages of the mapping granularity.
+  CUdeviceptr odd = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&odd, 3 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(device_->ledger.used() - used, 68 * kMiB);
+  EXPECT_EQ(snapshot().memory.device_bytes - before.memory.device_bytes, 68 * kMiB);
+  // Below the granularity: ordinary device memory, charged as asked.
+  CUdeviceptr small = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&small, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(device_->ledger.used() - used, 68 * kMiB + 4096);
+  EXPECT_EQ(allocations().find(AllocationTable::Space::kDeviceAddress, small)->kind,
+            AllocationKind::kDevice);
+
+  ASSERT_EQ(cuMemsetD8_v2(p, 0x17, 64 * kMiB), CUDA_SUCCESS);
+  unsigned char byte = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&byte, p + 64 * kMiB - 1, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x17);
+  for (CUdeviceptr q : {p, odd, small}) EXPECT_EQ(cuMemFree_v2(q), CUDA_SUCCESS);
+  EXPECT_EQ(device_->ledger.used(), used);
+  EXPECT_EQ(snapshot().memory.device_bytes, before.memory.device_bytes);
+}
+
+// The GPU (1 GiB) cannot back a second large allocation beside the first: the second becomes
+// managed memory, which the driver pages, instead of failing.
+TEST_F(GpuTest, ADeviceBackedAllocationTheGpuCannotBackBecomesManaged) {
+  CUdeviceptr big = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&big, 768 * kMiB), CUDA_SUCCESS);
+  CUdeviceptr more = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&more, 512 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(pointer_attribute(CU_POINTER_ATTRIBUTE_IS_MANAGED, big), 0u);
+  EXPECT_EQ(pointer_attribute(CU_POINTER_ATTRIBUTE_IS_MANAGED, more), 1u);
+  EXPECT_EQ(allocations().find(AllocationTable::Space::kDeviceAddress, more)->bytes, 512 * kMiB);
+  EXPECT_EQ(cuMemFree_v2(more), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(big), CUDA_SUCCESS);
+}
+
+TEST_F(GpuTest, SwapOutCopiesDeviceBackedMemoryToTheHostAndFreesTheGpu) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(p, 0x42, 64 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(p + 5 * kMiB, 0x24, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const fakecuda::DeviceSnapshot before = snapshot();
+
+  const std::uint64_t out = agent_->swap_out();
+  EXPECT_EQ(out, 64 * kMiB);
+  fakecuda::DeviceSnapshot s = snapshot();
+  EXPECT_EQ(before.memory.device_bytes - s.memory.device_bytes, 64 * kMiB);
+  EXPECT_EQ(s.migrated_to_host, before.migrated_to_host);  // copies, not migrations
+  EXPECT_EQ(device_->backing.host_bytes(), 64 * kMiB);
+  DeviceUsage usage = agent_->usage();
+  EXPECT_EQ(usage.resident_bytes, usage.allocated_bytes - out);
+  EXPECT_GT(usage.swap_bytes_per_s, 0u);
+
+  // Allocated while swapped out: only an address until swap_in backs it.
+  CUdeviceptr late = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&late, 16 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot().memory.device_bytes, s.memory.device_bytes);
+
+  const std::uint64_t in = agent_->swap_in();
+  EXPECT_EQ(in, out + 16 * kMiB);
+  s = snapshot();
+  EXPECT_EQ(s.memory.device_bytes, before.memory.device_bytes + 16 * kMiB);
+  EXPECT_EQ(agent_->usage().resident_bytes, agent_->usage().allocated_bytes);
+  // The same pointer, the same contents.
+  unsigned char bytes[2] = {};
+  ASSERT_EQ(cuMemcpyDtoH_v2(&bytes[0], p + 1234, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(&bytes[1], p + 5 * kMiB, 1), CUDA_SUCCESS);
+  EXPECT_EQ(bytes[0], 0x42);
+  EXPECT_EQ(bytes[1], 0x24);
+  ASSERT_EQ(cuMemsetD8_v2(late, 0x01, 16 * kMiB), CUDA_SUCCESS);
+
+  // A second swap reuses the host copies; a free while out gives everything back.
+  EXPECT_EQ(agent_->swap_out(), 80 * kMiB);
+  EXPECT_EQ(device_->backing.host_bytes(), 80 * kMiB);
+  EXPECT_EQ(cuMemFree_v2(late), CUDA_SUCCESS);
+  EXPECT_EQ(device_->backing.host_bytes(), 64 * kMiB);
+  EXPECT_EQ(agent_->swap_in(), 64 * kMiB);
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(device_->backing.host_bytes(), 0u);
+  EXPECT_EQ(snapshot().memory.device_bytes, before.memory.device_bytes - 64 * kMiB);
+}
+
+TEST_F(GpuTest, InTheUnifiedModeDeviceAllocationsBecomeManagedOnTheDevice) {
+  const ModeScope unified(*device_, MemoryMode::kUnified);
   const fakecuda::DeviceSnapshot before = snapshot();
   const std::uint64_t reports = link_->usage_reports.load();
   const std::uint64_t used = device_->ledger.used();
@@ -282,7 +402,8 @@ TEST_F(GpuTest, DeviceAllocationsBecomeManagedOnTheDevice) {
   EXPECT_EQ(device_->ledger.used(), used);
 }
 
-TEST_F(GpuTest, SwapOutMovesManagedMemoryToTheHostAndBack) {
+TEST_F(GpuTest, InTheUnifiedModeSwapOutMovesManagedMemoryToTheHostAndBack) {
+  const ModeScope unified(*device_, MemoryMode::kUnified);
   CUdeviceptr p = 0;
   ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
   ASSERT_EQ(cuMemsetD8_v2(p, 0x42, 64 * kMiB), CUDA_SUCCESS);

@@ -37,6 +37,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -384,20 +385,30 @@ int memory() {
   CHECK(cuMemGetInfo_v2(&free_after, &total) == CUDA_SUCCESS && free_after == 0,
         "free after filling the limit: %zu", free_after);
 
-  // The allocation is managed memory placed on the device, and usable.
-  unsigned managed = 0;
+  // The allocation is usable; in the unified mode it is managed memory placed on the device, in
+  // the device-backed mode (the default) device memory.
+  const char* mode = std::getenv("NVSHARE_MEMORY_MODE");
+  const bool unified = mode != nullptr && std::string_view(mode) == "unified";
+  unsigned managed = 2;
   CHECK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, all) == CUDA_SUCCESS &&
-            managed == 1,
-        "device allocation is not managed");
+            managed == (unified ? 1u : 0u),
+        "device allocation is%s managed", unified ? " not" : "");
+  unsigned type = 0;
+  CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, all) == CUDA_SUCCESS &&
+            type == CU_MEMORYTYPE_DEVICE,
+        "memory type %u", type);
   CHECK(cuMemsetD8_v2(all, 0x5a, 4096) == CUDA_SUCCESS, "memset");
   unsigned char byte = 0;
   CHECK(cuMemcpyDtoH_v2(&byte, all + 4095, 1) == CUDA_SUCCESS && byte == 0x5a, "copy back");
   CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "sync");
   fakecuda::DeviceSnapshot s = fake_device();
-  CHECK(s.memory.managed_resident == free,
-        "fake: %" PRIu64 " managed bytes on the device, want %zu", s.memory.managed_resident, free);
-  CHECK(s.memory.device_bytes == context, "fake: %" PRIu64 " device bytes, want only the context's",
-        s.memory.device_bytes);
+  const std::uint64_t want_managed = unified ? free : 0;
+  const std::uint64_t want_device = unified ? context : context + free;
+  CHECK(s.memory.managed_resident == want_managed,
+        "fake: %" PRIu64 " managed bytes on the device, want %" PRIu64, s.memory.managed_resident,
+        want_managed);
+  CHECK(s.memory.device_bytes == want_device,
+        "fake: %" PRIu64 " device bytes, want %" PRIu64, s.memory.device_bytes, want_device);
   CHECK(cuMemFree_v2(all) == CUDA_SUCCESS, "free");
   CHECK(cuMemGetInfo_v2(&free_after, &total) == CUDA_SUCCESS && free_after == free,
         "free after cuMemFree: %zu", free_after);

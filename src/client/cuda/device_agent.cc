@@ -12,7 +12,7 @@ Duration GpuAgent::drain() { return device_.tracker.drain(); }
 
 Duration GpuAgent::idle_for() { return device_.tracker.idle_for(); }
 
-std::uint64_t GpuAgent::move_managed(bool to_host) {
+std::uint64_t GpuAgent::move(bool to_host) {
   std::vector<ManagedRange> ranges;
   try {
     ranges = allocations().managed_ranges(device_.ordinal);
@@ -24,6 +24,10 @@ std::uint64_t GpuAgent::move_managed(bool to_host) {
   const Clock& clock = SteadyClock::instance();
   const bool ran = device_.tracker.with_any_context([&](CUcontext, CUstream stream) {
     const MonoTime start = clock.now();
+    // Device-backed allocations by copies (the backing synchronizes), managed ones by prefetch.
+    const BackingSwap backed =
+        to_host ? device_.backing.swap_out(stream) : device_.backing.swap_in(stream);
+    moved += backed.bytes;
     for (const ManagedRange& range : ranges) {
       const CUresult rc = prefetch(range.address, range.bytes, to_host, device_.ordinal, stream);
       if (rc == CUDA_SUCCESS) {
@@ -33,7 +37,9 @@ std::uint64_t GpuAgent::move_managed(bool to_host) {
                       hooks::error_name(rc));
       }
     }
-    if (hooks::driver().cuStreamSynchronize != nullptr) hooks::driver().cuStreamSynchronize(stream);
+    if (!ranges.empty() && hooks::driver().cuStreamSynchronize != nullptr) {
+      hooks::driver().cuStreamSynchronize(stream);
+    }
     took = clock.now() - start;
   });
   if (!ran) return 0;
@@ -54,9 +60,9 @@ std::uint64_t GpuAgent::move_managed(bool to_host) {
   return moved;
 }
 
-std::uint64_t GpuAgent::swap_out() { return move_managed(/*to_host=*/true); }
+std::uint64_t GpuAgent::swap_out() { return move(/*to_host=*/true); }
 
-std::uint64_t GpuAgent::swap_in() { return move_managed(/*to_host=*/false); }
+std::uint64_t GpuAgent::swap_in() { return move(/*to_host=*/false); }
 
 DeviceUsage GpuAgent::usage() {
   DeviceUsage usage;

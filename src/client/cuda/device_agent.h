@@ -2,11 +2,12 @@
 // (device_link.h has the contract).
 //
 //  - drain(): waits for the work queued on the GPU (WorkTracker::drain: never inside a capture).
-//  - swap_out() / swap_in(): prefetch every managed allocation of this process on the GPU (the
-//    converted device allocations and the application's own managed memory) to the host / back to
-//    the GPU, in bulk on the library's private stream, then synchronize that stream. swap_out
+//  - swap_out() / swap_in(): move every swappable allocation of this process on the GPU to the
+//    host / back, on the library's private stream: device-backed ones by copies
+//    (device_backing.h), managed ones (converted device allocations in the unified mode and the
+//    application's own managed memory) by bulk prefetch; then synchronize that stream. swap_out
 //    measures the bandwidth it achieved (the expensive direction, so the one worth reporting).
-//    While swapped out, new managed allocations stay on the host until swap_in.
+//    While swapped out, new allocations stay off the GPU until swap_in.
 //  - idle_for(): WorkTracker::idle_for (queries only, never synchronizes).
 //  - usage(): allocated = the ledger's bytes (context included); resident = allocated minus what a
 //    swap moved to the host.
@@ -37,7 +38,7 @@ class GpuAgent final : public DeviceAgent {
   void limits_unknown() override;
 
  private:
-  std::uint64_t move_managed(bool to_host);
+  std::uint64_t move(bool to_host);
   DeviceState& device_;
 };
 

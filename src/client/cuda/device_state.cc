@@ -66,6 +66,18 @@ bool device_uuid(CUdevice ordinal, CUuuid* uuid) {
          driver().cuDeviceGetUuid(uuid, ordinal) == CUDA_SUCCESS;
 }
 
+const char* describe(MemoryMode mode) {
+  switch (mode) {
+    case MemoryMode::kDevice:
+      return "are device-backed (swapped by copies)";
+    case MemoryMode::kUnified:
+      return "become managed memory";
+    case MemoryMode::kPlain:
+      return "stay device memory (never swapped)";
+  }
+  return "?";
+}
+
 DeviceState* slow_lookup(CUcontext ctx, std::uint64_t generation) {
   CUdevice ordinal = 0;
   if (driver().cuCtxGetDevice == nullptr || driver().cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
@@ -80,11 +92,12 @@ DeviceState* slow_lookup(CUcontext ctx, std::uint64_t generation) {
 
 }  // namespace
 
-DeviceState::DeviceState(int device_ordinal, DeviceIdentity device_identity, bool convert,
+DeviceState::DeviceState(int device_ordinal, DeviceIdentity device_identity, bool managed,
                          std::uint64_t limit, Duration drain_bound)
     : ordinal(device_ordinal),
       identity(std::move(device_identity)),
-      convert_to_managed(convert),
+      managed_allowed(managed),
+      backing(device_ordinal),
       ledger(limit),
       tracker(drain_bound, SteadyClock::instance()),
       agent(*this) {}
@@ -120,18 +133,23 @@ DeviceState* DeviceRegistry::create(CUdevice ordinal) {
   const ClientConfig& config = client_config();
   // Without concurrent managed access a managed buffer may not be touched by the CPU while any
   // kernel runs: converting device memory would break correct programs, so it stays device memory.
-  const bool convert = config.managed && concurrent_managed != 0;
+  const bool managed = config.memory_mode != MemoryMode::kPlain && concurrent_managed != 0;
   DeviceIdentity identity{format_uuid(uuid), total};
   auto* state = new (std::nothrow) DeviceState(
-      ordinal, identity, convert, config.declared_limits.memory_bytes, config.drain_bound);
+      ordinal, identity, managed, config.declared_limits.memory_bytes, config.drain_bound);
   if (state == nullptr) return nullptr;
+  MemoryMode mode = config.memory_mode;
+  if (mode == MemoryMode::kDevice) state->backing.probe();
+  if (mode == MemoryMode::kDevice && state->backing.granularity() == 0) mode = MemoryMode::kUnified;
+  if (mode == MemoryMode::kUnified && !managed) mode = MemoryMode::kPlain;
+  state->memory_mode.store(mode, std::memory_order_relaxed);
   install_fork_handler();
   // Starts the registration and returns at once; get() waits for it once create_mu_ is released.
   state->link = &link_device(state->identity, state->agent);
   NVSHARE_INFO("device %d %s (%s): memory limit %s, device allocations %s", ordinal,
                state->identity.gpu_uuid.c_str(), format_bytes(total).c_str(),
                state->ledger.limit() != 0 ? format_bytes(state->ledger.limit()).c_str() : "none",
-               convert ? "become managed memory" : "stay device memory");
+               describe(mode));
   slots_[ordinal].store(state, std::memory_order_release);
   return state;
 }

@@ -22,25 +22,32 @@
 #include <string_view>
 
 #include "client/cuda/device_agent.h"
+#include "client/cuda/device_backing.h"
 #include "client/cuda/memory_ledger.h"
 #include "client/cuda/work_tracker.h"
 #include "client/device_link.h"
 #include "client/hooks/cuda_api.h"
+#include "common/memory_mode.h"
 
 namespace nvshare::client::cuda {
 
 inline constexpr int kMaxDevices = 64;
 
 struct DeviceState {
-  DeviceState(int device_ordinal, DeviceIdentity device_identity, bool convert, std::uint64_t limit,
-              Duration drain_bound);
+  DeviceState(int device_ordinal, DeviceIdentity device_identity, bool managed,
+              std::uint64_t limit, Duration drain_bound);
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 
   const int ordinal;
   const DeviceIdentity identity;
-  // Device allocations become managed memory (NVSHARE_MANAGED and concurrent managed access).
-  const bool convert_to_managed;
+  // Managed memory may stand in for device memory (concurrent managed access, mode not plain).
+  const bool managed_allowed;
+  // How new device allocations are backed: the configured mode where the GPU supports it
+  // (device-backed needs the virtual memory management API, unified needs managed_allowed), else
+  // the next one (device -> unified -> plain). Set once the backing was probed.
+  std::atomic<MemoryMode> memory_mode{MemoryMode::kPlain};
+  DeviceBacking backing;
   MemoryLedger ledger;
   WorkTracker tracker;
   GpuAgent agent;

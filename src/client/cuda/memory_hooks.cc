@@ -87,16 +87,49 @@ CUresult allocate_managed_on_device(DeviceState& device, CUcontext ctx, CUdevice
   return CUDA_SUCCESS;
 }
 
-// A device allocation of `bytes` for the current context: managed when the GPU allows it, device
-// memory otherwise. `device_alloc` makes the real device allocation.
+// Device memory mapped at a reserved address, charged at its size rounded up to the mapping
+// granularity (what it takes of the GPU). Below the granularity (it would waste most of its page)
+// the allocation is not tried; over the limit it is refused (final); a failure of the driver (the
+// GPU short of memory, mostly) leaves the choice to the caller.
+struct BackedOutcome {
+  std::optional<CUresult> final;  // the answer to return
+  bool failed = false;            // tried, and the driver could not back it
+};
+
+BackedOutcome allocate_backed(DeviceState& device, CUdeviceptr* dptr, std::uint64_t bytes) {
+  const std::uint64_t granularity = device.backing.granularity();
+  if (granularity == 0 || bytes < granularity) return {};
+  const std::uint64_t charged = device.backing.rounded(bytes);
+  if (!device.ledger.try_charge(charged)) return {over_limit(device, charged)};
+  const CUresult rc = device.backing.allocate(charged, dptr);
+  if (rc != CUDA_SUCCESS) {
+    device.ledger.refund(charged);
+    NVSHARE_DEBUG("device-backed allocation of %s failed (%s)", format_bytes(charged).c_str(),
+                  error_name(rc));
+    return {std::nullopt, true};
+  }
+  return {finish(device, rc, Space::kDeviceAddress, *dptr, charged, AllocationKind::kBacked)};
+}
+
+// A device allocation of `bytes` for the current context, backed as the GPU's memory mode says
+// (common/memory_mode.h): device-backed; managed memory in the unified mode, or when the GPU could
+// not back a device-backed allocation (a job whose memory does not fit beside others' still runs,
+// paged); device memory otherwise (plain mode, small allocations, managed memory failing).
+// `device_alloc` makes the real device allocation.
 template <typename DeviceAlloc>
 CUresult allocate_device_memory(const CurrentDevice& current, CUdeviceptr* dptr,
                                 std::uint64_t bytes, DeviceAlloc&& device_alloc) {
   DeviceState& device = *current.device;
+  const MemoryMode mode = device.memory_mode.load(std::memory_order_relaxed);
+  BackedOutcome backed;
+  if (mode == MemoryMode::kDevice) {
+    backed = allocate_backed(device, dptr, bytes);
+    if (backed.final) return *backed.final;
+  }
   if (!device.ledger.try_charge(bytes)) return over_limit(device, bytes);
   AllocationKind kind = AllocationKind::kDevice;
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
-  if (device.convert_to_managed) {
+  if (mode == MemoryMode::kUnified || (backed.failed && device.managed_allowed)) {
     rc = allocate_managed_on_device(device, current.ctx, dptr, bytes);
     if (rc == CUDA_SUCCESS) {
       kind = AllocationKind::kManagedFromDevice;
@@ -118,6 +151,23 @@ CUresult allocate_counted(DeviceState& device, std::uint64_t bytes, Space space,
   const CUresult rc = alloc();
   return finish(device, rc, space, rc == CUDA_SUCCESS ? static_cast<std::uint64_t>(*key) : 0, bytes,
                 kind);
+}
+
+// The GPU whose device-backed allocation starts at `dptr`, or null.
+DeviceState* backing_owner(CUdeviceptr dptr) {
+  const std::optional<cuda::Allocation> found = allocations().find(Space::kDeviceAddress, dptr);
+  if (!found || found->kind != AllocationKind::kBacked) return nullptr;
+  return cuda::devices().find(found->device);
+}
+
+// A stream-ordered free of a device-backed allocation (which the driver's pools never made) waits
+// for the stream's earlier work, then frees at once.
+template <typename Free>
+CUresult free_async(CUdeviceptr dptr, CUstream stream, Free&& free_call) {
+  DeviceState* owner = backing_owner(dptr);
+  if (owner == nullptr) return release(Space::kDeviceAddress, dptr, free_call);
+  if (hooks::driver().cuStreamSynchronize != nullptr) hooks::driver().cuStreamSynchronize(stream);
+  return release(Space::kDeviceAddress, dptr, [&] { return owner->backing.release(dptr); });
 }
 
 template <typename Alloc>
@@ -196,6 +246,11 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   auto real_free = real<HookId::cuMemFree_v2>();
   if (real_free == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (dptr == 0) return real_free(dptr);
+  if (DeviceState* owner = backing_owner(dptr)) {
+    // cuMemFree synchronizes with the work that may still use the memory; so does this.
+    if (hooks::driver().cuCtxSynchronize != nullptr) hooks::driver().cuCtxSynchronize();
+    return release(Space::kDeviceAddress, dptr, [&] { return owner->backing.release(dptr); });
+  }
   return release(Space::kDeviceAddress, dptr, [&] { return real_free(dptr); });
 }
 
@@ -228,13 +283,13 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemo
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   auto fn = real<HookId::cuMemFreeAsync>();
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return release(Space::kDeviceAddress, dptr, [&] { return fn(dptr, hStream); });
+  return free_async(dptr, hStream, [&] { return fn(dptr, hStream); });
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   auto fn = real<HookId::cuMemFreeAsync_ptsz>();
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return release(Space::kDeviceAddress, dptr, [&] { return fn(dptr, hStream); });
+  return free_async(dptr, hStream, [&] { return fn(dptr, hStream); });
 }
 
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,

@@ -38,6 +38,8 @@ MemoryLedger::View MemoryLedger::view(std::uint64_t limit, std::uint64_t used,
 
 const char* to_string(AllocationKind kind) {
   switch (kind) {
+    case AllocationKind::kBacked:
+      return "device-backed";
     case AllocationKind::kManagedFromDevice:
       return "managed-from-device";
     case AllocationKind::kManaged:
@@ -81,7 +83,7 @@ std::vector<ManagedRange> AllocationTable::managed_ranges(int device) const {
   std::vector<ManagedRange> ranges;
   std::lock_guard lock(mu_);
   for (const auto& [address, allocation] : map(Space::kDeviceAddress)) {
-    if (allocation.device == device && swappable(allocation.kind)) {
+    if (allocation.device == device && prefetchable(allocation.kind)) {
       ranges.push_back({address, allocation.bytes});
     }
   }

@@ -70,16 +70,21 @@ class MemoryLedger {
 };
 
 enum class AllocationKind : std::uint8_t {
+  kBacked,             // cuMemAlloc/Pitch as device memory mapped at a fixed address (swappable)
   kManagedFromDevice,  // cuMemAlloc/Pitch turned into managed memory on the device (swappable)
   kManaged,            // the application's own cuMemAllocManaged (swappable)
-  kDevice,             // device memory (NVSHARE_MANAGED=0, or the managed conversion failed)
+  kDevice,             // device memory (memory mode plain, small, or the other backings failed)
   kAsync,              // stream-ordered allocations from memory pools
   kVmm,                // cuMemCreate physical allocations
   kHostPinned,         // cuMemAllocHost / cuMemHostAlloc: accounted, never limited
 };
 const char* to_string(AllocationKind kind);
-inline bool swappable(AllocationKind kind) {
+// Managed memory: a swap prefetches it.
+inline bool prefetchable(AllocationKind kind) {
   return kind == AllocationKind::kManagedFromDevice || kind == AllocationKind::kManaged;
+}
+inline bool swappable(AllocationKind kind) {
+  return prefetchable(kind) || kind == AllocationKind::kBacked;
 }
 
 struct Allocation {
@@ -102,7 +107,7 @@ class AllocationTable {
   void add(Space space, std::uint64_t key, const Allocation& allocation);
   std::optional<Allocation> remove(Space space, std::uint64_t key);
   std::optional<Allocation> find(Space space, std::uint64_t key) const;
-  // The swappable allocations of a GPU, by address.
+  // The managed (prefetchable) allocations of a GPU, by address.
   std::vector<ManagedRange> managed_ranges(int device) const;
   std::uint64_t bytes(int device, AllocationKind kind) const;
 

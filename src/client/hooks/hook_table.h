@@ -141,6 +141,12 @@ std::optional<HookId> hook_for_real_address(const void* address, bool per_thread
   X(cuStreamIsCapturing)            \
   X(cuMemAdvise)                    \
   X(cuMemAdvise_v2)                 \
+  X(cuMemAddressReserve)            \
+  X(cuMemAddressFree)               \
+  X(cuMemMap)                       \
+  X(cuMemUnmap)                     \
+  X(cuMemSetAccess)                 \
+  X(cuMemGetAllocationGranularity)  \
   X(cuGetErrorName)
 
 struct DriverApi {

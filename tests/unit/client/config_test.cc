@@ -35,7 +35,7 @@ TEST(ClientConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.drain_bound, 50ms);
   EXPECT_EQ(c.declared_limits, protocol::Limits{});
   EXPECT_EQ(c.pod_uid, "");
-  EXPECT_TRUE(c.managed);
+  EXPECT_EQ(c.memory_mode, MemoryMode::kDevice);
   EXPECT_EQ(c.reconnect_max, 2000ms);
   EXPECT_EQ(c.register_wait, 1000ms);
   EXPECT_EQ(c.register_wait, kDefaultRegisterWait);
@@ -56,7 +56,7 @@ TEST(ClientConfig, EnvironmentNamesDeriveFromKnobNames) {
   const std::vector<std::string> expected = {
       "NVSHARE_ENABLE",           "NVSHARE_SOCKET",       "NVSHARE_IDLE_RELEASE_MS",
       "NVSHARE_DRAIN_BOUND_MS",   "NVSHARE_MEMORY_LIMIT", "NVSHARE_CORE_LIMIT",
-      "NVSHARE_POD_UID",          "NVSHARE_MANAGED",      "NVSHARE_RECONNECT_MAX_MS",
+      "NVSHARE_POD_UID",          "NVSHARE_MEMORY_MODE",  "NVSHARE_RECONNECT_MAX_MS",
       "NVSHARE_REGISTER_WAIT_MS", "NVSHARE_LOG_LEVEL",    "NVSHARE_TRACE_FILE"};
   EXPECT_EQ(names, expected);
   ASSERT_NE(find_client_knob("core-limit"), nullptr);
@@ -71,7 +71,7 @@ TEST(ClientConfig, ValidValuesAreApplied) {
                                            {"NVSHARE_MEMORY_LIMIT", "4Gi"},
                                            {"NVSHARE_CORE_LIMIT", "30%"},
                                            {"NVSHARE_POD_UID", "0f1e2d3c-aaaa"},
-                                           {"NVSHARE_MANAGED", "false"},
+                                           {"NVSHARE_MEMORY_MODE", "unified"},
                                            {"NVSHARE_RECONNECT_MAX_MS", "500"},
                                            {"NVSHARE_REGISTER_WAIT_MS", "0"},
                                            {"NVSHARE_LOG_LEVEL", "DEBUG"}});
@@ -84,7 +84,7 @@ TEST(ClientConfig, ValidValuesAreApplied) {
   EXPECT_EQ(c.declared_limits.memory_bytes, 4ull << 30);
   EXPECT_EQ(c.declared_limits.core_percent, 30);
   EXPECT_EQ(c.pod_uid, "0f1e2d3c-aaaa");
-  EXPECT_FALSE(c.managed);
+  EXPECT_EQ(c.memory_mode, MemoryMode::kUnified);
   EXPECT_EQ(c.reconnect_max, 500ms);
   EXPECT_EQ(c.register_wait, 0ms);
   EXPECT_EQ(c.log_level, LogLevel::kDebug);
@@ -129,7 +129,7 @@ TEST_P(ClientConfigInvalid, WarnsOnceAndKeepsTheDefault) {
   EXPECT_EQ(c.drain_bound, defaults.drain_bound);
   EXPECT_EQ(c.declared_limits, defaults.declared_limits);
   EXPECT_EQ(c.pod_uid, defaults.pod_uid);
-  EXPECT_EQ(c.managed, defaults.managed);
+  EXPECT_EQ(c.memory_mode, defaults.memory_mode);
   EXPECT_EQ(c.reconnect_max, defaults.reconnect_max);
   EXPECT_EQ(c.register_wait, defaults.register_wait);
   EXPECT_EQ(c.log_level, defaults.log_level);
@@ -148,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"NVSHARE_MEMORY_LIMIT", "4GB", "unknown suffix"},
         BadValue{"NVSHARE_CORE_LIMIT", "150", "150"}, BadValue{"NVSHARE_CORE_LIMIT", "0", "0"},
         BadValue{"NVSHARE_POD_UID", std::string(65, 'p'), "longer than 64 bytes"},
-        BadValue{"NVSHARE_MANAGED", "2", "is not a boolean"},
+        BadValue{"NVSHARE_MEMORY_MODE", "managed", "is not one of `device`, `unified`, `plain`"},
         BadValue{"NVSHARE_RECONNECT_MAX_MS", "10", "outside 50..600000"},
         BadValue{"NVSHARE_REGISTER_WAIT_MS", "10001", "outside 0..10000"},
         BadValue{"NVSHARE_REGISTER_WAIT_MS", "1s", "not a whole number"},

@@ -1,0 +1,264 @@
+#include "client/cuda/device_backing.h"
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "client/hooks/hook_table.h"
+#include "common/log.h"
+#include "common/quantity.h"
+
+namespace nvshare::client::cuda {
+namespace {
+
+using hooks::HookId;
+
+constexpr auto kRetryPause = std::chrono::milliseconds(5);
+constexpr auto kWarnEvery = std::chrono::seconds(5);
+
+CUmemAllocationProp physical_prop(int ordinal, bool shareable) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  if (shareable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+int attribute(CUdevice_attribute which, int ordinal) {
+  int value = 0;
+  const hooks::DriverApi& api = hooks::driver();
+  if (api.cuDeviceGetAttribute == nullptr ||
+      api.cuDeviceGetAttribute(&value, which, ordinal) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return value;
+}
+
+}  // namespace
+
+void DeviceBacking::probe() {
+  const hooks::DriverApi& api = hooks::driver();
+  if (api.cuMemAddressReserve == nullptr || api.cuMemAddressFree == nullptr ||
+      api.cuMemMap == nullptr || api.cuMemUnmap == nullptr || api.cuMemSetAccess == nullptr ||
+      api.cuMemGetAllocationGranularity == nullptr || hooks::real<HookId::cuMemCreate>() == nullptr ||
+      hooks::real<HookId::cuMemRelease>() == nullptr ||
+      attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, ordinal_) == 0) {
+    return;
+  }
+  shareable_ = attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, ordinal_) != 0;
+  const CUmemAllocationProp prop = physical_prop(ordinal_, shareable_);
+  std::size_t granularity = 0;
+  if (api.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+      CUDA_SUCCESS) {
+    return;
+  }
+  granularity_ = granularity;
+}
+
+std::uint64_t DeviceBacking::rounded(std::uint64_t bytes) const {
+  return (bytes + granularity_ - 1) / granularity_ * granularity_;
+}
+
+CUresult DeviceBacking::set_access(CUdeviceptr address, std::uint64_t bytes) const {
+  std::vector<CUmemAccessDesc> access;
+  for (int gpu = 0; gpu < 64; ++gpu) {
+    if (gpu != ordinal_ && (peers_ & (std::uint64_t{1} << gpu)) == 0) continue;
+    CUmemAccessDesc desc{};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = gpu;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(desc);
+  }
+  return hooks::driver().cuMemSetAccess(address, bytes, access.data(), access.size());
+}
+
+CUresult DeviceBacking::back(CUdeviceptr address, Range& range) {
+  const hooks::DriverApi& api = hooks::driver();
+  const CUmemAllocationProp prop = physical_prop(ordinal_, shareable_);
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult rc = hooks::real<HookId::cuMemCreate>()(&handle, range.bytes, &prop, 0);
+  if (rc != CUDA_SUCCESS) return rc;
+  rc = api.cuMemMap(address, range.bytes, 0, handle, 0);
+  if (rc == CUDA_SUCCESS) {
+    rc = set_access(address, range.bytes);
+    if (rc != CUDA_SUCCESS) api.cuMemUnmap(address, range.bytes);
+  }
+  if (rc != CUDA_SUCCESS) {
+    hooks::real<HookId::cuMemRelease>()(handle);
+    return rc;
+  }
+  range.handle = handle;
+  return CUDA_SUCCESS;
+}
+
+void DeviceBacking::unback(CUdeviceptr address, Range& range) {
+  if (range.handle == 0) return;
+  hooks::driver().cuMemUnmap(address, range.bytes);
+  hooks::real<HookId::cuMemRelease>()(range.handle);
+  range.handle = 0;
+}
+
+CUresult DeviceBacking::allocate(std::uint64_t bytes, CUdeviceptr* address) {
+  if (granularity_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  const hooks::DriverApi& api = hooks::driver();
+  CUdeviceptr reserved = 0;
+  CUresult rc = api.cuMemAddressReserve(&reserved, bytes, 0, 0, 0);
+  if (rc != CUDA_SUCCESS) return rc;
+  Range range;
+  range.bytes = bytes;
+  std::lock_guard lock(mu_);
+  if (!out_) rc = back(reserved, range);
+  if (rc == CUDA_SUCCESS) {
+    try {
+      ranges_.emplace(reserved, range);
+    } catch (...) {
+      rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  if (rc != CUDA_SUCCESS) {
+    unback(reserved, range);
+    api.cuMemAddressFree(reserved, bytes);
+    return rc;
+  }
+  *address = reserved;
+  return CUDA_SUCCESS;
+}
+
+CUresult DeviceBacking::release(CUdeviceptr address) {
+  std::lock_guard lock(mu_);
+  auto it = ranges_.find(address);
+  if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
+  Range& range = it->second;
+  unback(address, range);
+  if (range.host != nullptr) hooks::real<HookId::cuMemFreeHost>()(range.host);
+  const CUresult rc = hooks::driver().cuMemAddressFree(address, range.bytes);
+  ranges_.erase(it);
+  return rc;
+}
+
+bool DeviceBacking::owns(CUdeviceptr address) const {
+  std::lock_guard lock(mu_);
+  return ranges_.count(address) != 0;
+}
+
+CUresult DeviceBacking::ensure_host_copy(Range& range) {
+  if (range.host != nullptr) return CUDA_SUCCESS;
+  return hooks::real<HookId::cuMemHostAlloc>()(&range.host, range.bytes,
+                                               CU_MEMHOSTALLOC_PORTABLE);
+}
+
+BackingSwap DeviceBacking::swap_out(CUstream stream) {
+  auto to_host = hooks::real<HookId::cuMemcpyDtoHAsync_v2>();
+  std::lock_guard lock(mu_);
+  out_ = true;
+  std::vector<std::pair<CUdeviceptr, Range*>> copied;
+  for (auto& [address, range] : ranges_) {
+    if (range.handle == 0) continue;
+    CUresult rc = ensure_host_copy(range);
+    if (rc == CUDA_SUCCESS) {
+      rc = to_host != nullptr ? to_host(range.host, address, range.bytes, stream)
+                              : CUDA_ERROR_NOT_FOUND;
+    }
+    if (rc != CUDA_SUCCESS) {
+      NVSHARE_WARN("swap out: %s at 0x%llx stays on the GPU: %s",
+                   format_bytes(range.bytes).c_str(), static_cast<unsigned long long>(address),
+                   hooks::error_name(rc));
+      continue;
+    }
+    copied.emplace_back(address, &range);
+  }
+  BackingSwap done;
+  if (copied.empty()) return done;
+  const CUresult synced = hooks::driver().cuStreamSynchronize(stream);
+  if (synced != CUDA_SUCCESS) {
+    NVSHARE_WARN("swap out: copies to the host failed (%s); memory stays on the GPU",
+                 hooks::error_name(synced));
+    return done;
+  }
+  for (auto& [address, range] : copied) {
+    range->host_holds_contents = true;
+    unback(address, *range);
+    done.bytes += range->bytes;
+    ++done.ranges;
+  }
+  return done;
+}
+
+BackingSwap DeviceBacking::swap_in(CUstream stream) {
+  auto to_device = hooks::real<HookId::cuMemcpyHtoDAsync_v2>();
+  std::unique_lock lock(mu_);
+  out_ = false;
+  BackingSwap done;
+  auto waiting_since = std::chrono::steady_clock::now();
+  auto warned = waiting_since;
+  for (;;) {
+    // The map may change while the lock is dropped to wait: start over each round.
+    bool short_of_memory = false;
+    std::uint64_t missing = 0;
+    for (auto& [address, range] : ranges_) {
+      if (range.handle != 0) continue;
+      const CUresult rc = back(address, range);
+      if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+        short_of_memory = true;
+        missing += range.bytes;
+        continue;
+      }
+      if (rc != CUDA_SUCCESS) {
+        NVSHARE_ERROR("swap in: cannot map %s at 0x%llx: %s", format_bytes(range.bytes).c_str(),
+                      static_cast<unsigned long long>(address), hooks::error_name(rc));
+        continue;
+      }
+      if (range.host_holds_contents && to_device != nullptr) {
+        const CUresult copy = to_device(address, range.host, range.bytes, stream);
+        if (copy != CUDA_SUCCESS) {
+          NVSHARE_ERROR("swap in: copy of %s back to the GPU failed: %s",
+                        format_bytes(range.bytes).c_str(), hooks::error_name(copy));
+        }
+      }
+      range.host_holds_contents = false;
+      done.bytes += range.bytes;
+      ++done.ranges;
+    }
+    if (!short_of_memory) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - warned >= kWarnEvery) {
+      warned = now;
+      NVSHARE_WARN("swap in: waiting %.0f s for %s of GPU memory that another process holds",
+                   std::chrono::duration<double>(now - waiting_since).count(),
+                   format_bytes(missing).c_str());
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(kRetryPause);
+    lock.lock();
+  }
+  if (done.ranges > 0) hooks::driver().cuStreamSynchronize(stream);
+  return done;
+}
+
+void DeviceBacking::grant_peer(int peer) {
+  if (peer < 0 || peer >= 64 || peer == ordinal_) return;
+  std::lock_guard lock(mu_);
+  const std::uint64_t bit = std::uint64_t{1} << peer;
+  if ((peers_ & bit) != 0) return;
+  peers_ |= bit;
+  for (const auto& [address, range] : ranges_) {
+    if (range.handle == 0) continue;
+    const CUresult rc = set_access(address, range.bytes);
+    if (rc != CUDA_SUCCESS) {
+      NVSHARE_WARN("peer access for GPU %d to 0x%llx: %s", peer,
+                   static_cast<unsigned long long>(address), hooks::error_name(rc));
+    }
+  }
+}
+
+std::uint64_t DeviceBacking::host_bytes() const {
+  std::lock_guard lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& [address, range] : ranges_) {
+    if (range.host != nullptr) total += range.bytes;
+  }
+  return total;
+}
+
+}  // namespace nvshare::client::cuda

@@ -1,0 +1,88 @@
+// Device-backed allocations (MemoryMode::kDevice): physical device memory mapped at an address
+// reserved for the allocation (the driver's virtual memory management API), so the pointer the
+// application holds survives a swap. One DeviceBacking per GPU.
+//
+//  - allocate(): reserves `bytes` (a multiple of granularity()) of address space and, unless the
+//    GPU is swapped out, creates physical memory there, maps it and grants access to the GPU and
+//    to every GPU that enabled peer access to it. While swapped out the range is only reserved and
+//    swap_in() backs it (a new allocation's contents are undefined, so nothing is copied in).
+//    On failure nothing is left behind and the driver's error is returned: the caller falls back
+//    to another backing (physical memory short: CUDA_ERROR_OUT_OF_MEMORY).
+//  - release(): unmaps and releases the physical memory, frees the address range and the host copy.
+//  - swap_out(): copies every mapped range to its host copy on `stream` (pinned memory, allocated
+//    at a range's first swap-out and kept until it is freed: the host-memory cost of this mode),
+//    synchronizes, then unmaps and releases the physical memory. A range whose host copy cannot be
+//    allocated, or whose copy fails, stays mapped and is not counted as moved.
+//  - swap_in(): creates and maps physical memory for every unmapped range, grants access, copies
+//    the host copies back (ranges allocated while out have none), synchronizes. Physical memory
+//    the driver cannot give yet (another process still holds it) is retried every few
+//    milliseconds, with a warning every few seconds, until it can: the gate stays closed meanwhile,
+//    so no kernel ever sees an unmapped range.
+//  - grant_peer(): a context of GPU `peer` enabled peer access to this GPU: every mapped range, and
+//    every range mapped from now on, becomes accessible from it.
+//
+// Threads: allocate()/release()/grant_peer() run on application threads, swap_out()/swap_in() on the
+// link thread with a context of this GPU current; one mutex orders them (a free during a swap waits
+// for it). Only the real driver is called. Never throws.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "client/hooks/cuda_api.h"
+
+namespace nvshare::client::cuda {
+
+struct BackingSwap {
+  std::uint64_t bytes = 0;  // moved
+  std::uint64_t ranges = 0;
+};
+
+class DeviceBacking {
+ public:
+  explicit DeviceBacking(int ordinal) : ordinal_(ordinal) {}
+  DeviceBacking(const DeviceBacking&) = delete;
+  DeviceBacking& operator=(const DeviceBacking&) = delete;
+
+  // Asks the driver whether the GPU supports the API and its mapping granularity; called once,
+  // before the first allocate(). Afterwards granularity() is 0 where the mode is unavailable.
+  void probe();
+  std::uint64_t granularity() const { return granularity_; }
+  // `bytes` rounded up to the granularity (granularity() must be non-zero).
+  std::uint64_t rounded(std::uint64_t bytes) const;
+
+  CUresult allocate(std::uint64_t bytes, CUdeviceptr* address);
+  CUresult release(CUdeviceptr address);
+  bool owns(CUdeviceptr address) const;
+
+  BackingSwap swap_out(CUstream stream);
+  BackingSwap swap_in(CUstream stream);
+  void grant_peer(int peer);
+
+  // Bytes of host copies held (pinned host memory).
+  std::uint64_t host_bytes() const;
+
+ private:
+  struct Range {
+    std::uint64_t bytes = 0;
+    CUmemGenericAllocationHandle handle = 0;  // 0: not mapped
+    void* host = nullptr;                     // the pinned host copy, once swapped out
+    bool host_holds_contents = false;
+  };
+
+  CUresult back(CUdeviceptr address, Range& range);  // create, map, grant access
+  void unback(CUdeviceptr address, Range& range);    // unmap, release
+  CUresult set_access(CUdeviceptr address, std::uint64_t bytes) const;
+  CUresult ensure_host_copy(Range& range);
+
+  const int ordinal_;
+  std::uint64_t granularity_ = 0;
+  bool shareable_ = false;  // physical memory can be exported as a file descriptor
+  mutable std::mutex mu_;
+  std::map<CUdeviceptr, Range> ranges_;
+  bool out_ = false;
+  std::uint64_t peers_ = 0;  // bit i: GPU i may access this GPU's ranges
+};
+
+}  // namespace nvshare::client::cuda
