@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
 DDP = HERE / "ddp.py"
+COPYBW = HERE / "copybw.py"
 GIB = 1 << 30
 
 
@@ -397,6 +398,58 @@ class Bench:
                     "x serial", native=None, runs=ratios, swaps=swaps,
                     note="natively the pair does not fit: it thrashes or fails")
 
+    def swap(self):
+        """Swap bandwidth of each memory mode beside native pinned copies. Per mode, two membound
+        jobs (about 9.4 GB each) under a 16Gi virtual capacity take turns with swap; every release
+        and grant the library traced with a swap gives its bytes and time. Native: copybw.py, the
+        same bytes between device tensors and pinned host tensors. Also the makespan over the serial
+        sum and the hand-off time (release to the next grant, swap-in included)."""
+        name = "swap"
+        d = self.scenario_dir(name)
+        native = self.run_jobs(name, [([sys.executable, str(COPYBW), "--gib", "8.8"], None)],
+                               barrier=False)[0]
+        single = self.native_single["membound"]
+        for mode in ("device", "unified"):
+            outs, ins, ratios, releases, gaps, first_out = [], [], [], [], [], []
+            for i in range(2):
+                trace = str(d / f"trace-{mode}-{i}.jsonl")
+                with Scheduler(self, d, ["--capacity", "16Gi"]) as s:
+                    r = self.run_jobs(name, [(self.sized("membound"),
+                                              {"NVSHARE_TRACE_FILE": trace,
+                                               "NVSHARE_MEMORY_MODE": mode})] * 2, env=s.env())
+                if self.makespan(r):
+                    ratios.append(self.makespan(r) / (2 * single))
+                events = read_trace(trace)
+                seen_out = set()
+                for e in events:
+                    if e.get("swap_bytes", 0) <= 0 or e.get("swap_ms", 0) <= 0:
+                        continue
+                    gbps = e["swap_bytes"] / (e["swap_ms"] / 1e3) / 1e9
+                    if e["event"] == "release":
+                        (outs if e["pid"] in seen_out else first_out).append(gbps)
+                        seen_out.add(e["pid"])
+                    elif e["event"] == "grant":
+                        ins.append(gbps)
+                drains, waits = handoff_latencies(events)
+                releases += drains  # revoke -> release: drain and swap-out
+                gaps += waits       # release -> the other's grant: its swap-in included
+            for way, rates, key in (("out", outs, "d2h"), ("in", ins, "h2d")):
+                v, ref = median(rates), native.get(f"{key}_gbps_median")
+                ratio = v / ref if v and ref else None
+                goal = ">= 0.8 x native pinned copies" if mode == "device" else "reported"
+                self.metric(f"swap_{way}_gbps_{mode}", v, goal,
+                            (ratio is not None and ratio >= 0.8) if mode == "device" else v is not None,
+                            "GB/s", native=ref, over_native=ratio, runs=rates,
+                            first_swap_out=first_out if way == "out" else None)
+            v = median(ratios)
+            self.metric(f"swap_notfit_makespan_over_serial_{mode}", v,
+                        "<= 1.02" if mode == "device" else "reported",
+                        v is not None and (v <= 1.02 if mode == "device" else True), "x serial",
+                        runs=ratios, revoke_to_release_ms_p50=percentile(releases, 50),
+                        release_to_grant_ms_p50=percentile(gaps, 50),
+                        release_to_grant_ms_p99=percentile(gaps, 99))
+        self.metric("native_pin_s_8_8gib", native.get("pin_s"), "reported", True, "s")
+
     def cap_mixes(self, name, configs, flags, label=""):
         """Runs each mix of caps (a list of percents, None for an uncapped job) as compute-bound jobs
         started together under a scheduler with `flags`; returns one row per job: the
@@ -741,6 +794,7 @@ PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto", "latency"],
     "turns": ["notfit", "caps", "capdeep"],
+    "memory": ["swap"],
     "multi": ["multi", "multi_notfit", "ddp", "ddp_cap"],
 }
 
@@ -767,14 +821,14 @@ def main():
                "repeats": args.repeats}
     needs = set()
     if any(s in scenarios for s in ("single", "pair_fit", "notfit", "caps", "caps_auto", "multi",
-                                    "multi_notfit", "capdeep")):
+                                    "multi_notfit", "capdeep", "swap")):
         needs |= {"membound", "matmul"}
     if "idle3" in scenarios:
         needs.add("idle")
     if "latency" in scenarios:
         needs.add("matmul")
     bench.calibrate(sorted(needs))
-    if "single" not in scenarios and any(s in scenarios for s in ("pair_fit", "notfit", "multi_notfit")):
+    if "single" not in scenarios and any(s in scenarios for s in ("pair_fit", "notfit", "multi_notfit", "swap")):
         # The efficiency and serial-sum rows divide by native single times: measure them.
         bench.native_single = {}
         for kind in ("membound", "matmul"):

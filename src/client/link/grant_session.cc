@@ -466,15 +466,16 @@ void GrantSession::on_swapped_in(std::uint64_t bytes, MonoTime now) {
   const std::uint64_t epoch = *swapping_in_for_;
   swapping_in_for_.reset();
   send_usage(now, true);
-  hold(epoch, now, ms);
+  hold(epoch, now, ms, session::SwapRecord{static_cast<std::int64_t>(bytes), ms});
 }
 
-void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms) {
+void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
+                        session::SwapRecord swap) {
   epoch_ = epoch;
   granted_at_ = now;
   next_idle_check_ = now + config_.timing.idle_release / 2;
   publish(GrantState::kHeld, session::GateChange::kOpen);
-  out_.emplace_back(session::Record{"grant", epoch, swap_in_ms});
+  out_.emplace_back(session::Record{"grant", epoch, swap_in_ms, swap});
 }
 
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
@@ -530,13 +531,13 @@ void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
     debug("swapped out " + std::to_string(bytes) + " bytes in " + std::to_string(to_ms(took)) +
           " ms");
   }
-  finish_revoke(now);
+  finish_revoke(now, session::SwapRecord{static_cast<std::int64_t>(bytes), to_ms(took)});
 }
 
-void GrantSession::finish_revoke(MonoTime now) {
+void GrantSession::finish_revoke(MonoTime now, session::SwapRecord swap) {
   if (revoke_.swap_out) send_usage(now, true);
   // Recorded just before the frame is queued, so a follower's grant always reads later.
-  out_.emplace_back(session::Record{"release", revoke_.epoch, to_ms(now - revoke_at_)});
+  out_.emplace_back(session::Record{"release", revoke_.epoch, to_ms(now - revoke_at_), swap});
   send(
       protocol::Released{revoke_.epoch, to_us(now - granted_at_), to_us(drained_at_ - revoke_at_)});
   // The scheduler queues a client that answered a revoke by itself: no request needed.

@@ -201,10 +201,15 @@ struct ApplyLimits {
 struct LimitsUnknown {};
 struct SettleRegistration {};
 struct ReadSettings {};  // read the settings file; answer SettingsRead
+struct SwapRecord {  // a swap a trace event included; bytes < 0: none
+  std::int64_t bytes = -1;
+  double ms = -1;
+};
 struct Record {          // a hand-off trace event (handoff_trace.h); ms < 0: no duration
   const char* event = "";
   std::uint64_t epoch = 0;
   double ms = -1;
+  SwapRecord swap{};  // grant: the swap-in before it; release: the swap-out before it
 };
 struct Registered {  // a session was welcomed
   std::uint64_t client_id = 0;
@@ -279,13 +284,13 @@ class GrantSession {
   void on_frame(const protocol::Message& message, MonoTime now);
   void on_welcome(const protocol::Welcome& welcome, MonoTime now);
   void on_grant(const protocol::Grant& grant, MonoTime now);
-  void hold(std::uint64_t epoch, MonoTime now, double swap_in_ms);
+  void hold(std::uint64_t epoch, MonoTime now, double swap_in_ms, session::SwapRecord swap = {});
   void on_swapped_in(std::uint64_t bytes, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
   void on_swapped_out(std::uint64_t bytes, MonoTime now);
-  void finish_revoke(MonoTime now);
+  void finish_revoke(MonoTime now, session::SwapRecord swap = {});
   void on_gate_closed(std::uint64_t inside, MonoTime now);
   void on_settings(const std::optional<std::uint64_t>& memory);
   void stop();

@@ -27,7 +27,7 @@ HandoffTrace::~HandoffTrace() {
 }
 
 void HandoffTrace::record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
-                          double ms) const noexcept {
+                          double ms, std::int64_t swap_bytes, double swap_ms) const noexcept {
   if (fd_ < 0) return;
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -38,8 +38,12 @@ void HandoffTrace::record(std::string_view event, std::string_view gpu_uuid, std
                         static_cast<long long>(ts.tv_sec), ts.tv_nsec, static_cast<int>(::getpid()),
                         static_cast<int>(gpu_uuid.size()), gpu_uuid.data(),
                         static_cast<int>(event.size()), event.data(), epoch);
-  if (n < 0 || n >= static_cast<int>(sizeof line) - 40) return;
+  if (n < 0 || n >= static_cast<int>(sizeof line) - 80) return;
   if (ms >= 0) n += std::snprintf(line + n, sizeof line - n, ",\"ms\":%.3f", ms);
+  if (swap_bytes >= 0) {
+    n += std::snprintf(line + n, sizeof line - n, ",\"swap_bytes\":%" PRId64 ",\"swap_ms\":%.3f",
+                       swap_bytes, swap_ms);
+  }
   n += std::snprintf(line + n, sizeof line - n, "}\n");
   // One write: O_APPEND keeps concurrent writers' lines whole. A short write is not retried (it
   // would split the line); the trace is best effort.

@@ -5,8 +5,9 @@
 // several processes sharing one file never interleave:
 //   {"t":12345.678901234,"pid":4242,"gpu":"GPU-...","event":"grant","epoch":7,"ms":1.25}
 // `t` is CLOCK_MONOTONIC in seconds (comparable across processes of one host); `ms` is the event's
-// duration where it has one (swap in for a grant, drain for a release). Events: request, grant,
-// revoke, release (answering a revoke), idle-release, handback (a grant given straight back).
+// duration where it has one (swap in for a grant, drain and swap out for a release); a grant or
+// release that included a swap adds `swap_bytes` and `swap_ms`. Events: request, grant, revoke,
+// release (answering a revoke), idle-release, handback (a grant given straight back).
 //
 // Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
 // be opened is logged once and the trace stays disabled; recording never blocks on anything but
@@ -27,9 +28,9 @@ class HandoffTrace {
   HandoffTrace& operator=(const HandoffTrace&) = delete;
 
   bool enabled() const { return fd_ >= 0; }
-  // `ms` < 0: the event has no duration.
+  // `ms` < 0: the event has no duration; `swap_bytes` < 0: it included no swap.
   void record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
-              double ms = -1) const noexcept;
+              double ms = -1, std::int64_t swap_bytes = -1, double swap_ms = -1) const noexcept;
 
  private:
   int fd_ = -1;
