@@ -400,7 +400,8 @@ class Bench:
 
     def swap(self):
         """Swap bandwidth of each memory mode beside native pinned copies. Per mode, two membound
-        jobs (about 9.4 GB each) under a 16Gi virtual capacity take turns with swap; every release
+        jobs (about 9.4 GB each, twice the usual length, so that each swaps more than once) under a
+        16Gi virtual capacity take turns with swap; every release
         and grant the library traced with a swap gives its bytes and time. Native: copybw.py, the
         same bytes between device tensors and pinned host tensors. Also the makespan over the serial
         sum and the hand-off time (release to the next grant, swap-in included)."""
@@ -408,13 +409,14 @@ class Bench:
         d = self.scenario_dir(name)
         native = self.run_jobs(name, [([sys.executable, str(COPYBW), "--gib", "8.8"], None)],
                                barrier=False)[0]
-        single = self.native_single["membound"]
+        single = 2 * self.native_single["membound"]
+        long_job = self.torch_job("membound", iters=2 * max(10, round(self.calibration["membound"] * self.job_seconds)))
         for mode in ("device", "unified"):
             outs, ins, ratios, releases, gaps, first_out = [], [], [], [], [], []
             for i in range(2):
                 trace = str(d / f"trace-{mode}-{i}.jsonl")
                 with Scheduler(self, d, ["--capacity", "16Gi"]) as s:
-                    r = self.run_jobs(name, [(self.sized("membound"),
+                    r = self.run_jobs(name, [(long_job,
                                               {"NVSHARE_TRACE_FILE": trace,
                                                "NVSHARE_MEMORY_MODE": mode})] * 2, env=s.env())
                 if self.makespan(r):

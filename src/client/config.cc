@@ -147,7 +147,8 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      "process's cgroup unless it trusts client limits.",
      apply_pod_uid},
     {"memory-mode", "device", kMemoryModeWords,
-     "How device allocations are backed. `device`: device memory mapped at a fixed address, swapped "
+     "How device allocations are backed. `device`: device memory mapped at a fixed address, "
+     "swapped "
      "at a hand-off by copies. `unified`: managed memory, swapped by prefetch, lets one job use "
      "more than its GPU holds. `plain`: never swapped (still counted and limited).",
      apply_memory_mode},

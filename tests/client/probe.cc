@@ -37,8 +37,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/hooks/cuda_api.h"
@@ -407,8 +407,8 @@ int memory() {
   CHECK(s.memory.managed_resident == want_managed,
         "fake: %" PRIu64 " managed bytes on the device, want %" PRIu64, s.memory.managed_resident,
         want_managed);
-  CHECK(s.memory.device_bytes == want_device,
-        "fake: %" PRIu64 " device bytes, want %" PRIu64, s.memory.device_bytes, want_device);
+  CHECK(s.memory.device_bytes == want_device, "fake: %" PRIu64 " device bytes, want %" PRIu64,
+        s.memory.device_bytes, want_device);
   CHECK(cuMemFree_v2(all) == CUDA_SUCCESS, "free");
   CHECK(cuMemGetInfo_v2(&free_after, &total) == CUDA_SUCCESS && free_after == free,
         "free after cuMemFree: %zu", free_after);

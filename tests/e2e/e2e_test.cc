@@ -347,6 +347,10 @@ TEST_F(E2eTest, TwoSaturatingThatFitTakeTurns) {
 // each hand-off swaps the leaving trainer's memory to the host and the next one's back in bulk
 // (the simulated driver counts the bytes moved by prefetches, and demand faults separately).
 TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
+  // The unified mode: the simulated GPU's migrations are accounting only, while device-backed
+  // memory is copied byte for byte (a 6 GiB swap would cost real host memory and seconds).
+  // SmallDeviceBackedTrainersTakeTurnsAndSwap covers the device-backed mode.
+  extra_env_["NVSHARE_MEMORY_MODE"] = "unified";
   // 48Gi/s makes one 6Gi swap 125 ms of simulated copy time, so several turns fit in the test.
   extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "8Gi", "--quantum", "1"}));
@@ -487,6 +491,52 @@ class MemoryLimitTest : public E2eTest {
     EXPECT_EQ(json_number(&report, "mem_free"), free);
   }
 };
+
+// The device-backed mode (the default) under turns: two trainers of 128 MiB under a 192Mi virtual
+// capacity take turns; a trainer waiting after its turn holds no device memory (its buffer was
+// copied to the host and the physical memory released), and both finish with correct results.
+TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "192Mi", "--quantum", "0.5"}));
+  const std::vector<std::string> args = {"--bytes",     "128Mi", "--kernels", "60",
+                                         "--kernel-us", "20000", "--progress"};
+  Trainer& a = start_trainer({"A", args});
+  Trainer& b = start_trainer({"B", args});
+  ASSERT_FALSE(HasFailure());
+  bool saw_swapped_out = false;
+  int max_holding = 0;
+  while (a.running() || b.running()) {
+    auto status = poll_status();
+    auto stat = fake_stat();
+    if (status.ok() && stat.ok()) {
+      int holding = 0;
+      for (const Trainer* t : {&a, &b}) {
+        const Json* c = find_client(status.value(), t->pid());
+        const std::string state = json_string(c, "state");
+        if ((state == "running" || state == "revoking") &&
+            json_number(c, "allocated_bytes", 0) > 0) {
+          ++holding;
+        }
+        const Json* slot = context_of(first_device(stat.value()), t->pid());
+        if (state == "waiting" && json_number(c, "epoch") > 0 && slot != nullptr &&
+            json_number(slot, "allocated") == 0) {
+          saw_swapped_out = true;
+        }
+      }
+      max_holding = std::max(max_holding, holding);
+    }
+    sleep_s(0.02);
+  }
+  Json ra = finish(a);
+  Json rb = finish(b);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&ra, "result"), "ok") << ra.dump();
+  EXPECT_EQ(json_string(&rb, "result"), "ok") << rb.dump();
+  EXPECT_EQ(max_holding, 1) << "two trainers that do not fit held the GPU at once";
+  EXPECT_TRUE(saw_swapped_out) << "never saw a waiting trainer with its device memory released";
+  std::vector<Interval> ka = intervals(a.progress(), 0);
+  std::vector<Interval> kb = intervals(b.progress(), 1);
+  EXPECT_LT(overlap_s(ka, kb), 0.05) << "kernels of trainers that do not fit ran at the same time";
+}
 
 // The limit the process declares (NVSHARE_MEMORY_LIMIT; honoured in local mode).
 TEST_F(MemoryLimitTest, ExactDeclared) {
@@ -728,6 +778,10 @@ class TwoGpuTest : public E2eTest {
 // GPU's pair takes turns with swap, and the two GPUs' turns go on at the same time (one GPU's
 // hand-offs and swaps never hold the other's up).
 TEST_F(TwoGpuTest, EachGpuTakesTurnsOnItsOwn) {
+  // The unified mode: the simulated GPU's migrations are accounting only, while device-backed
+  // memory is copied byte for byte (a 6 GiB swap would cost real host memory and seconds).
+  // SmallDeviceBackedTrainersTakeTurnsAndSwap covers the device-backed mode.
+  extra_env_["NVSHARE_MEMORY_MODE"] = "unified";
   extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "8Gi", "--quantum", "1"}));
   std::vector<Trainer*> trainers;
@@ -1037,13 +1091,11 @@ TEST_F(E2eTest, EnableZeroChangesNothing) {
     EXPECT_EQ(r->sessions, 0) << which << ": the scheduler had a client session";
     EXPECT_FALSE(r->registered) << which << ": the trainer registered with the scheduler";
   }
-  // The contrast: enabled, the library converts the allocation and registers.
+  // The contrast: enabled, the library backs the allocation itself (device memory mapped at an
+  // address it reserved, the same bytes on the GPU) and registers.
   ASSERT_FALSE(enabled.slot.is_null());
-  EXPECT_EQ(json_number(&enabled.slot, "allocated"), 0) << enabled.slot.dump();
-  EXPECT_EQ(
-      json_number(&enabled.slot, "managed_resident") + json_number(&enabled.slot, "managed_host"),
-      256 * kMi)
-      << enabled.slot.dump();
+  EXPECT_EQ(json_number(&enabled.slot, "allocated"), 256 * kMi) << enabled.slot.dump();
+  EXPECT_EQ(json_number(&enabled.slot, "managed_resident"), 0) << enabled.slot.dump();
   EXPECT_TRUE(enabled.registered) << "the enabled library never registered with the scheduler";
 }
 

@@ -451,6 +451,40 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
   });
 }
 
+// Page-locks memory the caller mapped: recorded as host memory the fake does not own
+// (mapped_size 0), so copies accept it and cuMemHostUnregister leaves the pages to the caller.
+CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (p == nullptr || bytesize == 0 || (Flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
+    const auto base = reinterpret_cast<std::uintptr_t>(p);
+    Driver& driver = Driver::instance();
+    if (driver.find_allocation(base, 1) || driver.find_allocation(base + bytesize - 1, 1)) {
+      return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    Allocation a;
+    a.base = base;
+    a.size = bytesize;
+    a.mapped_size = 0;
+    a.kind = MemoryKind::kHost;
+    fakecuda::register_allocation(std::move(a));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    auto a = take_allocation(reinterpret_cast<std::uintptr_t>(p), {MemoryKind::kHost});
+    if (!a) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (a->mapped_size != 0) {  // cuMemHostAlloc memory is not registered memory
+      fakecuda::register_allocation(std::move(*a));
+      return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
   return guarded([&] {
     if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;

@@ -108,6 +108,9 @@ class MetricsTest : public ::testing::Test {
     Env env = gpu_env();
     env["NVSHARE_SOCKET"] = scheduler_->socket();
     env["NVSHARE_POD_UID"] = pod;
+    // The simulated GPU copies device-backed memory byte for byte (10 GiB swaps would cost real
+    // host memory and seconds each); the unified mode's migrations are accounting only.
+    env["NVSHARE_MEMORY_MODE"] = "unified";
     trainers_.push_back(
         std::make_unique<Trainer>(TrainerOptions{name, std::move(args)}, dir_.path()));
     Status started = trainers_.back()->start(env);

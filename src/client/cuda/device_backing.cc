@@ -1,5 +1,7 @@
 #include "client/cuda/device_backing.h"
 
+#include <sys/mman.h>
+
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -41,12 +43,14 @@ void DeviceBacking::probe() {
   const hooks::DriverApi& api = hooks::driver();
   if (api.cuMemAddressReserve == nullptr || api.cuMemAddressFree == nullptr ||
       api.cuMemMap == nullptr || api.cuMemUnmap == nullptr || api.cuMemSetAccess == nullptr ||
-      api.cuMemGetAllocationGranularity == nullptr || hooks::real<HookId::cuMemCreate>() == nullptr ||
+      api.cuMemGetAllocationGranularity == nullptr ||
+      hooks::real<HookId::cuMemCreate>() == nullptr ||
       hooks::real<HookId::cuMemRelease>() == nullptr ||
       attribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, ordinal_) == 0) {
     return;
   }
-  shareable_ = attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, ordinal_) != 0;
+  shareable_ =
+      attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, ordinal_) != 0;
   const CUmemAllocationProp prop = physical_prop(ordinal_, shareable_);
   std::size_t granularity = 0;
   if (api.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
@@ -131,7 +135,7 @@ CUresult DeviceBacking::release(CUdeviceptr address) {
   if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
   Range& range = it->second;
   unback(address, range);
-  if (range.host != nullptr) hooks::real<HookId::cuMemFreeHost>()(range.host);
+  free_host_copy(range);
   const CUresult rc = hooks::driver().cuMemAddressFree(address, range.bytes);
   ranges_.erase(it);
   return rc;
@@ -144,8 +148,34 @@ bool DeviceBacking::owns(CUdeviceptr address) const {
 
 CUresult DeviceBacking::ensure_host_copy(Range& range) {
   if (range.host != nullptr) return CUDA_SUCCESS;
-  return hooks::real<HookId::cuMemHostAlloc>()(&range.host, range.bytes,
-                                               CU_MEMHOSTALLOC_PORTABLE);
+  const hooks::DriverApi& api = hooks::driver();
+  if (api.cuMemHostRegister_v2 != nullptr && api.cuMemHostUnregister != nullptr) {
+    void* mapped =
+        ::mmap(nullptr, range.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped != MAP_FAILED) {
+      ::madvise(mapped, range.bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
+      if (api.cuMemHostRegister_v2(mapped, range.bytes, CU_MEMHOSTREGISTER_PORTABLE) ==
+          CUDA_SUCCESS) {
+        range.host = mapped;
+        range.host_registered = true;
+        return CUDA_SUCCESS;
+      }
+      ::munmap(mapped, range.bytes);
+    }
+  }
+  return hooks::real<HookId::cuMemHostAlloc>()(&range.host, range.bytes, CU_MEMHOSTALLOC_PORTABLE);
+}
+
+void DeviceBacking::free_host_copy(Range& range) {
+  if (range.host == nullptr) return;
+  if (range.host_registered) {
+    hooks::driver().cuMemHostUnregister(range.host);
+    ::munmap(range.host, range.bytes);
+  } else {
+    hooks::real<HookId::cuMemFreeHost>()(range.host);
+  }
+  range.host = nullptr;
+  range.host_registered = false;
 }
 
 BackingSwap DeviceBacking::swap_out(CUstream stream) {
@@ -161,9 +191,8 @@ BackingSwap DeviceBacking::swap_out(CUstream stream) {
                               : CUDA_ERROR_NOT_FOUND;
     }
     if (rc != CUDA_SUCCESS) {
-      NVSHARE_WARN("swap out: %s at 0x%llx stays on the GPU: %s",
-                   format_bytes(range.bytes).c_str(), static_cast<unsigned long long>(address),
-                   hooks::error_name(rc));
+      NVSHARE_WARN("swap out: %s at 0x%llx stays on the GPU: %s", format_bytes(range.bytes).c_str(),
+                   static_cast<unsigned long long>(address), hooks::error_name(rc));
       continue;
     }
     copied.emplace_back(address, &range);

@@ -34,8 +34,8 @@ namespace nvshare::client::cuda {
 inline constexpr int kMaxDevices = 64;
 
 struct DeviceState {
-  DeviceState(int device_ordinal, DeviceIdentity device_identity, bool managed,
-              std::uint64_t limit, Duration drain_bound);
+  DeviceState(int device_ordinal, DeviceIdentity device_identity, bool managed, std::uint64_t limit,
+              Duration drain_bound);
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 

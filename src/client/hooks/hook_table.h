@@ -147,6 +147,8 @@ std::optional<HookId> hook_for_real_address(const void* address, bool per_thread
   X(cuMemUnmap)                     \
   X(cuMemSetAccess)                 \
   X(cuMemGetAllocationGranularity)  \
+  X(cuMemHostRegister_v2)           \
+  X(cuMemHostUnregister)            \
   X(cuGetErrorName)
 
 struct DriverApi {

@@ -201,11 +201,11 @@ struct ApplyLimits {
 struct LimitsUnknown {};
 struct SettleRegistration {};
 struct ReadSettings {};  // read the settings file; answer SettingsRead
-struct SwapRecord {  // a swap a trace event included; bytes < 0: none
+struct SwapRecord {      // a swap a trace event included; bytes < 0: none
   std::int64_t bytes = -1;
   double ms = -1;
 };
-struct Record {          // a hand-off trace event (handoff_trace.h); ms < 0: no duration
+struct Record {  // a hand-off trace event (handoff_trace.h); ms < 0: no duration
   const char* event = "";
   std::uint64_t epoch = 0;
   double ms = -1;
