@@ -65,16 +65,11 @@ std::uint64_t DeviceBacking::rounded(std::uint64_t bytes) const {
 }
 
 CUresult DeviceBacking::set_access(CUdeviceptr address, std::uint64_t bytes) const {
-  std::vector<CUmemAccessDesc> access;
-  for (int gpu = 0; gpu < 64; ++gpu) {
-    if (gpu != ordinal_ && (peers_ & (std::uint64_t{1} << gpu)) == 0) continue;
-    CUmemAccessDesc desc{};
-    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    desc.location.id = gpu;
-    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    access.push_back(desc);
-  }
-  return hooks::driver().cuMemSetAccess(address, bytes, access.data(), access.size());
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = ordinal_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return hooks::driver().cuMemSetAccess(address, bytes, &access, 1);
 }
 
 CUresult DeviceBacking::back(CUdeviceptr address, Range& range) {
@@ -263,22 +258,6 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
   }
   if (done.ranges > 0) hooks::driver().cuStreamSynchronize(stream);
   return done;
-}
-
-void DeviceBacking::grant_peer(int peer) {
-  if (peer < 0 || peer >= 64 || peer == ordinal_) return;
-  std::lock_guard lock(mu_);
-  const std::uint64_t bit = std::uint64_t{1} << peer;
-  if ((peers_ & bit) != 0) return;
-  peers_ |= bit;
-  for (const auto& [address, range] : ranges_) {
-    if (range.handle == 0) continue;
-    const CUresult rc = set_access(address, range.bytes);
-    if (rc != CUDA_SUCCESS) {
-      NVSHARE_WARN("peer access for GPU %d to 0x%llx: %s", peer,
-                   static_cast<unsigned long long>(address), hooks::error_name(rc));
-    }
-  }
 }
 
 std::uint64_t DeviceBacking::host_bytes() const {
