@@ -233,6 +233,14 @@ TEST_F(ProcessTest, TheLimitIsExactAndDeviceAllocationsBecomeManagedInTheUnified
   EXPECT_NE(probe.output.find("\"failures\":0"), std::string::npos) << probe.output;
 }
 
+TEST_F(ProcessTest, PeerAccessReachesDeviceBackedMemory) {
+  auto e = env(true);
+  e["NVSHARE_FAKECUDA_DEVICES"] = "2";
+  const ProcessOutput probe = run(e, NVSHARE_PROBE_PATH " peer");
+  EXPECT_EQ(probe.status, 0) << probe.output;
+  EXPECT_NE(probe.output.find("\"failures\":0"), std::string::npos) << probe.output;
+}
+
 // ---- The context's footprint and the first CUDA call on a GPU ----
 
 struct ContextReport {

@@ -11,8 +11,11 @@
 //                answered); other names pass through untouched; calls through each path are
 //                limited (they reach the wrapper, not just its address).
 //   memory       the limit (NVSHARE_MEMORY_LIMIT) at exactly the limit, the context's memory
-//                counted, device allocations become managed memory on the device, pools and VMM
-//                counted, cuMemGetInfo / cuDeviceTotalMem / NVML report the limit.
+//                counted, device allocations backed as NVSHARE_MEMORY_MODE says (device memory,
+//                or managed memory on the device), pools and VMM counted, cuMemGetInfo /
+//                cuDeviceTotalMem / NVML report the limit.
+//   peer         two GPUs: after GPU 1's context enables peer access to GPU 0's, GPU 0's
+//                device-backed allocations (made before and after) grant GPU 1 access.
 //   passthrough  with NVSHARE_ENABLE=0: every path returns the driver's own functions and nothing
 //                is converted, counted or limited.
 //   context [START_NS [RELEASE_FILE]]
@@ -545,6 +548,42 @@ int context(int argc, char** argv) {
   return 0;
 }
 
+// ---- peer ----
+
+unsigned long long access_of(int device, CUdeviceptr p) {
+  CUmemLocation location{};
+  location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  location.id = device;
+  unsigned long long flags = 99;
+  CHECK(cuMemGetAccess(&flags, &location, p) == CUDA_SUCCESS, "cuMemGetAccess(%d)", device);
+  return flags;
+}
+
+int peer() {
+  CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
+  CUcontext ctx[2] = {};
+  for (int d = 0; d < 2; ++d) {
+    CHECK(cuDevicePrimaryCtxRetain(&ctx[d], d) == CUDA_SUCCESS, "retain %d", d);
+  }
+  CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "current 0");
+  CUdeviceptr before = 0;
+  CHECK(cuMemAlloc_v2(&before, 4 << 20) == CUDA_SUCCESS, "allocate on GPU 0");
+  CHECK(access_of(0, before) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "GPU 0 reads its own");
+  CHECK(access_of(1, before) == CU_MEM_ACCESS_FLAGS_PROT_NONE, "GPU 1 reads GPU 0 unasked");
+  CHECK(cuCtxSetCurrent(ctx[1]) == CUDA_SUCCESS, "current 1");
+  CHECK(cuCtxEnablePeerAccess(ctx[0], 0) == CUDA_SUCCESS, "peer access 1 -> 0");
+  CHECK(cuCtxEnablePeerAccess(ctx[0], 0) == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+        "the driver's answer to a second enable");
+  CHECK(access_of(1, before) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "GPU 1 reads GPU 0's memory");
+  CHECK(cuCtxSetCurrent(ctx[0]) == CUDA_SUCCESS, "current 0 again");
+  CUdeviceptr after = 0;
+  CHECK(cuMemAlloc_v2(&after, 4 << 20) == CUDA_SUCCESS, "allocate on GPU 0 after");
+  CHECK(access_of(1, after) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "GPU 1 reads a later one");
+  CHECK(cuMemFree_v2(before) == CUDA_SUCCESS && cuMemFree_v2(after) == CUDA_SUCCESS, "free");
+  for (int d = 0; d < 2; ++d) cuDevicePrimaryCtxRelease(d);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -558,9 +597,11 @@ int main(int argc, char** argv) {
     rc = passthrough();
   } else if (scenario == "context") {
     rc = context(argc, argv);
+  } else if (scenario == "peer") {
+    rc = peer();
   } else {
     std::fprintf(stderr,
-                 "usage: nvshare-client-probe dispatch|memory|passthrough|context [START_NS "
+                 "usage: nvshare-client-probe dispatch|memory|passthrough|peer|context [START_NS "
                  "[RELEASE_FILE]]\n");
     return 2;
   }

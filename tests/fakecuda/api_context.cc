@@ -191,6 +191,36 @@ CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
   });
 }
 
+// Peer access is bookkeeping here (every context can read every mapping of the simulated GPUs);
+// the errors are the driver's.
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    std::shared_ptr<CUctx_st> ctx;
+    if (CUresult rc = current_context(&ctx); rc != CUDA_SUCCESS) return rc;
+    Driver& driver = Driver::instance();
+    std::shared_ptr<CUctx_st> peer = driver.find_context(peerContext);
+    if (peer == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (peer->device == ctx->device) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard lock(driver.mu);
+    if (!ctx->peers.insert(peer.get()).second) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    std::shared_ptr<CUctx_st> ctx;
+    if (CUresult rc = current_context(&ctx); rc != CUDA_SUCCESS) return rc;
+    Driver& driver = Driver::instance();
+    std::lock_guard lock(driver.mu);
+    if (ctx->peers.erase(peerContext) == 0) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    return CUDA_SUCCESS;
+  });
+}
+
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
   return guarded([&] {
     if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;

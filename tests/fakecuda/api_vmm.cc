@@ -131,6 +131,9 @@ CUresult unmap(CUdeviceptr ptr, std::size_t size) {
   }
   mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  driver.access.erase(ptr);
   return CUDA_SUCCESS;
 }
 
@@ -217,12 +220,42 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   return guarded([&] {
     if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
     if (desc == nullptr || count == 0 || !reserved(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    std::uint64_t granted = 0;
+    std::uint64_t revoked = 0;
     for (size_t i = 0; i < count; ++i) {
       if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
           Driver::instance().device(desc[i].location.id) == nullptr) {
         return CUDA_ERROR_INVALID_DEVICE;
       }
+      const std::uint64_t bit = std::uint64_t{1} << desc[i].location.id;
+      (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? revoked : granted) |= bit;
     }
+    Driver& driver = Driver::instance();
+    std::lock_guard lock(driver.mu);
+    std::uint64_t& bits = driver.access[ptr];
+    bits = (bits | granted) & ~revoked;
+    return CUDA_SUCCESS;
+  });
+}
+
+// What cuMemSetAccess granted the device to the mapping that contains ptr.
+CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location,
+                                CUdeviceptr ptr) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (flags == nullptr || location == nullptr ||
+        location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        Driver::instance().device(location->id) == nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    Driver& driver = Driver::instance();
+    auto mapped = driver.find_allocation(ptr, 1);
+    if (!mapped || mapped->kind != MemoryKind::kMapped) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard lock(driver.mu);
+    auto it = driver.access.find(mapped->base);
+    const std::uint64_t bits = it != driver.access.end() ? it->second : 0;
+    *flags = (bits >> location->id) & 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                        : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     return CUDA_SUCCESS;
   });
 }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -50,6 +51,8 @@ struct CUctx_st {
   std::atomic<bool> live{true};
   // Managed bytes of this context that sit on the host and that the next kernel would fault in.
   std::atomic<std::uint64_t> faultable_host_bytes{0};
+  // Contexts whose memory this one may access (cuCtxEnablePeerAccess), guarded by Driver::mu.
+  std::set<const CUctx_st*> peers;
 };
 
 struct CUgraph_st;
@@ -171,6 +174,7 @@ class Driver {
   std::unordered_map<const void*, std::shared_ptr<CUmemPoolHandle_st>> pools;
   std::map<std::uint64_t, PhysicalAllocation> physical;  // cuMemCreate handles
   std::map<std::uintptr_t, std::size_t> reservations;    // cuMemAddressReserve ranges
+  std::map<std::uintptr_t, std::uint64_t> access;        // mapped range -> bit per device (cuMemSetAccess)
   std::atomic<std::uint64_t> next_id{1};
 
   // Allocations by base address, guarded by alloc_mu.

@@ -220,6 +220,28 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
   return rc;
 }
 
+// The current context's GPU may now read and write the peer context's memory: the peer GPU's
+// device-backed allocations grant it access (now, and whenever they are mapped again).
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  auto fn = real<HookId::cuCtxEnablePeerAccess>();
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = fn(peerContext, Flags);
+  if (rc != CUDA_SUCCESS || !cuda::library_enabled()) return rc;
+  const hooks::DriverApi& api = hooks::driver();
+  CUdevice self = -1;
+  CUdevice peer = -1;
+  if (api.cuCtxGetDevice == nullptr || api.cuCtxGetDevice(&self) != CUDA_SUCCESS ||
+      api.cuCtxPushCurrent_v2 == nullptr || api.cuCtxPopCurrent_v2 == nullptr ||
+      api.cuCtxPushCurrent_v2(peerContext) != CUDA_SUCCESS) {
+    return rc;
+  }
+  api.cuCtxGetDevice(&peer);
+  CUcontext popped = nullptr;
+  api.cuCtxPopCurrent_v2(&popped);
+  if (DeviceState* owner = cuda::devices().find(peer)) owner->backing.grant_peer(self);
+  return rc;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   auto fn = real<HookId::cuDevicePrimaryCtxRetain>();
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;

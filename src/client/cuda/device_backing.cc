@@ -16,6 +16,7 @@ namespace {
 using hooks::HookId;
 
 constexpr auto kRetryPause = std::chrono::milliseconds(5);
+constexpr int kMaxPeers = 64;  // GPUs a mask of peers can name
 constexpr auto kWarnEvery = std::chrono::seconds(5);
 
 CUmemAllocationProp physical_prop(int ordinal, bool shareable) {
@@ -65,11 +66,16 @@ std::uint64_t DeviceBacking::rounded(std::uint64_t bytes) const {
 }
 
 CUresult DeviceBacking::set_access(CUdeviceptr address, std::uint64_t bytes) const {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = ordinal_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return hooks::driver().cuMemSetAccess(address, bytes, &access, 1);
+  CUmemAccessDesc access[kMaxPeers] = {};
+  std::size_t count = 0;
+  for (int gpu = 0; gpu < kMaxPeers; ++gpu) {
+    if (gpu != ordinal_ && (peers_ & (std::uint64_t{1} << gpu)) == 0) continue;
+    access[count].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[count].location.id = gpu;
+    access[count].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ++count;
+  }
+  return hooks::driver().cuMemSetAccess(address, bytes, access, count);
 }
 
 CUresult DeviceBacking::back(CUdeviceptr address, Range& range) {
@@ -258,6 +264,23 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
   }
   if (done.ranges > 0) hooks::driver().cuStreamSynchronize(stream);
   return done;
+}
+
+void DeviceBacking::grant_peer(int peer) {
+  if (peer < 0 || peer >= kMaxPeers || peer == ordinal_) return;
+  std::lock_guard lock(mu_);
+  const std::uint64_t bit = std::uint64_t{1} << peer;
+  if ((peers_ & bit) != 0) return;
+  peers_ |= bit;
+  for (const auto& [address, range] : ranges_) {
+    if (range.handle == 0) continue;
+    const CUresult rc = set_access(address, range.bytes);
+    if (rc != CUDA_SUCCESS) {
+      NVSHARE_WARN("peer access for GPU %d to %s at 0x%llx: %s", peer,
+                   format_bytes(range.bytes).c_str(), static_cast<unsigned long long>(address),
+                   hooks::error_name(rc));
+    }
+  }
 }
 
 std::uint64_t DeviceBacking::host_bytes() const {

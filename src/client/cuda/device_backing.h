@@ -21,9 +21,10 @@
 //    milliseconds, with a warning every few seconds, until it can: the gate stays closed meanwhile,
 //    so no kernel ever sees an unmapped range.
 //
-// Access is granted to the owning GPU only (peer access from other GPUs is not wired yet).
+//  - grant_peer(): a context of GPU `peer` enabled peer access to this GPU's contexts: every mapped
+//    range, and every range mapped from now on, becomes accessible from it.
 //
-// Threads: allocate()/release() run on application threads, swap_out()/swap_in() on
+// Threads: allocate()/release()/grant_peer() run on application threads, swap_out()/swap_in() on
 // the link thread with a context of this GPU current; one mutex orders them (a free during a swap
 // waits for it). Only the real driver is called. Never throws.
 #pragma once
@@ -60,6 +61,7 @@ class DeviceBacking {
 
   BackingSwap swap_out(CUstream stream);
   BackingSwap swap_in(CUstream stream);
+  void grant_peer(int peer);
 
   // Bytes of host copies held (pinned host memory).
   std::uint64_t host_bytes() const;
@@ -85,6 +87,7 @@ class DeviceBacking {
   mutable std::mutex mu_;
   std::map<CUdeviceptr, Range> ranges_;
   bool out_ = false;
+  std::uint64_t peers_ = 0;  // bit i: GPU i may access this GPU's ranges
 };
 
 }  // namespace nvshare::client::cuda
