@@ -1,7 +1,8 @@
 // nvshare-run: runs a command under libnvshare.so on a workstation or notebook host, starting a
 // local scheduler when none is running.
 //
-//   nvshare-run [--gpu UUID|INDEX] [--memory-limit Q] [--core-limit P] [--socket PATH] -- CMD...
+//   nvshare-run [--gpu UUID|INDEX] [--memory-limit Q] [--core-limit P] [--memory-mode M]
+//               [--socket PATH] -- CMD...
 //
 // What it does, in order:
 //  1. finds libnvshare.so: $NVSHARE_LIBRARY, else next to this executable (../lib, its own
@@ -17,7 +18,8 @@
 //     5 s) until it accepts; a lock file next to the socket keeps two nvshare-runs from
 //     starting two schedulers;
 //  4. runs the command with LD_PRELOAD (the library first), NVSHARE_SOCKET, and the declared limits
-//     (NVSHARE_MEMORY_LIMIT, NVSHARE_CORE_LIMIT) and CUDA_VISIBLE_DEVICES when asked; SIGINT,
+//     (NVSHARE_MEMORY_LIMIT, NVSHARE_CORE_LIMIT), the memory mode (NVSHARE_MEMORY_MODE) and
+//     CUDA_VISIBLE_DEVICES when asked; SIGINT,
 //     SIGTERM, SIGHUP and SIGQUIT sent to nvshare-run are passed on to the command.
 //
 // Exit status: the command's; 128+N when it was killed by signal N; 127 when the command is not
@@ -45,6 +47,7 @@
 
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
+#include "common/memory_mode.h"
 #include "common/quantity.h"
 #include "common/result.h"
 #include "common/shared_knobs.h"
@@ -78,6 +81,9 @@ Options:
   --memory-limit Q       memory limit per GPU, a quantity such as 4Gi or 512Mi
                          (NVSHARE_MEMORY_LIMIT)
   --core-limit P         share of GPU time in percent, 1..100 (NVSHARE_CORE_LIMIT)
+  --memory-mode M        how device allocations are backed: device (the default: swapped by
+                         copies), unified (managed memory: one job larger than its GPU) or plain
+                         (never swapped) (NVSHARE_MEMORY_MODE)
   --socket PATH          the scheduler's client socket (default: $NVSHARE_SOCKET; else
                          /var/run/nvshare/scheduler.sock as root, otherwise
                          $XDG_RUNTIME_DIR/nvshare/scheduler.sock or
@@ -104,6 +110,7 @@ struct Options {
   std::optional<std::string> gpu;
   std::optional<std::string> memory_limit;
   std::optional<std::string> core_limit;
+  std::optional<std::string> memory_mode;
   std::optional<std::string> socket;
   std::vector<std::string> command;
   bool help = false;
@@ -160,6 +167,8 @@ Result<Options> parse_arguments(int argc, char** argv) {
       slot = &options.memory_limit;
     } else if (name == "--core-limit") {
       slot = &options.core_limit;
+    } else if (name == "--memory-mode") {
+      slot = &options.memory_mode;
     } else if (name == "--socket") {
       slot = &options.socket;
     } else {
@@ -182,6 +191,10 @@ Result<Options> parse_arguments(int argc, char** argv) {
     if (auto parsed = nvshare::parse_percent(*options.core_limit); !parsed) {
       return make_error("--core-limit: " + parsed.error().message);
     }
+  }
+  if (options.memory_mode && !nvshare::parse_memory_mode(*options.memory_mode)) {
+    return make_error("--memory-mode: " + *options.memory_mode + " is not one of " +
+                      std::string(nvshare::kMemoryModeWords));
   }
   return options;
 }
@@ -548,6 +561,7 @@ int main(int argc, char** argv) {
   set_env(kSocketVariable.c_str(), paths.value().socket);
   if (options.memory_limit) set_env("NVSHARE_MEMORY_LIMIT", *options.memory_limit);
   if (options.core_limit) set_env("NVSHARE_CORE_LIMIT", *options.core_limit);
+  if (options.memory_mode) set_env("NVSHARE_MEMORY_MODE", *options.memory_mode);
   if (options.gpu) set_env("CUDA_VISIBLE_DEVICES", *options.gpu);
   return run_command(options.command);
 }

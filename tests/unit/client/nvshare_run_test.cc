@@ -135,7 +135,8 @@ TEST_F(NvshareRunTest, ReturnsTheCommandsExitStatus) {
 TEST_F(NvshareRunTest, GivesTheCommandTheLibraryTheSocketAndTheDeclaredLimits) {
   const std::string sock = socket();
   const ProcessResult result = run(
-      {"--gpu", "1", "--memory-limit", "4Gi", "--core-limit", "30", "--socket", sock, "--", "env"},
+      {"--gpu", "1", "--memory-limit", "4Gi", "--core-limit", "30", "--memory-mode", "unified",
+       "--socket", sock, "--", "env"},
       {{"LD_PRELOAD", "libexisting.so"}, {"NVSHARE_MEMORY_LIMIT", "1Gi"}});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const std::string library = std::filesystem::canonical(NVSHARE_TEST_PRELOAD).string();
@@ -144,6 +145,7 @@ TEST_F(NvshareRunTest, GivesTheCommandTheLibraryTheSocketAndTheDeclaredLimits) {
   EXPECT_NE(result.out.find("\nNVSHARE_SOCKET=" + sock + "\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("\nNVSHARE_MEMORY_LIMIT=4Gi\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("\nNVSHARE_CORE_LIMIT=30\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\nNVSHARE_MEMORY_MODE=unified\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("\nCUDA_VISIBLE_DEVICES=1\n"), std::string::npos) << result.out;
 }
 
@@ -154,6 +156,7 @@ TEST_F(NvshareRunTest, LeavesUnaskedVariablesAlone) {
   EXPECT_NE(result.out.find("\nCUDA_VISIBLE_DEVICES=0,2\n"), std::string::npos) << result.out;
   EXPECT_EQ(result.out.find("NVSHARE_MEMORY_LIMIT="), std::string::npos) << result.out;
   EXPECT_EQ(result.out.find("NVSHARE_CORE_LIMIT="), std::string::npos) << result.out;
+  EXPECT_EQ(result.out.find("NVSHARE_MEMORY_MODE="), std::string::npos) << result.out;
   const std::string library = std::filesystem::canonical(NVSHARE_TEST_PRELOAD).string();
   EXPECT_NE(result.out.find("\nLD_PRELOAD=" + library + "\n"), std::string::npos) << result.out;
 }
@@ -189,6 +192,9 @@ TEST_F(NvshareRunTest, UsageErrors) {
   EXPECT_EQ(run({"--socket", sock}).exit_code, 2);
   EXPECT_EQ(run({"--core-limit", "150", "--socket", sock, "true"}).exit_code, 2);
   EXPECT_EQ(run({"--memory-limit", "4GB", "--socket", sock, "true"}).exit_code, 2);
+  const ProcessResult mode = run({"--memory-mode", "managed", "--socket", sock, "true"});
+  EXPECT_EQ(mode.exit_code, 2);
+  EXPECT_NE(mode.err.find("--memory-mode: managed is not one of"), std::string::npos) << mode.err;
   const ProcessResult unknown = run({"--cores", "3", "true"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.err.find("unknown option --cores"), std::string::npos) << unknown.err;
