@@ -342,6 +342,14 @@ TEST_F(E2eTest, TwoSaturatingThatFitTakeTurns) {
   EXPECT_LE(together, samples / 10) << "saturating trainers kept running together";
 }
 
+// A client (status JSON) that holds the GPU with memory allocated. One that has freed its buffer on
+// its way out occupies no memory any more: the scheduler may rightly let another run beside it.
+bool holds_gpu_with_memory(const Json* client) {
+  const std::string state = json_string(client, "state");
+  return (state == "running" || state == "revoking") &&
+         json_number(client, "allocated_bytes", 0) > 0;
+}
+
 // Two trainers that do not fit together (6Gi each under a virtual capacity of 8Gi, of which 90% is
 // usable, on a 16Gi simulated GPU) take turns of 1 s: at most one holds the GPU at any time, and
 // each hand-off swaps the leaving trainer's memory to the host and the next one's back in bulk
@@ -376,12 +384,7 @@ TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
       for (const Trainer* t : {&a, &b}) {
         const Json* c = find_client(status.value(), t->pid());
         const std::string state = json_string(c, "state");
-        // A trainer that has freed its buffer on its way out occupies no memory any more: the
-        // scheduler may rightly let the other run beside it then.
-        if ((state == "running" || state == "revoking") &&
-            json_number(c, "allocated_bytes", 0) > 0) {
-          ++holding;
-        }
+        if (holds_gpu_with_memory(c)) ++holding;
         if (state == "running" && json_number(c, "state_for_ms") >= 300) runner = c;
         if (state == "waiting" && json_string(c, "waiting_for") == "memory") {
           saw_memory_wait = true;
@@ -512,10 +515,7 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
       for (const Trainer* t : {&a, &b}) {
         const Json* c = find_client(status.value(), t->pid());
         const std::string state = json_string(c, "state");
-        if ((state == "running" || state == "revoking") &&
-            json_number(c, "allocated_bytes", 0) > 0) {
-          ++holding;
-        }
+        if (holds_gpu_with_memory(c)) ++holding;
         const Json* slot = context_of(first_device(stat.value()), t->pid());
         if (state == "waiting" && json_number(c, "epoch") > 0 && slot != nullptr &&
             json_number(slot, "allocated") == 0) {
@@ -806,10 +806,7 @@ TEST_F(TwoGpuTest, EachGpuTakesTurnsOnItsOwn) {
       for (std::size_t i = 0; i < trainers.size(); ++i) {
         const Json* c = find_client(status.value(), trainers[i]->pid());
         const std::string state = json_string(c, "state");
-        if ((state == "running" || state == "revoking") &&
-            json_number(c, "allocated_bytes", 0) > 0) {
-          ++holding[i / 2];
-        }
+        if (holds_gpu_with_memory(c)) ++holding[i / 2];
       }
       for (int gpu = 0; gpu < 2; ++gpu) max_holding[gpu] = std::max(max_holding[gpu], holding[gpu]);
     }

@@ -243,8 +243,7 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* 
                                 CUdeviceptr ptr) {
   return guarded([&] {
     if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
-    if (flags == nullptr || location == nullptr ||
-        location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+    if (flags == nullptr || location == nullptr || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
         Driver::instance().device(location->id) == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
     }

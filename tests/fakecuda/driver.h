@@ -27,11 +27,11 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -174,7 +174,8 @@ class Driver {
   std::unordered_map<const void*, std::shared_ptr<CUmemPoolHandle_st>> pools;
   std::map<std::uint64_t, PhysicalAllocation> physical;  // cuMemCreate handles
   std::map<std::uintptr_t, std::size_t> reservations;    // cuMemAddressReserve ranges
-  std::map<std::uintptr_t, std::uint64_t> access;        // mapped range -> bit per device (cuMemSetAccess)
+  std::map<std::uintptr_t, std::uint64_t>
+      access;  // mapped range -> bit per device (cuMemSetAccess)
   std::atomic<std::uint64_t> next_id{1};
 
   // Allocations by base address, guarded by alloc_mu.

@@ -47,8 +47,8 @@ void fault_in(unsigned char* base, std::uint64_t bytes) {
   constexpr std::uint64_t kPage = 4096;
   constexpr std::uint64_t kPerThreadAtLeast = 64ull << 20;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::uint64_t threads =
-      std::clamp<std::uint64_t>(std::min<std::uint64_t>(cores / 2, bytes / kPerThreadAtLeast), 1, 8);
+  const std::uint64_t threads = std::clamp<std::uint64_t>(
+      std::min<std::uint64_t>(cores / 2, bytes / kPerThreadAtLeast), 1, 8);
   const std::uint64_t slice = (bytes / threads + kPage - 1) / kPage * kPage;
   auto touch = [](unsigned char* from, unsigned char* to) {
     for (volatile unsigned char* p = from; p < to; p += kPage) *p = 0;

@@ -134,10 +134,10 @@ TEST_F(NvshareRunTest, ReturnsTheCommandsExitStatus) {
 
 TEST_F(NvshareRunTest, GivesTheCommandTheLibraryTheSocketAndTheDeclaredLimits) {
   const std::string sock = socket();
-  const ProcessResult result = run(
-      {"--gpu", "1", "--memory-limit", "4Gi", "--core-limit", "30", "--memory-mode", "unified",
-       "--socket", sock, "--", "env"},
-      {{"LD_PRELOAD", "libexisting.so"}, {"NVSHARE_MEMORY_LIMIT", "1Gi"}});
+  const ProcessResult result =
+      run({"--gpu", "1", "--memory-limit", "4Gi", "--core-limit", "30", "--memory-mode", "unified",
+           "--socket", sock, "--", "env"},
+          {{"LD_PRELOAD", "libexisting.so"}, {"NVSHARE_MEMORY_LIMIT", "1Gi"}});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const std::string library = std::filesystem::canonical(NVSHARE_TEST_PRELOAD).string();
   EXPECT_NE(result.out.find("\nLD_PRELOAD=" + library + ":libexisting.so\n"), std::string::npos)
