@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "workload.py"
 DDP = HERE / "ddp.py"
 COPYBW = HERE / "copybw.py"
+ALLOCBENCH = HERE / "allocbench.py"
 GIB = 1 << 30
 
 
@@ -452,6 +453,29 @@ class Bench:
                         release_to_grant_ms_p99=percentile(gaps, 99))
         self.metric("native_pin_s_8_8gib", native.get("pin_s"), "reported", True, "s")
 
+    def alloc(self):
+        """What an allocation and its free cost in each memory mode beside native (allocbench.py:
+        cuMemAlloc + cuMemFree pairs of 4 KiB to 1 GiB, no scheduler: the library runs fail-open),
+        interleaved, three rounds; the median per size."""
+        name = "alloc"
+        self.scenario_dir(name)
+        env_of = {"native": None}
+        for mode in ("device", "unified", "plain"):
+            env_of[mode] = {"LD_PRELOAD": self.lib, "NVSHARE_MEMORY_MODE": mode,
+                            "NVSHARE_LOG_LEVEL": "warn",
+                            "NVSHARE_SOCKET": str(self.raw / name / "nobody.sock")}
+        seen = {k: {} for k in env_of}
+        for _ in range(3):
+            for key, env in env_of.items():
+                r = self.run_jobs(name, [([sys.executable, str(ALLOCBENCH)], env)], barrier=False)[0]
+                for size, us in (r.get("us_per_pair") or {}).items():
+                    seen[key].setdefault(size, []).append(us)
+        for mode in ("device", "unified", "plain"):
+            for size, runs in seen[mode].items():
+                native = median(seen["native"].get(size, []))
+                self.metric(f"alloc_free_us_{mode}_{size}", median(runs), "reported",
+                            bool(runs), "us", native=native, runs=runs)
+
     def cap_mixes(self, name, configs, flags, label=""):
         """Runs each mix of caps (a list of percents, None for an uncapped job) as compute-bound jobs
         started together under a scheduler with `flags`; returns one row per job: the
@@ -796,7 +820,7 @@ PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto", "latency"],
     "turns": ["notfit", "caps", "capdeep"],
-    "memory": ["swap"],
+    "memory": ["swap", "alloc"],
     "multi": ["multi", "multi_notfit", "ddp", "ddp_cap"],
 }
 

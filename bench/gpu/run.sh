@@ -6,7 +6,7 @@
 #       PHASE: overhead (single job, launch-bound, hand-off latency), together (two compute-bound jobs
 #       that fit, three idle-ish jobs, caps co-running, a service beside a trainer), turns (two jobs
 #       that do not fit, compute caps, deep queues under a cap), memory (swap bandwidth of each memory
-#       mode beside native pinned copies), multi (two GPUs), or all (the
+#       mode beside native pinned copies, what an allocation costs), multi (two GPUs), or all (the
 #       default; about 30 minutes on one H200)
 #
 # Builds libnvshare.so, nvshare-scheduler, nvsharectl and nvshare-launch-bench (Release) in build-bench/,
