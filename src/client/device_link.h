@@ -69,6 +69,7 @@ struct DeviceUsage {
   std::uint64_t swap_bytes_per_s = 0;  // measured by the last swap, 0 until one happened
   Duration queue_waited{0};  // submitting threads' waits for the drain bound so far (pace_meter.h)
   std::uint64_t refused_allocations = 0;  // allocations refused by the memory limit so far
+  std::uint64_t pinned_bytes = 0;         // of allocated, what a swap leaves on the GPU (CUDA IPC)
 };
 
 // CUDA-side operations the link thread asks for. Implemented by the hooks' side (src/client/cuda/).

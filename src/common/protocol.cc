@@ -125,9 +125,29 @@ void decode_payload(ByteReader& r, Ping& m, bool&) { m.nonce = r.u64(); }
 void encode_payload(ByteWriter& w, const Pong& m) { w.u64(m.nonce); }
 void decode_payload(ByteReader& r, Pong& m, bool&) { m.nonce = r.u64(); }
 
+void encode_payload(ByteWriter& w, const IpcExport& m) { w.u64(m.bytes); }
+void decode_payload(ByteReader& r, IpcExport& m, bool& valid) {
+  m.bytes = r.u64();
+  if (m.bytes == 0) valid = false;
+}
+void encode_payload(ByteWriter& w, const IpcImport& m) { w.u64(m.token); }
+void decode_payload(ByteReader& r, IpcImport& m, bool&) { m.token = r.u64(); }
+void encode_payload(ByteWriter& w, const IpcWithdraw& m) { w.u64(m.token); }
+void decode_payload(ByteReader& r, IpcWithdraw& m, bool&) { m.token = r.u64(); }
+void encode_payload(ByteWriter& w, const IpcAnswer& m) {
+  w.u64(m.token);
+  w.u64(m.bytes);
+  w.str(m.error, kMaxNameLength);
+}
+void decode_payload(ByteReader& r, IpcAnswer& m, bool&) {
+  m.token = r.u64();
+  m.bytes = r.u64();
+  m.error = r.str(kMaxNameLength);
+}
+
 // Fields later versions append at the end of a payload: version 2 gives limits a flags byte,
 // version 3 gives usage its deep-queue share, version 4 its refused allocations, version 5 the
-// sessions its link lost.
+// sessions its link lost, version 6 its pinned bytes.
 void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
   if (version < 2) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
@@ -137,6 +157,8 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->refused_allocations);
   if (version < 5) return;
   if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->sessions_lost);
+  if (version < 6) return;
+  if (const auto* usage = std::get_if<Usage>(&message)) w.u64(usage->pinned_bytes);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 2) return;
@@ -155,13 +177,15 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
   if (auto* usage = std::get_if<Usage>(&message)) usage->refused_allocations = r.u32();
   if (version < 5) return;
   if (auto* usage = std::get_if<Usage>(&message)) usage->sessions_lost = r.u32();
+  if (version < 6) return;
+  if (auto* usage = std::get_if<Usage>(&message)) usage->pinned_bytes = r.u64();
 }
 
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
 constexpr std::size_t kMessageTypes = std::variant_size_v<Message>;
 static_assert(std::is_same_v<std::variant_alternative_t<0, Message>, Hello>);
-static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, Pong>);
-static_assert(static_cast<std::size_t>(MessageType::kPong) == kMessageTypes);
+static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, IpcAnswer>);
+static_assert(static_cast<std::size_t>(MessageType::kIpcAnswer) == kMessageTypes);
 
 template <std::size_t I>
 Message decode_alternative(ByteReader& r, bool& valid) {
@@ -183,6 +207,9 @@ bool string_fields_fit(const Message& message) {
   if (const auto* hello = std::get_if<Hello>(&message)) {
     return hello->gpu_uuid.size() <= kMaxUuidLength && hello->pod_uid.size() <= kMaxUuidLength &&
            hello->process_name.size() <= kMaxNameLength;
+  }
+  if (const auto* answer = std::get_if<IpcAnswer>(&message)) {
+    return answer->error.size() <= kMaxNameLength;
   }
   return true;
 }
@@ -228,6 +255,14 @@ std::string_view to_string(MessageType type) {
       return "ping";
     case MessageType::kPong:
       return "pong";
+    case MessageType::kIpcExport:
+      return "ipc-export";
+    case MessageType::kIpcImport:
+      return "ipc-import";
+    case MessageType::kIpcWithdraw:
+      return "ipc-withdraw";
+    case MessageType::kIpcAnswer:
+      return "ipc-answer";
   }
   return "unknown";
 }

@@ -34,7 +34,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 5;
+inline constexpr std::uint16_t kMaxVersion = 6;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -52,6 +52,12 @@ enum class MessageType : std::uint16_t {
   kWait = 9,      // scheduler -> client, the request is queued and why
   kPing = 10,     // either direction, liveness
   kPong = 11,     // answer to ping with the same nonce
+  // CUDA IPC brokering (version 6). Each is the first and only frame a client sends on a
+  // connection of its own (no hello): the scheduler answers with kIpcAnswer and closes it.
+  kIpcExport = 12,    // client -> scheduler, offers the descriptor sent with it (SCM_RIGHTS)
+  kIpcImport = 13,    // client -> scheduler, asks for the descriptor a token names
+  kIpcWithdraw = 14,  // client -> scheduler, the exporter freed the memory a token names
+  kIpcAnswer = 15,    // scheduler -> client; a successful import carries the descriptor
 };
 
 // kYield is a soft revoke: someone waits for this holder and the hand-off moves no memory, so the
@@ -145,6 +151,9 @@ struct Usage {
   std::uint16_t deep_queue_permille = kPaceUnknown;
   std::uint32_t refused_allocations = 0;
   std::uint32_t sessions_lost = 0;
+  // Version 6: bytes of allocated_bytes that stay on the GPU when the client swaps out (memory
+  // another process has mapped through CUDA IPC); 0 from older peers.
+  std::uint64_t pinned_bytes = 0;
   bool operator==(const Usage&) const = default;
 };
 
@@ -175,8 +184,31 @@ struct Pong {
   bool operator==(const Pong&) const = default;
 };
 
+// CUDA IPC (docs/memory-modes.md): an exporter offers the shareable descriptor of an allocation
+// of `bytes`; the scheduler keeps it under a token for the exporter's lifetime or until it is
+// withdrawn, and hands a duplicate to importers of the same pod (same uid off Kubernetes).
+struct IpcExport {
+  std::uint64_t bytes = 0;
+  bool operator==(const IpcExport&) const = default;
+};
+struct IpcImport {
+  std::uint64_t token = 0;
+  bool operator==(const IpcImport&) const = default;
+};
+struct IpcWithdraw {
+  std::uint64_t token = 0;
+  bool operator==(const IpcWithdraw&) const = default;
+};
+// error empty: done (export: token set; import: bytes set and a descriptor attached).
+struct IpcAnswer {
+  std::uint64_t token = 0;
+  std::uint64_t bytes = 0;
+  std::string error;
+  bool operator==(const IpcAnswer&) const = default;
+};
+
 using Message = std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits,
-                             Wait, Ping, Pong>;
+                             Wait, Ping, Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer>;
 
 MessageType type_of(const Message& message);
 std::string_view to_string(MessageType type);

@@ -146,6 +146,63 @@ Result<std::size_t> read_some(int fd, std::span<std::uint8_t> buffer) {
 
 bool would_block(const Error& error) { return error.message == kWouldBlock; }
 
+Result<std::size_t> read_some_with_fds(int fd, std::span<std::uint8_t> buffer,
+                                       std::vector<UniqueFd>& fds) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
+  for (;;) {
+    iovec iov{buffer.data(), buffer.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return make_error(kWouldBlock);
+    if (n < 0) return errno_error("recvmsg");
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int passed = -1;
+        std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds.emplace_back(passed);
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) return make_error("too many descriptors in one read");
+    return static_cast<std::size_t>(n);
+  }
+}
+
+Status send_with_fd(int fd, std::span<const std::uint8_t> bytes, int pass, int timeout_ms) {
+  if (bytes.empty()) return make_error("a descriptor needs at least one byte to travel with");
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  for (;;) {
+    iovec iov{const_cast<std::uint8_t*>(bytes.data()), bytes.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &pass, sizeof(int));
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n > 0) return write_all(fd, bytes.subspan(static_cast<std::size_t>(n)), timeout_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      const int ready = ::poll(&p, 1, timeout_ms);
+      if (ready == 0) return make_error("write timed out");
+      if (ready < 0 && errno != EINTR) return errno_error("poll");
+      continue;
+    }
+    return errno_error("sendmsg");
+  }
+}
+
 std::optional<FileIdentity> socket_identity(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;

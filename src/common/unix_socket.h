@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/result.h"
 
@@ -70,5 +71,14 @@ Status write_all(int fd, std::span<const std::uint8_t> bytes, int timeout_ms = -
 // non-blocking descriptor returns an error whose message is "would block" (check would_block()).
 Result<std::size_t> read_some(int fd, std::span<std::uint8_t> buffer);
 bool would_block(const Error& error);
+
+// Descriptor passing (SCM_RIGHTS). read_some_with_fds reads like read_some and appends the
+// descriptors that came with the bytes to `fds` (close-on-exec); one read takes at most
+// kMaxPassedFds, more is an error (the kernel closed the rest). send_with_fd writes all bytes like
+// write_all, the first chunk carrying `pass` (a descriptor of ours, still ours afterwards).
+inline constexpr int kMaxPassedFds = 4;
+Result<std::size_t> read_some_with_fds(int fd, std::span<std::uint8_t> buffer,
+                                       std::vector<UniqueFd>& fds);
+Status send_with_fd(int fd, std::span<const std::uint8_t> bytes, int pass, int timeout_ms = -1);
 
 }  // namespace nvshare

@@ -33,7 +33,7 @@ void ClientSession::close_with(std::string reason) {
 void ClientSession::on_readable(MonoTime now) {
   static thread_local std::array<std::uint8_t, kReadChunk> buffer;
   for (int i = 0; i < kMaxReadsPerEvent && !closing_; ++i) {
-    auto n = read_some(fd_.get(), buffer);
+    auto n = read_some_with_fds(fd_.get(), buffer, passed_);
     if (!n) {
       if (would_block(n.error())) return;
       close_with(n.error().message);
@@ -63,6 +63,17 @@ void ClientSession::on_readable(MonoTime now) {
 void ClientSession::handle(const protocol::Frame& frame, MonoTime now) {
   const protocol::MessageType type = protocol::type_of(frame.message);
   stats_.count_in(type);
+  if (client_ == 0 &&
+      (type == protocol::MessageType::kIpcExport || type == protocol::MessageType::kIpcImport ||
+       type == protocol::MessageType::kIpcWithdraw)) {
+    handle_ipc(frame.message);
+    return;
+  }
+  if (!passed_.empty()) {
+    ++stats_.closed_protocol;
+    close_with("descriptors sent with " + std::string(protocol::to_string(type)));
+    return;
+  }
   if (client_ == 0 && type != protocol::MessageType::kHello) {
     ++stats_.closed_protocol;
     close_with("expected hello, got " + std::string(protocol::to_string(type)));
@@ -129,6 +140,30 @@ void ClientSession::handle_hello(const protocol::Hello& hello, MonoTime now) {
     ++stats_.closed_protocol;
     close_with(s.error().message);
   }
+}
+
+void ClientSession::handle_ipc(const protocol::Message& message) {
+  const bool exporting = std::holds_alternative<protocol::IpcExport>(message);
+  if (passed_.size() > (exporting ? 1u : 0u)) {
+    ++stats_.closed_protocol;
+    close_with("an ipc request came with " + std::to_string(passed_.size()) + " descriptors");
+    return;
+  }
+  UniqueFd passed;
+  if (!passed_.empty()) passed = std::move(passed_.front());
+  passed_.clear();
+  SessionHost::IpcReply reply = host_.ipc(peer_, message, std::move(passed));
+  std::vector<std::uint8_t> frame;
+  (void)protocol::encode_to(reply.answer, frame, version_);
+  stats_.count_out(protocol::MessageType::kIpcAnswer);
+  // One small frame on a connection that has sent nothing yet: the socket buffer takes it; a peer
+  // that does not read within the bound only loses its answer.
+  constexpr int kAnswerTimeoutMs = 100;
+  const std::span<const std::uint8_t> bytes(frame);
+  const Status sent = reply.fd.valid()
+                          ? send_with_fd(fd_.get(), bytes, reply.fd.get(), kAnswerTimeoutMs)
+                          : write_all(fd_.get(), bytes, kAnswerTimeoutMs);
+  close_with(sent ? kIpcAnswered : "ipc answer not sent: " + sent.error().message);
 }
 
 void ClientSession::queue(const protocol::Message& message) {

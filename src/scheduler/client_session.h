@@ -13,6 +13,10 @@
 //    sessions are unaffected. The owner closes it and reports the disconnect to the Scheduler.
 //  - Identity is the peer's, taken by the daemon when it accepted the connection (peer_identity.h),
 //    never re-read at hello: the connecting process may be gone by then.
+//  - A connection whose first frame is a CUDA IPC request (ipc-export, ipc-import, ipc-withdraw) is
+//    not a client session: the request goes to the owner (SessionHost::ipc), the answer is written
+//    at once (with the descriptor an import gets) and the connection closes. Descriptors sent with
+//    anything but an export close the connection.
 //  - Output is only queued here (never written): the owner flushes it without blocking and drops
 //  the
 //    session when the pending output exceeds its limit.
@@ -44,7 +48,19 @@ class SessionHost {
   virtual void output_queued(ClientSession& session) = 0;
   // A request or release read at `at` is being handled (nullopt: done); grants it causes are timed.
   virtual void decision_started(std::optional<MonoTime> at) = 0;
+  // A CUDA IPC request (the only frame of its connection) from `peer`; `passed` is the descriptor
+  // that came with an export (invalid otherwise). The answer, and for an import the descriptor to
+  // pass back (invalid: none).
+  struct IpcReply {
+    protocol::IpcAnswer answer;
+    UniqueFd fd;
+  };
+  virtual IpcReply ipc(const ClientIdentity& peer, const protocol::Message& request,
+                       UniqueFd passed) = 0;
 };
+
+// The close reason of a connection whose CUDA IPC request was answered (not an error).
+inline constexpr const char* kIpcAnswered = "ipc request answered";
 
 class ClientSession {
  public:
@@ -83,6 +99,8 @@ class ClientSession {
  private:
   void handle(const protocol::Frame& frame, MonoTime now);
   void handle_hello(const protocol::Hello& hello, MonoTime now);
+  // Answers the IPC request `message` (the connection's first frame) and closes the connection.
+  void handle_ipc(const protocol::Message& message);
 
   UniqueFd fd_;
   ClientIdentity peer_;
@@ -91,6 +109,7 @@ class ClientSession {
   DaemonStats& stats_;
   std::uint64_t serial_;
   protocol::FrameDecoder decoder_;
+  std::vector<UniqueFd> passed_;  // descriptors received (SCM_RIGHTS), for an IPC export
   Outbox outbox_;
   ClientId client_ = 0;
   std::uint16_t version_ = protocol::kMaxVersion;

@@ -156,7 +156,9 @@ Json stats(const control::StatsRequest& request, ControlContext& context) {
       {"closed_protocol", s.closed_protocol}, {"closed_version", s.closed_version},
       {"closed_slow", s.closed_slow},         {"closed_unknown_gpu", s.closed_unknown_gpu},
       {"closed_no_hello", s.closed_no_hello}, {"refused_identity", s.refused_identity},
-      {"refused_limit", s.refused_limit},     {"refused_descriptors", s.refused_descriptors}};
+      {"refused_limit", s.refused_limit},     {"refused_descriptors", s.refused_descriptors},
+      {"ipc_exports", s.ipc_exports},         {"ipc_imports", s.ipc_imports},
+      {"ipc_refused", s.ipc_refused}};
   answer.control_requests = s.control_requests;
   answer.control_refused = s.control_refused;
   const LatencyHistogram& h = s.decision_latency;

@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 #include "common/log.h"
 #include "scheduler/control_api.h"
@@ -47,19 +49,27 @@ namespace {
 // listeners, epoll, timer and signal descriptors, the state writer, NVML and the logs.
 constexpr std::size_t kReservedDescriptors = 256;
 
+std::size_t descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur == RLIM_INFINITY) return std::size_t{1} << 20;
+  return static_cast<std::size_t>(limit.rlim_cur);
+}
+
+// Descriptors CUDA IPC exports may keep: an eighth of the limit, at least 16, at most 4096 (one
+// process may keep a quarter of them).
+std::size_t ipc_export_budget() {
+  return std::clamp<std::size_t>(descriptor_limit() / 8, 16, 4096);
+}
+
 SessionQuota session_quota(const DaemonConfig& config) {
   SessionQuota quota;
   quota.per_uid = config.max_sessions_per_uid;
   quota.per_pod = config.max_sessions_per_pod;
-  rlimit limit{};
-  std::size_t descriptors = 1024;
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    descriptors = static_cast<std::size_t>(limit.rlim_cur);
-  } else if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    descriptors = std::size_t{1} << 20;
-  }
+  const std::size_t descriptors = descriptor_limit();
+  const std::size_t reserved = kReservedDescriptors + ipc_export_budget();
   quota.root_extra = kReservedDescriptors / 2;
-  quota.total = descriptors > kReservedDescriptors ? descriptors - kReservedDescriptors : 1;
+  quota.total = descriptors > reserved ? descriptors - reserved : 1;
   return quota;
 }
 
@@ -71,6 +81,7 @@ Daemon::Daemon(DaemonConfig config, Options options)
       clock_(SteadyClock::instance()),
       started_(clock_.now()),
       limits_(session_quota(config)),
+      ipc_(std::max<std::size_t>(1, ipc_export_budget() / 4), ipc_export_budget()),
       scheduler_(std::move(config), *this) {}
 
 Result<std::unique_ptr<Daemon>> Daemon::create(DaemonConfig config, Options options) {
@@ -429,7 +440,7 @@ void Daemon::close_session(int fd, MonoTime now) {
   ClientSession& session = *it->second;
   const ClientId client = session.client();
   const std::string& reason = session.close_reason();
-  if (reason == "end of stream") {
+  if (reason == "end of stream" || reason == kIpcAnswered) {
     NVSHARE_DEBUG("session of client %llu (pid %d) ended", static_cast<unsigned long long>(client),
                   static_cast<int>(session.peer().pid));
   } else {
@@ -440,9 +451,72 @@ void Daemon::close_session(int fd, MonoTime now) {
   reactor_->remove(fd);
   if (client != 0) by_client_.erase(client);
   limits_.release(session.peer());
+  const ClientIdentity peer = session.peer();
   sessions_.erase(it);  // closes the socket
   ++stats_.sessions_closed;
   if (client != 0) scheduler_.disconnect(client, now);
+  if (client != 0 && ipc_.size() > 0 && !has_session(peer)) {
+    const std::size_t dropped = ipc_.drop_process(peer.pid, peer.start_time);
+    if (dropped > 0) {
+      NVSHARE_DEBUG("pid %d has no session left: %zu CUDA IPC exports closed",
+                    static_cast<int>(peer.pid), dropped);
+    }
+  }
+}
+
+bool Daemon::has_session(const ClientIdentity& process) const {
+  for (const auto& [fd, session] : sessions_) {
+    if (session->client() != 0 && !session->closing() && session->peer().pid == process.pid &&
+        session->peer().start_time == process.start_time) {
+      return true;
+    }
+  }
+  return false;
+}
+
+SessionHost::IpcReply Daemon::ipc(const ClientIdentity& peer, const protocol::Message& request,
+                                  UniqueFd passed) {
+  IpcReply reply;
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, protocol::IpcExport>) {
+          if (!has_session(peer)) {
+            reply.answer.error = "the exporting process has no session with this scheduler";
+            return;
+          }
+          auto token = ipc_.offer(peer, std::move(passed), m.bytes);
+          if (!token) {
+            reply.answer.error = token.error().message;
+            return;
+          }
+          reply.answer.token = token.value();
+          reply.answer.bytes = m.bytes;
+          ++stats_.ipc_exports;
+        } else if constexpr (std::is_same_v<T, protocol::IpcImport>) {
+          auto claimed = ipc_.claim(peer, m.token);
+          if (!claimed) {
+            ++stats_.ipc_refused;
+            reply.answer.error = claimed.error().message;
+            return;
+          }
+          reply.answer.token = m.token;
+          reply.answer.bytes = claimed.value().bytes;
+          reply.fd = std::move(claimed.value().fd);
+          ++stats_.ipc_imports;
+        } else if constexpr (std::is_same_v<T, protocol::IpcWithdraw>) {
+          reply.answer.token = m.token;
+          if (!ipc_.withdraw(peer, m.token)) reply.answer.error = "no such export of this process";
+        } else {
+          reply.answer.error = "not an ipc request";
+        }
+      },
+      request);
+  if (!reply.answer.error.empty()) {
+    NVSHARE_DEBUG("CUDA IPC request of pid %d refused: %s", static_cast<int>(peer.pid),
+                  reply.answer.error.c_str());
+  }
+  return reply;
 }
 
 void Daemon::before_sleep() {

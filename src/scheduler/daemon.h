@@ -22,6 +22,8 @@
 //    with room to spare, so the control socket and host root always get in; should descriptors run
 //    out anyway, a spare one lets the loop accept and close rather than stall. A session that has
 //    not said hello within config.hello_timeout is closed.
+//  - CUDA IPC (ipc_broker.h): exports are accepted only from a process with a welcomed session and
+//    dropped when its last session closes; their descriptors come out of the sessions' budget.
 #pragma once
 
 #include <sys/types.h>
@@ -39,6 +41,7 @@
 #include "scheduler/client_session.h"
 #include "scheduler/control_server.h"
 #include "scheduler/daemon_stats.h"
+#include "scheduler/ipc_broker.h"
 #include "scheduler/knobs.h"
 #include "scheduler/metrics_server.h"
 #include "scheduler/reactor.h"
@@ -66,6 +69,8 @@ class Daemon final : public ClientChannel, public SessionHost {
   void bind(ClientId client, ClientSession& session) override;
   void output_queued(ClientSession& session) override;
   void decision_started(std::optional<MonoTime> at) override { decision_started_ = at; }
+  IpcReply ipc(const ClientIdentity& peer, const protocol::Message& request,
+               UniqueFd passed) override;
 
  private:
   struct FileId {
@@ -97,6 +102,8 @@ class Daemon final : public ClientChannel, public SessionHost {
   void flush_sessions(MonoTime now);
   void close_pending(MonoTime now);
   void close_session(int fd, MonoTime now);
+  // Whether a welcomed session of that process (pid and start time) is open.
+  bool has_session(const ClientIdentity& process) const;
 
   DaemonConfig config_;
   Options options_;
@@ -105,6 +112,7 @@ class Daemon final : public ClientChannel, public SessionHost {
   std::unique_ptr<Reactor> reactor_;
   DaemonStats stats_;
   SessionLimits limits_;
+  IpcBroker ipc_;
   Scheduler scheduler_;
   UniqueFd listener_;
   UniqueFd spare_fd_;  // given up to accept-and-close when descriptors run out

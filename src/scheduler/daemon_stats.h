@@ -12,7 +12,8 @@
 namespace nvshare::scheduler {
 
 struct DaemonStats {
-  static constexpr std::size_t kTypes = static_cast<std::size_t>(protocol::MessageType::kPong) + 1;
+  static constexpr std::size_t kTypes =
+      static_cast<std::size_t>(protocol::MessageType::kIpcAnswer) + 1;
 
   std::array<std::uint64_t, kTypes> frames_in{};  // indexed by MessageType
   std::array<std::uint64_t, kTypes> frames_out{};
@@ -31,6 +32,9 @@ struct DaemonStats {
   std::uint64_t refused_descriptors = 0;  // accepted only to be closed: out of descriptors
   std::uint64_t control_requests = 0;
   std::uint64_t control_refused = 0;  // peers refused by uid
+  std::uint64_t ipc_exports = 0;      // CUDA IPC exports accepted
+  std::uint64_t ipc_imports = 0;      // descriptors handed to importers
+  std::uint64_t ipc_refused = 0;      // imports refused (another pod or user, unknown token)
   // From a request or release being read to the grant it caused being written to the socket.
   LatencyHistogram decision_latency;
   BucketHistogram decision_buckets;  // the same, in the buckets metrics expose

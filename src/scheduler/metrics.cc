@@ -92,6 +92,12 @@ void node_families(Exposition& e, const MetricsSnapshot& s) {
            d.bytes_out);
   e.scalar("nvshare_control_requests_total", "counter", "Control API requests served.",
            d.control_requests);
+  e.family("nvshare_ipc_requests_total", "counter",
+           "CUDA IPC requests: exports accepted, imports served, imports refused (another pod or "
+           "user, or an unknown handle).");
+  const std::pair<std::string_view, std::uint64_t> ipc[] = {
+      {"export", d.ipc_exports}, {"import", d.ipc_imports}, {"refused", d.ipc_refused}};
+  for (const auto& [kind, n] : ipc) e.sample(Labels().add("kind", kind), n);
   e.scalar("nvshare_metrics_snapshot_seconds", "gauge",
            "How long the scheduler's loop spent taking the previous metrics snapshot.",
            s.previous_snapshot_s);
@@ -168,6 +174,10 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
          const std::uint64_t resident = std::min(c.view.resident_bytes, c.view.allocated_bytes);
          e.sample(l, c.view.allocated_bytes - resident);
        });
+  each("nvshare_client_memory_pinned_bytes", "gauge",
+       "Allocated memory that stays on the GPU when the process swaps out (mapped by another "
+       "process through CUDA IPC).",
+       [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.pinned_bytes); });
   each("nvshare_client_memory_limit_bytes", "gauge",
        "The process's memory limit (no series: no limit).",
        [&](const ClientStatus& c, const Labels& l) {

@@ -326,7 +326,7 @@ void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime no
   count_resumed(it->second, usage);
   feed(it->second.gpu,
        policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
-                             usage.swap_bytes_per_s, pace_of(usage)},
+                             usage.swap_bytes_per_s, pace_of(usage), usage.pinned_bytes},
        now);
 }
 
@@ -706,6 +706,7 @@ Json to_json(const StatusSnapshot& snapshot) {
                                : Json());
       j.set("epoch", c.view.epoch);
       j.set("allocated_bytes", c.view.allocated_bytes);
+      j.set("pinned_bytes", c.view.pinned_bytes);
       j.set("resident_bytes", c.view.resident_bytes);
       j.set("memory_limit_bytes",
             c.limits.memory_bytes != 0 ? Json(c.limits.memory_bytes) : Json());

@@ -51,6 +51,7 @@ using testing::ProtocolClient;
 constexpr double kGi = 1024.0 * 1024.0 * 1024.0;
 constexpr const char* kGpu = "GPU-00000000-0000-4000-8000-000000000000";  // the fake's device 0
 constexpr const char* kPod = "c4a05e11-7b3d-4f2a-9e6c-1d8b0a2f3e4d";
+constexpr const char* kOtherPod = "5e0b7c2a-9d14-4c3b-8f6e-2a7d1b9c0e5f";
 
 protocol::Hello hello_for(const std::string& gpu) { return testing::hello_for(gpu); }
 
@@ -294,6 +295,62 @@ TEST_F(ChaosTest, AConnectionFloodFromOneUidLiftsNoLimitAndStarvesNobody) {
   e2e::sleep_s(1.5);
   EXPECT_GE(stats().find("sessions")->find("closed_no_hello")->as_int64().value_or(0), 200);
   EXPECT_LT(footprint(scheduler_->pid()).fds, before.fds + 20);
+}
+
+// CUDA IPC across pods: a process of the exporter's pod maps the shared allocation and sees its
+// bytes; a process of another pod holding the same handle is refused, and learns nothing.
+TEST_F(ChaosTest, AnIpcHandleOpensOnlyInTheExportersPod) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  auto pod = FakePod::create(kPod);
+  ASSERT_OK(pod);
+  auto other_pod = FakePod::create(kOtherPod);
+  ASSERT_OK(other_pod);
+  ASSERT_NO_FATAL_FAILURE(set_pod_memory(kPod, "1Gi"));
+  ASSERT_NO_FATAL_FAILURE(set_pod_memory(kOtherPod, "1Gi"));
+  SpawnOptions in_pod;
+  in_pod.cgroup_procs = pod.value()->procs();
+  SpawnOptions in_other_pod;
+  in_other_pod.cgroup_procs = other_pod.value()->procs();
+  const std::string handle = dir_.path() + "/ipc.handle";
+  const std::string done = dir_.path() + "/ipc.done";
+  Trainer& exporter = start_trainer(TrainerOptions(
+      "exporter", {"--bytes", "64Mi", "--kernels", "1", "--ipc-export", handle, "--ipc-wait", done},
+      {}, true, in_pod));
+  bool exported = false;
+  for (int i = 0; i < 1000 && !exported; ++i) {
+    exported = !e2e::read_file(handle).empty();
+    if (!exported) e2e::sleep_s(0.02);
+  }
+  ASSERT_TRUE(exported) << exporter.describe();
+
+  Trainer& stranger = start_trainer(TrainerOptions(
+      "other-pod", {"--kernels", "0", "--ipc-import", handle}, {}, true, in_other_pod));
+  auto code = stranger.wait(30);
+  ASSERT_OK(code);
+  EXPECT_EQ(code.value(), 1) << stranger.describe();
+  auto refused = stranger.report();
+  ASSERT_OK(refused);
+  EXPECT_EQ(e2e::json_string(&refused.value(), "error"),
+            "CUDA_ERROR_INVALID_HANDLE: cuIpcOpenMemHandle")
+      << stranger.describe();
+
+  Trainer& mate = start_trainer(
+      TrainerOptions("same-pod", {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done}, {},
+                     true, in_pod));
+  for (Trainer* t : {&mate, &exporter}) {
+    auto finished = t->wait(30);
+    ASSERT_OK(finished);
+    EXPECT_EQ(finished.value(), 0) << t->describe();
+  }
+  auto read = mate.report();
+  auto seen = exporter.report();
+  ASSERT_OK(read);
+  ASSERT_OK(seen);
+  EXPECT_EQ(e2e::json_string(&read.value(), "ipc_read"), "5a") << mate.describe();
+  EXPECT_EQ(e2e::json_string(&seen.value(), "ipc_seen"), "a5") << exporter.describe();
+  const Json counters = stats();
+  EXPECT_EQ(counters.find("sessions")->find("ipc_refused")->as_int64().value_or(-1), 1);
+  EXPECT_EQ(counters.find("sessions")->find("ipc_imports")->as_int64().value_or(-1), 1);
 }
 
 // Ten scheduler crashes (SIGKILL, restarted at once) while a process of a pod with a 1Gi limit

@@ -538,6 +538,87 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
   EXPECT_LT(overlap_s(ka, kb), 0.05) << "kernels of trainers that do not fit ran at the same time";
 }
 
+// CUDA IPC of device-backed memory between two processes of one user (off Kubernetes): the
+// importer maps what the exporter allocated (it reads the exporter's bytes, the exporter sees what
+// it wrote), under a memory limit smaller than the shared allocation (shared memory is the
+// exporter's, counted once), and the scheduler knows the exporter's shared bytes are pinned.
+TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const std::string handle = dir_.path() + "/ipc.handle";
+  const std::string done = dir_.path() + "/ipc.done";
+  Trainer& exporter = start_trainer(
+      {"exporter",
+       {"--bytes", "64Mi", "--kernels", "1", "--ipc-export", handle, "--ipc-wait", done}});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(wait_until([&] { return !read_file(handle).empty(); }, 20)) << exporter.describe();
+  bool pinned = wait_until(
+      [&] {
+        auto status = poll_status();
+        if (!status.ok()) return false;
+        const Json* c = find_client(status.value(), exporter.pid());
+        return json_number(c, "pinned_bytes", 0) == 64 * kMi;
+      },
+      5);
+  EXPECT_TRUE(pinned) << "the exporter's shared allocation never showed as pinned";
+  Trainer& importer = start_trainer({"importer",
+                                     {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done},
+                                     {{"NVSHARE_MEMORY_LIMIT", "32Mi"}}});
+  Json ri = finish(importer);
+  Json re = finish(exporter);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&re, "ipc_export"), "CUDA_SUCCESS");
+  EXPECT_EQ(json_string(&ri, "ipc_read"), "5a") << "the importer did not see the exporter's bytes";
+  EXPECT_EQ(json_string(&re, "ipc_seen"), "a5") << "the exporter did not see the importer's bytes";
+}
+
+// An allocation another process maps is never swapped: a job that does not fit beside it waits
+// for memory (the scheduler plans no turn that would move it) and runs once the exporter is gone;
+// meanwhile the exporter's memory stays on the device.
+TEST_F(E2eTest, AnIpcSharedAllocationIsNeverSwappedWhileMapped) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "192Mi", "--quantum", "0.5"}));
+  const std::string handle = dir_.path() + "/ipc.handle";
+  const std::string done = dir_.path() + "/ipc.done";
+  Trainer& exporter = start_trainer({"exporter",
+                                     {"--bytes", "64Mi", "--kernels", "40", "--kernel-us", "20000",
+                                      "--progress", "--ipc-export", handle, "--ipc-wait", done}});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(wait_until([&] { return !read_file(handle).empty(); }, 20)) << exporter.describe();
+  Trainer& importer =
+      start_trainer({"importer", {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done}});
+  Trainer& other = start_trainer(
+      {"other", {"--bytes", "128Mi", "--kernels", "20", "--kernel-us", "20000", "--progress"}});
+  ASSERT_FALSE(HasFailure());
+  bool other_waited_for_memory = false;
+  double exporter_least_on_device = 1e18;
+  while (exporter.running() || other.running()) {
+    auto status = poll_status();
+    auto stat = fake_stat();
+    if (status.ok() && stat.ok() && exporter.running()) {
+      const Json* o = find_client(status.value(), other.pid());
+      if (json_string(o, "state") == "waiting" && json_string(o, "waiting_for") == "memory") {
+        other_waited_for_memory = true;
+      }
+      const Json* slot = context_of(first_device(stat.value()), exporter.pid());
+      if (slot != nullptr && find_client(status.value(), exporter.pid()) != nullptr) {
+        exporter_least_on_device =
+            std::min(exporter_least_on_device, json_number(slot, "allocated"));
+      }
+    }
+    sleep_s(0.02);
+  }
+  Json ri = finish(importer);
+  Json re = finish(exporter);
+  Json ro = finish(other);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&ri, "ipc_read"), "5a");
+  EXPECT_EQ(json_string(&re, "ipc_seen"), "a5");
+  EXPECT_TRUE(other_waited_for_memory) << "the job that does not fit never waited for memory";
+  EXPECT_GE(exporter_least_on_device, 64 * kMi) << "the shared allocation left the device";
+  std::vector<Interval> ke = intervals(exporter.progress(), 0);
+  std::vector<Interval> ko = intervals(other.progress(), 1);
+  EXPECT_LT(overlap_s(ke, ko), 0.05) << "kernels of jobs that do not fit ran at the same time";
+}
+
 // The limit the process declares (NVSHARE_MEMORY_LIMIT; honoured in local mode).
 TEST_F(MemoryLimitTest, ExactDeclared) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));

@@ -7,7 +7,12 @@
 // accept it. cuMemUnmap puts the reservation back; cuMemSetAccess only checks its arguments (mapped
 // memory is always readable and writable here). The fake requires a current context on the
 // allocation's device, whose slot carries the accounting.
+// cuMemExportToShareableHandle gives a duplicate of the memfd (only for memory created with the
+// POSIX descriptor handle type); cuMemImportFromShareableHandle, in any process that received it,
+// makes a handle over the same pages, counted nowhere (the exporter's slot counts them).
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -55,7 +60,9 @@ CUresult create(CUmemGenericAllocationHandle* handle, std::size_t size,
   }
   const std::uint64_t id = driver.next_id.fetch_add(1);
   std::lock_guard lock(driver.mu);
-  driver.physical[id] = fakecuda::PhysicalAllocation{fd, size, ctx};
+  driver.physical[id] = fakecuda::PhysicalAllocation{
+      fd, size, ctx, (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0,
+      true};
   *handle = id;
   return CUDA_SUCCESS;
 }
@@ -72,7 +79,10 @@ CUresult release(CUmemGenericAllocationHandle handle) {
     driver.physical.erase(it);
   }
   // Mappings that still exist keep the pages; the device's accounting ends here.
-  driver.device(physical.ctx->device)->sim.release_device_memory(physical.ctx->slot, physical.size);
+  if (physical.counted) {
+    driver.device(physical.ctx->device)
+        ->sim.release_device_memory(physical.ctx->slot, physical.size);
+  }
   close(physical.fd);
   return CUDA_SUCCESS;
 }
@@ -137,9 +147,64 @@ CUresult unmap(CUdeviceptr ptr, std::size_t size) {
   return CUDA_SUCCESS;
 }
 
+CUresult export_fd(void* shareable, CUmemGenericAllocationHandle handle,
+                   CUmemAllocationHandleType type, unsigned long long flags) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  if (shareable == nullptr || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Driver& driver = Driver::instance();
+  std::lock_guard lock(driver.mu);
+  auto it = driver.physical.find(handle);
+  if (it == driver.physical.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (!it->second.shareable) return CUDA_ERROR_INVALID_VALUE;
+  const int copy = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(shareable) = copy;
+  return CUDA_SUCCESS;
+}
+
+CUresult import_fd(CUmemGenericAllocationHandle* handle, void* os_handle,
+                   CUmemAllocationHandleType type) {
+  if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+  if (handle == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<CUctx_st> ctx;
+  if (CUresult rc = current_context(&ctx); rc != CUDA_SUCCESS) return rc;
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle));
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0 ||
+      !granular(static_cast<std::size_t>(st.st_size))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  Driver& driver = Driver::instance();
+  const std::uint64_t id = driver.next_id.fetch_add(1);
+  std::lock_guard lock(driver.mu);
+  driver.physical[id] =
+      fakecuda::PhysicalAllocation{copy, static_cast<std::size_t>(st.st_size), ctx, true, false};
+  *handle = id;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
+
+CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags) {
+  return guarded([&] { return export_fd(shareableHandle, handle, handleType, flags); });
+}
+
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* osHandle,
+                                                CUmemAllocationHandleType shHandleType) {
+  return guarded([&] { return import_fd(handle, osHandle, shHandleType); });
+}
 
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                CUmemAllocationGranularity_flags option) {
@@ -256,6 +321,39 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* 
     *flags = (bits >> location->id) & 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                                         : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     return CUDA_SUCCESS;
+  });
+}
+
+}  // extern "C"
+
+// The simulated GPU has no legacy IPC (cuMemAlloc memory is private to its process here): the
+// client library brokers device-backed memory itself and passes other handles through to these.
+extern "C" {
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    if (pHandle == nullptr || dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+  });
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle, unsigned int) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    return pdptr == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+  });
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle,
+                                       unsigned int flags) {
+  return cuIpcOpenMemHandle(pdptr, handle, flags);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr) {
+  return guarded([&] {
+    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    return CUDA_ERROR_INVALID_VALUE;
   });
 }
 

@@ -111,6 +111,8 @@ struct PhysicalAllocation {
   int fd = -1;
   std::size_t size = 0;
   std::shared_ptr<CUctx_st> ctx;  // whose slot counts it
+  bool shareable = false;         // created with the POSIX descriptor handle type: may be exported
+  bool counted = true;            // false for an import: the exporter's slot counts the memory
 };
 
 struct Allocation {

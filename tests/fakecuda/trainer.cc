@@ -34,6 +34,14 @@
 //                             allocate F + 1 bytes, then exactly F, then 1 more byte, and report
 //                             each result name in "probe" (the check that a memory limit is exact;
 //                             refused when more than 16Gi is free, so it never fills a real GPU)
+//   --ipc-export FILE         after allocating: fill the buffer with 0x5a, write the buffer's
+//                             cuIpcGetMemHandle (hex) to FILE; "ipc_export":"<CUresult name>"
+//   --ipc-wait FILE           after the loop: wait (up to 60 s) for FILE, then report the buffer's
+//                             first byte as "ipc_seen" (hex): what an importer wrote
+//   --ipc-import FILE         before the loop: wait (up to 60 s) for a handle in FILE, open it
+//                             (cuIpcOpenMemHandle; a failure is the run's error), report its first
+//                             byte as "ipc_read", write 0xa5 over its first 4 KiB, close it;
+//                             with --ipc-done FILE2, create FILE2 afterwards
 #include <cuda.h>
 #include <time.h>
 
@@ -98,6 +106,10 @@ struct Options {
   long alloc_after_ms = -1;
   std::uint64_t alloc_bytes = 0;
   bool probe_free = false;
+  std::string ipc_export;
+  std::string ipc_wait;
+  std::string ipc_import;
+  std::string ipc_done;
 };
 
 struct MeminfoSample {
@@ -107,6 +119,9 @@ struct MeminfoSample {
 };
 
 struct Report {
+  std::string ipc_export;  // CUresult name of cuIpcGetMemHandle, when asked
+  int ipc_seen = -1;       // first byte of the buffer after the importer was done
+  int ipc_read = -1;       // first byte of the imported memory
   int device = 0;
   std::string uuid;
   std::uint64_t bytes = 0;
@@ -195,6 +210,9 @@ void print_report(const char* result, const std::string& error) {
         r.probe_total, r.probe_free, r.probe_over_by_one.c_str(), r.probe_exact.c_str(),
         r.probe_free_after, r.probe_one_more.c_str());
   }
+  if (!r.ipc_export.empty()) std::printf(",\"ipc_export\":\"%s\"", r.ipc_export.c_str());
+  if (r.ipc_seen >= 0) std::printf(",\"ipc_seen\":\"%02x\"", r.ipc_seen);
+  if (r.ipc_read >= 0) std::printf(",\"ipc_read\":\"%02x\"", r.ipc_read);
   if (!error.empty()) std::printf(",\"error\":\"%s\"", error.c_str());
   std::printf(",\"result\":\"%s\"}\n", result);
   std::fflush(stdout);
@@ -241,6 +259,10 @@ void usage(FILE* out) {
       "  --alloc-bytes Q       size of that allocation, a quantity\n"
       "  --probe-free          after allocating, try free+1, then free, then 1 more byte\n"
       "                        (refused when more than 16Gi is free: use it under a limit)\n"
+      "  --ipc-export FILE     fill the buffer with 0x5a and write its IPC handle to FILE\n"
+      "  --ipc-wait FILE       after the loop, wait for FILE and report the buffer's first byte\n"
+      "  --ipc-import FILE     open the IPC handle in FILE, report and overwrite its first bytes\n"
+      "  --ipc-done FILE       create FILE once the imported memory is closed\n"
       "  --json                JSON output (the default and only format)\n");
 }
 
@@ -313,6 +335,14 @@ bool parse_options(int argc, char** argv, Options* options) {
       options->blocks = static_cast<unsigned>(number);
     } else if (arg == "--threads" && value(&v) && parse_long(v, 1, &number)) {
       options->threads = static_cast<unsigned>(number);
+    } else if (arg == "--ipc-export" && value(&v)) {
+      options->ipc_export = v;
+    } else if (arg == "--ipc-wait" && value(&v)) {
+      options->ipc_wait = v;
+    } else if (arg == "--ipc-import" && value(&v)) {
+      options->ipc_import = v;
+    } else if (arg == "--ipc-done" && value(&v)) {
+      options->ipc_done = v;
     } else {
       std::fprintf(stderr, "nvshare-trainer: bad or incomplete option %s\n", argv[i]);
       return false;
@@ -417,6 +447,66 @@ void probe_free(Report* report) {
 
 }  // namespace
 
+// Waits up to 60 s for `path` to exist; its contents (empty when it never appeared).
+std::string wait_for_file(const std::string& path) {
+  for (int i = 0; i < 6000; ++i) {
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      std::string text;
+      char chunk[256];
+      for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+      std::fclose(f);
+      return text;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return {};
+}
+
+// Writes `text` to `path` at once (a reader never sees half of it).
+void publish_file(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  FILE* f = std::fopen(temporary.c_str(), "w");
+  if (f == nullptr) return;
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  std::rename(temporary.c_str(), path.c_str());
+}
+
+void export_buffer(const Options& options, CUdeviceptr buffer, CUstream stream) {
+  CU_CHECK(cuMemsetD8Async, (buffer, 0x5a, options.bytes, stream));
+  CU_CHECK(cuStreamSynchronize, (stream));
+  CUipcMemHandle handle{};
+  const CUresult rc = cuIpcGetMemHandle(&handle, buffer);
+  g_report.ipc_export = result_name(rc);
+  if (rc != CUDA_SUCCESS) return;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char byte : handle.reserved) {
+    hex += kHex[byte >> 4];
+    hex += kHex[byte & 15];
+  }
+  publish_file(options.ipc_export, hex);
+}
+
+void import_buffer(const Options& options) {
+  const std::string hex = wait_for_file(options.ipc_import);
+  CUipcMemHandle handle{};
+  if (hex.size() < 2 * sizeof handle.reserved) fail_cuda(CUDA_ERROR_INVALID_VALUE, "ipc handle");
+  for (std::size_t i = 0; i < sizeof handle.reserved; ++i) {
+    handle.reserved[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  CUdeviceptr shared = 0;
+  CU_CHECK(cuIpcOpenMemHandle, (&shared, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+  constexpr std::size_t kTouched = 4096;
+  std::vector<unsigned char> bytes(kTouched);
+  CU_CHECK(cuMemcpyDtoH, (bytes.data(), shared, kTouched));
+  g_report.ipc_read = bytes[0];
+  CU_CHECK(cuMemsetD8, (shared, 0xa5, kTouched));
+  CU_CHECK(cuCtxSynchronize, ());
+  CU_CHECK(cuIpcCloseMemHandle, (shared));
+  if (!options.ipc_done.empty()) publish_file(options.ipc_done, "done");
+}
+
 int main(int argc, char** argv) {
   const double start_s = monotonic_s();
   Options options;
@@ -468,6 +558,8 @@ int main(int argc, char** argv) {
     CU_CHECK(cuMemsetD8Async, (buffer, 0, options.bytes, stream));
     CU_CHECK(cuStreamSynchronize, (stream));
   }
+  if (!options.ipc_export.empty() && buffer != 0) export_buffer(options, buffer, stream);
+  if (!options.ipc_import.empty()) import_buffer(options);
   if (options.report_meminfo) {
     CU_CHECK(cuMemGetInfo, (&report.mem_free, &report.mem_total));
     report.have_meminfo = true;
@@ -556,6 +648,12 @@ int main(int argc, char** argv) {
   // A run shorter than --alloc-after-ms still answers the question it was asked.
   if (options.alloc_after_ms >= 0 && !report.have_late_alloc) late_alloc();
   sampler.stop();
+  if (!options.ipc_wait.empty() && buffer != 0) {
+    wait_for_file(options.ipc_wait);
+    unsigned char first = 0;
+    CU_CHECK(cuMemcpyDtoH, (&first, buffer, 1));
+    report.ipc_seen = first;
+  }
   if (options.exit_without_cleanup) {
     print_report("ok", "");
     return 0;

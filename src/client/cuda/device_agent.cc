@@ -72,6 +72,7 @@ DeviceUsage GpuAgent::usage() {
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.queue_waited = device_.tracker.bound_waited();
   usage.refused_allocations = device_.ledger.refused();
+  usage.pinned_bytes = device_.backing.pinned_bytes();
   return usage;
 }
 

@@ -215,7 +215,7 @@ BackingSwap DeviceBacking::swap_out(CUstream stream) {
   out_ = true;
   std::vector<std::pair<CUdeviceptr, Range*>> copied;
   for (auto& [address, range] : ranges_) {
-    if (range.handle == 0) continue;
+    if (range.handle == 0 || range.pinned) continue;
     CUresult rc = ensure_host_copy(range);
     if (rc == CUDA_SUCCESS) {
       rc = to_host != nullptr ? to_host(range.host, address, range.bytes, stream)
@@ -311,6 +311,47 @@ void DeviceBacking::grant_peer(int peer) {
                    hooks::error_name(rc));
     }
   }
+}
+
+CUresult DeviceBacking::export_shareable(CUdeviceptr address, Exported* out) {
+  auto to_fd = hooks::driver().cuMemExportToShareableHandle;
+  if (!shareable_ || to_fd == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  std::lock_guard lock(mu_);
+  auto it = ranges_.upper_bound(address);
+  if (it == ranges_.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  Range& range = it->second;
+  if (address - it->first >= range.bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (range.handle == 0) return CUDA_ERROR_NOT_READY;  // swapped out: the caller waits for the gate
+  int fd = -1;
+  const CUresult rc = to_fd(&fd, range.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (rc != CUDA_SUCCESS) return rc;
+  range.pinned = true;
+  *out = Exported{it->first, range.bytes, fd, range.ipc_token};
+  return CUDA_SUCCESS;
+}
+
+void DeviceBacking::remember_token(CUdeviceptr base, std::uint64_t token) {
+  std::lock_guard lock(mu_);
+  auto it = ranges_.find(base);
+  if (it == ranges_.end()) return;
+  it->second.ipc_token = token;
+  if (token == 0) it->second.pinned = false;  // the export failed: nothing can map it
+}
+
+std::uint64_t DeviceBacking::token_of(CUdeviceptr base) const {
+  std::lock_guard lock(mu_);
+  auto it = ranges_.find(base);
+  return it != ranges_.end() ? it->second.ipc_token : 0;
+}
+
+std::uint64_t DeviceBacking::pinned_bytes() const {
+  std::lock_guard lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& [address, range] : ranges_) {
+    if (range.pinned) total += range.bytes;
+  }
+  return total;
 }
 
 std::uint64_t DeviceBacking::host_bytes() const {

@@ -21,6 +21,7 @@
 //    milliseconds, with a warning every few seconds, until it can: the gate stays closed meanwhile,
 //    so no kernel ever sees an unmapped range.
 //
+//    Pinned ranges (exported for CUDA IPC) stay mapped and are not counted as moved.
 //  - grant_peer(): a context of GPU `peer` enabled peer access to this GPU's contexts: every mapped
 //    range, and every range mapped from now on, becomes accessible from it.
 //
@@ -63,6 +64,26 @@ class DeviceBacking {
   BackingSwap swap_in(CUstream stream);
   void grant_peer(int peer);
 
+  // CUDA IPC. The allocation that contains `address`: its base, size, and a shareable descriptor
+  // of its physical memory (a new one per call, the caller's to close). Fails where the GPU
+  // cannot export (no POSIX descriptor handles), for an address no allocation contains, or while
+  // the allocation is swapped out. The allocation is pinned from then on: swap_out() leaves it
+  // on the GPU, since another process may map it, until it is freed.
+  struct Exported {
+    CUdeviceptr base = 0;
+    std::uint64_t bytes = 0;
+    int fd = -1;
+    std::uint64_t token = 0;  // the token remembered for it (0: none yet)
+  };
+  CUresult export_shareable(CUdeviceptr address, Exported* out);
+  // Remembers the broker's token for the allocation at `base` (its handle names it from now on);
+  // 0: the first export failed, the allocation is not pinned after all.
+  void remember_token(CUdeviceptr base, std::uint64_t token);
+  // The token of the allocation at `base`, 0 when it was never exported.
+  std::uint64_t token_of(CUdeviceptr base) const;
+  // Bytes of pinned allocations (what swap_out() leaves on the GPU).
+  std::uint64_t pinned_bytes() const;
+
   // Bytes of host copies held (pinned host memory).
   std::uint64_t host_bytes() const;
 
@@ -73,6 +94,8 @@ class DeviceBacking {
     void* host = nullptr;                     // the pinned host copy, once swapped out
     bool host_registered = false;  // host is our mapping, page-locked (else cuMemHostAlloc)
     bool host_holds_contents = false;
+    bool pinned = false;          // exported for CUDA IPC: never swapped out
+    std::uint64_t ipc_token = 0;  // the broker's token, once exported
   };
 
   CUresult back(CUdeviceptr address, Range& range);  // create, map, grant access

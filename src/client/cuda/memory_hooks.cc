@@ -10,6 +10,7 @@
 
 #include "client/config.h"
 #include "client/cuda/device_state.h"
+#include "client/cuda/ipc.h"
 #include "client/cuda/placement.h"
 #include "client/hooks/hook_table.h"
 #include "client/hooks/impl.h"
@@ -167,6 +168,7 @@ CUresult free_async(CUdeviceptr dptr, CUstream stream, Free&& free_call) {
   DeviceState* owner = backing_owner(dptr);
   if (owner == nullptr) return release(Space::kDeviceAddress, dptr, free_call);
   if (hooks::driver().cuStreamSynchronize != nullptr) hooks::driver().cuStreamSynchronize(stream);
+  cuda::withdraw_ipc_export(*owner, dptr);
   return release(Space::kDeviceAddress, dptr, [&] { return owner->backing.release(dptr); });
 }
 
@@ -249,6 +251,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (DeviceState* owner = backing_owner(dptr)) {
     // cuMemFree synchronizes with the work that may still use the memory; so does this.
     if (hooks::driver().cuCtxSynchronize != nullptr) hooks::driver().cuCtxSynchronize();
+    cuda::withdraw_ipc_export(*owner, dptr);
     return release(Space::kDeviceAddress, dptr, [&] { return owner->backing.release(dptr); });
   }
   return release(Space::kDeviceAddress, dptr, [&] { return real_free(dptr); });

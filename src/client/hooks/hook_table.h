@@ -149,6 +149,8 @@ std::optional<HookId> hook_for_real_address(const void* address, bool per_thread
   X(cuMemGetAllocationGranularity)  \
   X(cuMemHostRegister_v2)           \
   X(cuMemHostUnregister)            \
+  X(cuMemExportToShareableHandle)   \
+  X(cuMemImportFromShareableHandle) \
   X(cuGetErrorName)
 
 struct DriverApi {

@@ -622,7 +622,8 @@ void GrantSession::send_usage(MonoTime now, bool force) {
       usage.swap_bytes_per_s != 0 ? usage.swap_bytes_per_s : swap_out_bytes_per_s_,
       pace_permille_,
       static_cast<std::uint32_t>(std::min<std::uint64_t>(usage.refused_allocations, UINT32_MAX)),
-      sessions_lost_};
+      sessions_lost_,
+      usage.pinned_bytes};
   if (!force && usage_sent_ && message == last_usage_) return;
   usage_sent_ = true;
   last_usage_ = message;

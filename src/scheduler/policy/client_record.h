@@ -56,6 +56,9 @@ struct ClientRecord {
   Limits limits;
   std::uint64_t allocated_bytes = 0;  // the working set, as reported
   std::uint64_t resident_bytes = 0;
+  // Of allocated_bytes, what stays on the device whatever the client's state (CUDA IPC memory
+  // another process maps): counted for every client in every fit check, never moved by a swap.
+  std::uint64_t pinned_bytes = 0;
   std::uint64_t swap_bytes_per_s = 0;  // its last non-zero measured swap bandwidth, as reported
   // Times it ignored a revoke past its grace. A client with a strike gets no swap allowance and
   // (auto quantum) the shortest quantum from then on: it cannot hold others out twice as long.
@@ -111,6 +114,10 @@ struct ClientRecord {
   bool active() const { return state != ClientState::kIdle; }
   // Its memory is on the device, as it last reported (none of it was swapped out to the host).
   bool memory_on_device() const { return resident_bytes >= allocated_bytes; }
+  // What a swap moves: the working set less its pinned bytes.
+  std::uint64_t movable_bytes() const {
+    return allocated_bytes - std::min(pinned_bytes, allocated_bytes);
+  }
 };
 
 // Saturating from kSaturatingFrom per mille of deep queue on, no longer below kSaturatingUntil: the
@@ -122,9 +129,11 @@ inline bool classify_pace(bool was_saturating, std::uint16_t deep_queue_permille
   return deep_queue_permille >= (was_saturating ? kSaturatingUntil : kSaturatingFrom);
 }
 
+// The movable parts of the clients' working sets; fit checks add every client's pinned bytes
+// (GpuPolicy::fits).
 inline std::uint64_t sum_working_sets(const std::vector<const ClientRecord*>& clients) {
   std::uint64_t sum = 0;
-  for (const ClientRecord* c : clients) sum += c->allocated_bytes;
+  for (const ClientRecord* c : clients) sum += c->movable_bytes();
   return sum;
 }
 

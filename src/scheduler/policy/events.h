@@ -58,6 +58,9 @@ struct UsageReported {
   std::uint64_t resident_bytes = 0;
   std::uint64_t swap_bytes_per_s = 0;
   std::optional<std::uint16_t> deep_queue_permille;
+  // Of allocated_bytes, what cannot be swapped out (memory mapped by another process); the engine
+  // clamps it to allocated_bytes.
+  std::uint64_t pinned_bytes = 0;
 };
 
 // New limits from the control API. The engine forwards them to the client at once.

@@ -48,7 +48,8 @@ GpuView GpuPolicy::view(MonoTime now) const {
   GpuView v;
   v.capacity_bytes = capacity();
   v.usable_bytes = usable();
-  for (const ClientRecord* c : blocking_holders()) v.running_bytes += c->allocated_bytes;
+  for (const ClientRecord* c : blocking_holders()) v.running_bytes += c->movable_bytes();
+  v.running_bytes += pinned_total();
   v.last_epoch = last_epoch_;
   v.unresponsive_holders = unresponsive_count_;
   v.swap_bytes_per_s = swap_.bytes_per_s();
@@ -68,6 +69,7 @@ GpuView GpuPolicy::view(MonoTime now) const {
     cv.epoch = c.epoch;
     cv.allocated_bytes = c.allocated_bytes;
     cv.resident_bytes = c.resident_bytes;
+    cv.pinned_bytes = c.pinned_bytes;
     cv.limits = c.limits;
     cv.effective_cap_percent = effective_cap(c) * 100;
     cv.share_percent = c.usage.share(now, config_.quota_window) * 100;
@@ -146,9 +148,10 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
                        std::to_string(next->id) + " (first in line), position " +
                        std::to_string(position) + " of " + std::to_string(queue_.size());
     if (reason_for(c, next) == WaitReason::kMemory) {
-      text += "; it needs " + format_bytes(c.allocated_bytes) + " and " +
-              format_bytes(usable() - std::min(usable(), sum_working_sets(holders))) + " of " +
-              format_bytes(usable()) + " usable is free";
+      text +=
+          "; it needs " + format_bytes(c.allocated_bytes) + " and " +
+          format_bytes(usable() - std::min(usable(), sum_working_sets(holders) + pinned_total())) +
+          " of " + format_bytes(usable()) + " usable is free";
     }
     return text + waited;
   }
@@ -178,7 +181,7 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
              "; saturating clients take turns rather than time-slice (running for " + running + ")";
     }
   } else {
-    const std::uint64_t used = sum_working_sets(holders);
+    const std::uint64_t used = sum_working_sets(holders) + pinned_total();
     text = who + " waits for memory: it needs " + format_bytes(c.allocated_bytes) + " but " +
            format_bytes(usable() - std::min(usable(), used)) + " of " + format_bytes(usable()) +
            " usable is free beside client" + (holders.size() > 1 ? "s " : " ") +
@@ -241,8 +244,8 @@ std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) cons
     text += " beside client" + std::string(others.size() > 1 ? "s " : " ") + client_list(others);
   }
   text += " (for " + secs(now - c.granted_at) + ", " + format_bytes(c.allocated_bytes) + "; " +
-          format_bytes(sum_working_sets(blocking_holders())) + " of " + format_bytes(usable()) +
-          " usable in use): ";
+          format_bytes(sum_working_sets(blocking_holders()) + pinned_total()) + " of " +
+          format_bytes(usable()) + " usable in use): ";
   if (c.quota) {
     text += describe_quota(c, now) + ", budget " + millis(c.quota->level_at(now)) + " left";
   } else {

@@ -122,6 +122,7 @@ void GpuPolicy::on_usage(const UsageReported& e) {
   if (c == nullptr) return;
   c->allocated_bytes = e.allocated_bytes;
   c->resident_bytes = e.resident_bytes;
+  c->pinned_bytes = std::min(e.pinned_bytes, e.allocated_bytes);
   if (e.swap_bytes_per_s > 0) c->swap_bytes_per_s = e.swap_bytes_per_s;
   swap_.observe(e.swap_bytes_per_s);
   if (e.deep_queue_permille) {
@@ -299,7 +300,7 @@ void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
     if (next != nullptr) {
       std::vector<const ClientRecord*> staying = blocking_holders();
       remove_client(staying, &c);
-      std::uint64_t resident = next->allocated_bytes + c.allocated_bytes;
+      std::uint64_t resident = next->movable_bytes() + c.movable_bytes();
       if (config_.mode == Mode::kAuto) resident += sum_working_sets(staying);
       swap_out = !fits(resident);
     }
@@ -316,12 +317,12 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
   std::sort(running.begin(), running.end(),
             [](const ClientRecord* a, const ClientRecord* b) { return a->epoch < b->epoch; });
   std::uint64_t total = 0;
-  for (const ClientRecord* c : running) total += c->allocated_bytes;
+  for (const ClientRecord* c : running) total += c->movable_bytes();
   // Working sets grew after the grants: the newest grants leave until the older runners fit again.
   while (running.size() > 1 && !fits(total)) {
     ClientRecord* newest = running.back();
     running.pop_back();
-    total -= newest->allocated_bytes;
+    total -= newest->movable_bytes();
     revoke(*newest, RevokeReason::kMemory, true, now, out);
   }
 }
@@ -348,7 +349,9 @@ void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
   const ClientRecord* blocked = nullptr;  // a head that waits only for its turn among saturating
   for (std::size_t i = 0; i < queue_.size();) {
     ClientRecord* c = find(queue_[i]);
-    if (c->throttled) {  // waits for its bucket, not for anyone: must not hold up those behind it
+    // Waits for its bucket, or for memory others pinned, not for anyone's turn: must not hold up
+    // those behind it.
+    if (c->throttled || !fits_beside_pinned(*c)) {
       ++i;
       continue;
     }
@@ -367,7 +370,7 @@ void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
       continue;
     }
     if (can_run_beside(holders, *c) &&
-        fits(sum_working_sets(holders) + c->allocated_bytes + blocked->allocated_bytes)) {
+        fits(sum_working_sets(holders) + c->movable_bytes() + blocked->movable_bytes())) {
       queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
       grant(*c, now, out);
       continue;
@@ -388,18 +391,18 @@ void GpuPolicy::revoke_ended_turns(MonoTime now, std::vector<Action>& out) {
   }
   // Memory stays on the device for each leaver that still fits beside the head and whatever else
   // stays resident (runners that stay, revoked holders not swapping out); the others swap out.
-  std::uint64_t resident = next->allocated_bytes;
+  std::uint64_t resident = next->movable_bytes();
   for (const ClientRecord& c : clients_) {
     const bool leaves = std::find(leaving.begin(), leaving.end(), &c) != leaving.end();
     if (leaves) continue;
     if ((c.state == ClientState::kRunning && config_.mode == Mode::kAuto) ||
         (c.state == ClientState::kRevoking && !c.swap_out)) {
-      resident += c.allocated_bytes;
+      resident += c.movable_bytes();
     }
   }
   for (const ClientRecord* r : leaving) {
-    const bool stays_resident = fits(resident + r->allocated_bytes);
-    if (stays_resident) resident += r->allocated_bytes;
+    const bool stays_resident = fits(resident + r->movable_bytes());
+    if (stays_resident) resident += r->movable_bytes();
     revoke(*find(r->id), RevokeReason::kTurn, !stays_resident, now, out);
   }
 }
@@ -593,7 +596,7 @@ std::uint64_t GpuPolicy::capacity() const {
 Duration GpuPolicy::swap_time(const ClientRecord& c) const {
   // A swap moves at most what the device holds, whatever the client says it allocated.
   const std::uint64_t bound = config_.device_bytes > 0 ? config_.device_bytes : capacity();
-  return client_swap_time(config_, c.allocated_bytes, c.swap_bytes_per_s, bound);
+  return client_swap_time(config_, c.movable_bytes(), c.swap_bytes_per_s, bound);
 }
 
 Duration GpuPolicy::swap_in_estimate(const ClientRecord& c) const {
@@ -618,17 +621,27 @@ std::uint64_t GpuPolicy::usable() const {
   return usable >= 1.8e19 ? capacity() : static_cast<std::uint64_t>(usable);
 }
 
-bool GpuPolicy::fits(std::uint64_t bytes) const { return capacity() > 0 && bytes <= usable(); }
+std::uint64_t GpuPolicy::pinned_total() const {
+  std::uint64_t sum = 0;
+  for (const ClientRecord& c : clients_) sum += c.pinned_bytes;
+  return sum;
+}
+
+bool GpuPolicy::fits(std::uint64_t movable) const {
+  return capacity() > 0 && movable + pinned_total() <= usable();
+}
 
 bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
                                const ClientRecord& head) const {
-  if (staying.empty()) return true;  // an idle GPU always takes the head, however large
+  // An idle GPU takes the head however large, unless memory other clients pinned leaves it too
+  // little room (it waits, without holding up the queue, until that memory is freed).
+  if (staying.empty()) return fits_beside_pinned(head);
   if (one_at_a_time()) return false;
   if (std::any_of(staying.begin(), staying.end(),
                   [&](const ClientRecord* c) { return takes_turns_with(*c, head); })) {
     return false;
   }
-  return fits(sum_working_sets(staying) + head.allocated_bytes);
+  return fits(sum_working_sets(staying) + head.movable_bytes());
 }
 
 bool GpuPolicy::takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const {
@@ -637,7 +650,7 @@ bool GpuPolicy::takes_turns_with(const ClientRecord& holder, const ClientRecord&
 
 bool GpuPolicy::waits_only_for_turn(const std::vector<const ClientRecord*>& holders,
                                     const ClientRecord& head) const {
-  return !holders.empty() && fits(sum_working_sets(holders) + head.allocated_bytes) &&
+  return !holders.empty() && fits(sum_working_sets(holders) + head.movable_bytes()) &&
          !can_run_beside(holders, head);
 }
 
@@ -649,10 +662,14 @@ std::vector<const ClientRecord*> GpuPolicy::blocking_holders() const {
   return holders;
 }
 
+bool GpuPolicy::fits_beside_pinned(const ClientRecord& c) const {
+  return pinned_total() == c.pinned_bytes || fits(c.movable_bytes());
+}
+
 const ClientRecord* GpuPolicy::head() const {
   for (ClientId id : queue_) {
     const ClientRecord* c = find(id);
-    if (!c->throttled) return c;
+    if (!c->throttled && fits_beside_pinned(*c)) return c;
   }
   return nullptr;
 }
@@ -666,7 +683,7 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
   if (&c != head && can_run_beside(holders, c)) return WaitReason::kTurn;  // behind the head
   // For its turn when it would fit beside the holders (one at a time while a cap binds, or among
   // saturating clients), else for memory.
-  if (fits(sum_working_sets(holders) + c.allocated_bytes)) return WaitReason::kTurn;
+  if (fits(sum_working_sets(holders) + c.movable_bytes())) return WaitReason::kTurn;
   return WaitReason::kMemory;
 }
 
@@ -681,7 +698,7 @@ std::vector<const ClientRecord*> GpuPolicy::runners_by_turn_end(const ClientReco
     if (c.state == ClientState::kRunning) runners.push_back(&c);
   }
   // When the head fits beside all of them, only those it takes turns with have to leave.
-  if (fits(sum_working_sets(runners) + head.allocated_bytes)) {
+  if (fits(sum_working_sets(runners) + head.movable_bytes())) {
     std::erase_if(runners, [&](const ClientRecord* r) { return !takes_turns_with(*r, head); });
   }
   std::sort(runners.begin(), runners.end(), [&](const ClientRecord* a, const ClientRecord* b) {

@@ -16,10 +16,14 @@
 //    blocking holders fit in usable = capacity x (1 - reserve). A client's working set is its
 //    allocated bytes. A client that does not fit waits (reason memory); later arrivals do not
 //    overtake it, except that an idle GPU always grants the head of the queue, so a client larger
-//    than the GPU still runs (alone). Capacity is the configured (virtual) one, else the device's
-//    memory (config.device_bytes); while it is unknown nobody runs beside anybody. Runners
-//    whose working sets grow past usable are revoked (reason memory, swap out), newest grant
-//    first, until the rest fit.
+//    than the GPU still runs (alone). Pinned memory (a client's bytes another process maps
+//    through CUDA IPC, reported with its usage) never moves: every fit check counts the pinned
+//    bytes of every client on the GPU, whatever its state, beside the movable working sets of
+//    the holders; a client that cannot fit beside the others' pinned bytes even on an idle GPU
+//    waits (reason memory) without holding up the clients behind it. Capacity is the configured
+//    (virtual) one, else the device's memory (config.device_bytes); while it is unknown nobody runs
+//    beside anybody. Runners whose working sets grow past usable are revoked (reason memory, swap
+//    out), newest grant first, until the rest fit.
 //  - Saturating clients take turns (mode auto): a client whose pace report says it keeps a deep
 //    queue (classify_pace) does not run beside another such client; it waits for its turn (reason
 //    turn), the holder's turn ends by the fair clocks as below, and two that run together when
@@ -97,6 +101,7 @@ struct ClientView {
   GrantEpoch epoch = 0;
   std::uint64_t allocated_bytes = 0;
   std::uint64_t resident_bytes = 0;
+  std::uint64_t pinned_bytes = 0;  // stays on the device when it swaps out (CUDA IPC)
   Limits limits;
   double effective_cap_percent = 100;  // after proportional scaling
   double share_percent = 0;            // GPU time billed over the last quota window, % of wall time
@@ -245,7 +250,12 @@ class GpuPolicy {
   // Memory and turn arithmetic.
   std::uint64_t capacity() const;
   std::uint64_t usable() const;
-  bool fits(std::uint64_t bytes) const;
+  // Whether `movable` bytes (sums of movable_bytes()) fit beside every client's pinned bytes.
+  bool fits(std::uint64_t movable) const;
+  std::uint64_t pinned_total() const;
+  // Whether `c` could run at all beside the memory pinned on this GPU: it fits beside it, or
+  // nobody but itself pinned any (then, as ever, an idle GPU takes it however large it is).
+  bool fits_beside_pinned(const ClientRecord& c) const;
   // Whether `head` may run now beside the holders that stay: an idle GPU takes anyone; otherwise
   // it must take turns with none of them and fit beside their memory.
   bool can_run_beside(const std::vector<const ClientRecord*>& staying,

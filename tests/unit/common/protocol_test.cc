@@ -36,6 +36,11 @@ std::vector<Message> every_message() {
       Wait{WaitReason::kMemory},
       Ping{0xFFFFFFFFFFFFFFFFULL},
       Pong{1},
+      IpcExport{64ULL << 20},
+      IpcImport{0x1122334455667788ULL},
+      IpcWithdraw{7},
+      IpcAnswer{0x1122334455667788ULL, 64ULL << 20, ""},
+      IpcAnswer{0, 0, "no export with this handle is shared with this process's pod or user"},
   };
 }
 
@@ -117,6 +122,28 @@ TEST(Protocol, Version3UsageCarriesNoRefusedAllocations) {
   EXPECT_FALSE(decode_frame(v3_with_count).ok());
 }
 
+TEST(Protocol, Version5UsageCarriesNoPinnedBytes) {
+  Usage full{8ULL << 30, 8ULL << 30, 0, 975, 42};
+  full.sessions_lost = 3;
+  full.pinned_bytes = 2ULL << 30;
+  const auto v5 = encode(Message(full), 5).value();
+  const auto v6 = encode(Message(full), 6).value();
+  EXPECT_EQ(v5.size() + 8, v6.size());  // the u64 bytes
+  auto decoded = decode_frame(v6);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message), full);
+  decoded = decode_frame(v5);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).pinned_bytes, 0u);
+  EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).sessions_lost, 3u);
+}
+
+TEST(Protocol, AnIpcExportOfNoBytesIsMalformed) {
+  auto bytes = encode(IpcExport{1}).value();
+  bytes[kHeaderSize] = 0;  // the u64 bytes, little endian: now 0
+  EXPECT_FALSE(decode_frame(bytes).ok());
+}
+
 TEST(Protocol, Version4UsageCarriesNoSessionsLost) {
   Usage full{8ULL << 30, 8ULL << 30, 0, 975, 42};
   full.sessions_lost = 3;
@@ -173,7 +200,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 5, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 6, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }
@@ -250,7 +277,7 @@ TEST(Protocol, UnknownVersionIsRejected) {
 }
 
 TEST(Protocol, UnknownTypeIsRejected) {
-  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{12}, std::uint16_t{0xFFFF}}) {
+  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{16}, std::uint16_t{0xFFFF}}) {
     auto decoded = decode_frame(raw_frame(kMagic, 1, type, {}));
     ASSERT_FALSE(decoded.ok()) << type;
     EXPECT_NE(decoded.error().message.find("type"), std::string::npos);
