@@ -18,7 +18,9 @@
 #include <sstream>
 #include <thread>
 
+#include "client/ipc_broker_client.h"
 #include "common/json.h"
+#include "common/unix_socket.h"
 #include "control/client.h"
 #include "protocol_client.h"
 
@@ -818,6 +820,60 @@ TEST_F(DaemonProcessTest, PodLimitsSurviveARestart) {
   const Json& pod = response.value().find("pods")->as_array()->at(0);
   EXPECT_EQ(pod.find("memory_limit_bytes")->as_int64(), static_cast<std::int64_t>(2 * Gi));
   EXPECT_EQ(pod.find("core_limit_percent")->as_int64(), 40);
+}
+
+// CUDA IPC brokering over the client socket: an export is accepted only from a process with a
+// session, its descriptor handed (duplicated) to importers allowed to map it, and dropped when
+// withdrawn or when the exporter's last session ends.
+TEST_F(DaemonProcessTest, IpcExportsLiveWithTheExportersSessionAndReachItsPeers) {
+  start({});
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  UniqueFd read_end(pipe_fds[0]);
+  UniqueFd write_end(pipe_fds[1]);
+  auto no_session = client::ipc_export(daemon_->socket(), read_end.get(), 2 * Mi);
+  ASSERT_FALSE(no_session.ok());
+  EXPECT_NE(no_session.error().message.find("no session"), std::string::npos)
+      << no_session.error().message;
+
+  ProtocolClient session = registered();
+  auto token = client::ipc_export(daemon_->socket(), read_end.get(), 2 * Mi);
+  ASSERT_TRUE(token.ok()) << token.error().message;
+  auto imported = client::ipc_import(daemon_->socket(), token.value());
+  ASSERT_TRUE(imported.ok()) << imported.error().message;
+  EXPECT_EQ(imported.value().bytes, 2 * Mi);
+  // The same open file: what goes into the pipe comes out of the imported descriptor.
+  ASSERT_EQ(::write(write_end.get(), "x", 1), 1);
+  char byte = 0;
+  ASSERT_EQ(::read(imported.value().fd.get(), &byte, 1), 1);
+  EXPECT_EQ(byte, 'x');
+
+  EXPECT_FALSE(client::ipc_import(daemon_->socket(), token.value() + 1).ok());
+  ASSERT_TRUE(client::ipc_withdraw(daemon_->socket(), token.value()).ok());
+  EXPECT_FALSE(client::ipc_import(daemon_->socket(), token.value()).ok());
+
+  auto second = client::ipc_export(daemon_->socket(), read_end.get(), 4 * Mi);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  session.close();
+  bool dropped = false;
+  for (int i = 0; i < 100 && !dropped; ++i) {
+    dropped = !client::ipc_import(daemon_->socket(), second.value()).ok();
+    if (!dropped) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(dropped) << "an export outlived its exporter's session";
+}
+
+// Descriptors sent with anything but an export close the connection that sent them.
+TEST_F(DaemonProcessTest, DescriptorsSentWithAHelloCloseTheSession) {
+  start({});
+  ProtocolClient client = connect();
+  auto hello = protocol::encode(hello_for(kGpu));
+  ASSERT_TRUE(hello.ok());
+  ASSERT_TRUE(send_with_fd(client.fd(), hello.value(), 0, 1000).ok());
+  char byte = 0;
+  ::timeval wait{2, 0};
+  ::setsockopt(client.fd(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  EXPECT_EQ(::recv(client.fd(), &byte, 1, 0), 0) << "the session was not closed";
 }
 
 }  // namespace
