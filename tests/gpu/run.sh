@@ -194,6 +194,17 @@ while IFS=$'\t' read -r name share window; do
     "share % over ${window} s (alone ${alone_rate} matmul/s): want / got" >>"$results"
 done <"$out/entitle.tsv"
 
+# 7d. CUDA IPC: torch.multiprocessing hands a CUDA tensor and an interprocess event's IPC handle to a
+#     child process, which checks the values, writes new ones and records the event; the parent
+#     checks what the child wrote (tests/gpu/ipc_job.py). Under the library the tensor is
+#     device-backed memory, shared through the scheduler.
+python3 "$root/tests/gpu/ipc_job.py" >"$out/ipc.native.json" 2>"$out/ipc.native.err"
+start_scheduler ipc
+under -- python3 "$root/tests/gpu/ipc_job.py" >"$out/ipc.nvshare.json" 2>"$out/ipc.nvshare.err"
+stop_scheduler
+record ipc torch.multiprocessing "$out/ipc.native.json" "$out/ipc.nvshare.json" elapsed_s \
+  "tensor + IPC event to a child: values checked both ways"
+
 # 8. A container with the settings the device plugin mounts at /etc/nvshare (memory-limit 4Gi), whose
 #    environment says NVSHARE_ENABLE=0 and which no scheduler answers: PyTorch still sees 4Gi and a
 #    5 GiB tensor fails. Needs root and a mount namespace (the settings are bind-mounted read-only).
