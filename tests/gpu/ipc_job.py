@@ -5,6 +5,9 @@ interprocess CUDA event, to a child process (start method spawn) over a queue. T
 every value it received against what the parent wrote, multiplies the tensor by 3 in place (the
 parent's memory), records the shared event and reports. The parent waits on the event and checks
 that it sees the child's values. "result" is "ok" only when both checks hold.
+
+--peer-device D: the child reads the tensor into GPU D and computes there, writing back across
+GPUs (the memory stays on the parent's GPU 0): IPC between processes on different GPUs.
 """
 import argparse
 import json
@@ -12,14 +15,16 @@ import sys
 import time
 
 
-def child(inbox, outbox):
+def child(inbox, outbox, peer_device):
     import torch
 
     try:
         shared, event_handle, n = inbox.get()
-        expected = torch.arange(n, dtype=torch.float32, device=shared.device) * 2
-        read_ok = bool(torch.equal(shared, expected))
-        shared.mul_(3)
+        where = torch.device(f"cuda:{peer_device}") if peer_device >= 0 else shared.device
+        expected = torch.arange(n, dtype=torch.float32, device=where) * 2
+        local = shared.to(where)
+        read_ok = bool(torch.equal(local, expected))
+        shared.copy_(local * 3)
         event = torch.cuda.Event.from_ipc_handle(shared.device, event_handle)
         event.record()
         torch.cuda.synchronize()
@@ -33,16 +38,17 @@ def child(inbox, outbox):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--peer-device", type=int, default=-1)
     args = ap.parse_args()
 
     import torch
     import torch.multiprocessing as mp
 
-    out = {"torch": torch.__version__, "mib": args.mib}
+    out = {"torch": torch.__version__, "mib": args.mib, "peer_device": args.peer_device}
     t0 = time.monotonic()
     ctx = mp.get_context("spawn")
     inbox, outbox = ctx.Queue(), ctx.Queue()
-    worker = ctx.Process(target=child, args=(inbox, outbox))
+    worker = ctx.Process(target=child, args=(inbox, outbox, args.peer_device))
     worker.start()
     try:
         n = args.mib * (1 << 20) // 4

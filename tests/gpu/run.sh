@@ -205,6 +205,36 @@ stop_scheduler
 record ipc torch.multiprocessing "$out/ipc.native.json" "$out/ipc.nvshare.json" elapsed_s \
   "tensor + IPC event to a child: values checked both ways"
 
+# 7e. (Two or more GPUs.) CUDA IPC between processes on different GPUs: the child of 7d computes on
+#     GPU 1 with the tensor that stays on GPU 0, writing back across GPUs; and the driver-API trainer
+#     maps GPU 0's exported buffer in a context of GPU 1 (it reads 5a, the exporter then sees a5).
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  python3 "$root/tests/gpu/ipc_job.py" --peer-device 1 >"$out/ipcpeer.native.json" 2>"$out/ipcpeer.native.err"
+  start_scheduler ipcpeer
+  under -- python3 "$root/tests/gpu/ipc_job.py" --peer-device 1 >"$out/ipcpeer.nvshare.json" \
+    2>"$out/ipcpeer.nvshare.err"
+  stop_scheduler
+  record ipcpeer torch.multiprocessing "$out/ipcpeer.native.json" "$out/ipcpeer.nvshare.json" elapsed_s \
+    "tensor on GPU 0, child computes on GPU 1"
+  trainer="$build/tests/fakecuda/nvshare-trainer"
+  for how in native nvshare; do
+    rm -f "$out/ipcpeer.handle" "$out/ipcpeer.done"
+    wrap=()
+    if [ "$how" = nvshare ]; then start_scheduler ipcpeer-trainer; wrap=(under --); fi
+    "${wrap[@]}" "$trainer" --device 0 --bytes 64Mi --kernels 1 --ipc-export "$out/ipcpeer.handle" \
+      --ipc-wait "$out/ipcpeer.done" >"$out/ipcpeer.export.$how.json" 2>"$out/ipcpeer.export.$how.err" &
+    exporter=$!
+    "${wrap[@]}" "$trainer" --device 1 --kernels 0 --ipc-import "$out/ipcpeer.handle" \
+      --ipc-done "$out/ipcpeer.done" >"$out/ipcpeer.import.$how.json" 2>"$out/ipcpeer.import.$how.err"
+    wait "$exporter"
+    [ "$how" = nvshare ] && stop_scheduler
+  done
+  record ipcpeer "trainer read on GPU 1" "$out/ipcpeer.import.native.json" \
+    "$out/ipcpeer.import.nvshare.json" ipc_read "expect 5a/5a"
+  record ipcpeer "trainer saw on GPU 0" "$out/ipcpeer.export.native.json" \
+    "$out/ipcpeer.export.nvshare.json" ipc_seen "expect a5/a5"
+fi
+
 # 8. A container with the settings the device plugin mounts at /etc/nvshare (memory-limit 4Gi), whose
 #    environment says NVSHARE_ENABLE=0 and which no scheduler answers: PyTorch still sees 4Gi and a
 #    5 GiB tensor fails. Needs root and a mount namespace (the settings are bind-mounted read-only).
