@@ -18,6 +18,7 @@
 #include "client/config.h"
 #include "client/cuda/context_footprint.h"
 #include "client/cuda/device_state.h"
+#include "client/cuda/ipc.h"
 #include "client/hooks/hook_table.h"
 #include "client/hooks/impl.h"
 #include "common/log.h"
@@ -239,6 +240,7 @@ CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
   CUcontext popped = nullptr;
   api.cuCtxPopCurrent_v2(&popped);
   if (DeviceState* owner = cuda::devices().find(peer)) owner->backing.grant_peer(self);
+  cuda::grant_peer_to_imports(peer, self);
   return rc;
 }
 

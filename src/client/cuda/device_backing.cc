@@ -354,6 +354,11 @@ std::uint64_t DeviceBacking::pinned_bytes() const {
   return total;
 }
 
+std::uint64_t DeviceBacking::peers() const {
+  std::lock_guard lock(mu_);
+  return peers_;
+}
+
 std::uint64_t DeviceBacking::host_bytes() const {
   std::lock_guard lock(mu_);
   std::uint64_t total = 0;

@@ -63,6 +63,8 @@ class DeviceBacking {
   BackingSwap swap_out(CUstream stream);
   BackingSwap swap_in(CUstream stream);
   void grant_peer(int peer);
+  // The GPUs granted access so far (bit i: GPU i), this GPU excluded.
+  std::uint64_t peers() const;
 
   // CUDA IPC. The allocation that contains `address`: its base, size, and a shareable descriptor
   // of its physical memory (a new one per call, the caller's to close). Fails where the GPU

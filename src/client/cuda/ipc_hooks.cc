@@ -67,7 +67,24 @@ struct Imported {
   CUdeviceptr base = 0;
   std::uint64_t bytes = 0;
   CUmemGenericAllocationHandle handle = 0;
+  int ordinal = 0;         // the GPU whose context opened it
+  std::uint64_t gpus = 0;  // bit i: GPU i may access it
 };
+
+constexpr int kMaxGpus = 64;
+
+CUresult set_access(CUdeviceptr base, std::uint64_t bytes, std::uint64_t gpus) {
+  CUmemAccessDesc access[kMaxGpus] = {};
+  std::size_t count = 0;
+  for (int gpu = 0; gpu < kMaxGpus; ++gpu) {
+    if ((gpus & (std::uint64_t{1} << gpu)) == 0) continue;
+    access[count].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[count].location.id = gpu;
+    access[count].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ++count;
+  }
+  return hooks::driver().cuMemSetAccess(base, bytes, access, count);
+}
 std::mutex imports_mu;
 std::map<CUdeviceptr, Imported>& imports() {
   static auto* table = new std::map<CUdeviceptr, Imported>();  // never destroyed: exit-safe
@@ -116,7 +133,10 @@ std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdevicept
   return out;
 }
 
-CUresult map_imported(int fd, std::uint64_t bytes, int ordinal, Imported* out) {
+// Maps the memory `fd` names for GPU `ordinal` and the GPUs in `peers` (those that enabled peer
+// access to it).
+CUresult map_imported(int fd, std::uint64_t bytes, int ordinal, std::uint64_t peers,
+                      Imported* out) {
   const hooks::DriverApi& api = hooks::driver();
   auto release = hooks::real<hooks::HookId::cuMemRelease>();
   if (api.cuMemImportFromShareableHandle == nullptr || api.cuMemAddressReserve == nullptr ||
@@ -133,11 +153,7 @@ CUresult map_imported(int fd, std::uint64_t bytes, int ordinal, Imported* out) {
   if (rc == CUDA_SUCCESS) {
     rc = api.cuMemMap(base, bytes, 0, handle, 0);
     if (rc == CUDA_SUCCESS) {
-      CUmemAccessDesc access{};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = ordinal;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      rc = api.cuMemSetAccess(base, bytes, &access, 1);
+      rc = set_access(base, bytes, peers | (std::uint64_t{1} << ordinal));
       if (rc != CUDA_SUCCESS) api.cuMemUnmap(base, bytes);
     }
     if (rc != CUDA_SUCCESS) api.cuMemAddressFree(base, bytes);
@@ -146,7 +162,7 @@ CUresult map_imported(int fd, std::uint64_t bytes, int ordinal, Imported* out) {
     release(handle);
     return rc;
   }
-  *out = Imported{base, bytes, handle};
+  *out = Imported{base, bytes, handle, ordinal, peers | (std::uint64_t{1} << ordinal)};
   return CUDA_SUCCESS;
 }
 
@@ -163,8 +179,12 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Open&& re
     return CUDA_ERROR_INVALID_HANDLE;
   }
   Imported mapped;
-  const CUresult rc = map_imported(imported.value().fd.get(), imported.value().bytes,
-                                   current.device->ordinal, &mapped);
+  if (current.device->ordinal < 0 || current.device->ordinal >= kMaxGpus) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  const CUresult rc =
+      map_imported(imported.value().fd.get(), imported.value().bytes, current.device->ordinal,
+                   current.device->backing.peers(), &mapped);
   if (rc != CUDA_SUCCESS) {
     NVSHARE_WARN("cuIpcOpenMemHandle: cannot map %s: %s",
                  format_bytes(imported.value().bytes).c_str(), hooks::error_name(rc));
@@ -191,6 +211,22 @@ void withdraw_ipc_export(DeviceState& device, CUdeviceptr base) {
   if (Status s = ipc_withdraw(broker_socket(), token); !s) {
     NVSHARE_DEBUG("CUDA IPC export withdrawn with the process's session only: %s",
                   s.error().message.c_str());
+  }
+}
+
+void grant_peer_to_imports(int ordinal, int peer) {
+  if (peer < 0 || peer >= kMaxGpus) return;
+  const std::uint64_t bit = std::uint64_t{1} << peer;
+  std::lock_guard lock(imports_mu);
+  for (auto& [pointer, imported] : imports()) {
+    if (imported.ordinal != ordinal || (imported.gpus & bit) != 0) continue;
+    const CUresult rc = set_access(imported.base, imported.bytes, imported.gpus | bit);
+    if (rc == CUDA_SUCCESS) {
+      imported.gpus |= bit;
+    } else {
+      NVSHARE_WARN("peer access for GPU %d to imported memory at 0x%llx: %s", peer,
+                   static_cast<unsigned long long>(imported.base), hooks::error_name(rc));
+    }
   }
 }
 
