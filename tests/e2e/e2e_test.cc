@@ -855,6 +855,29 @@ class TwoGpuTest : public E2eTest {
   }
 };
 
+// CUDA IPC between processes on different GPUs: the importer maps GPU 0's exported buffer in a
+// context of GPU 1 (the simulated GPU checks that the mapping grants GPU 1 access), reads the
+// exporter's bytes and writes its own, which the exporter sees.
+TEST_F(TwoGpuTest, IpcReachesMemoryOfAnotherGpu) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  const std::string handle = dir_.path() + "/ipc.handle";
+  const std::string done = dir_.path() + "/ipc.done";
+  Trainer& exporter = start_trainer({"exporter",
+                                     {"--device", "0", "--bytes", "64Mi", "--kernels", "1",
+                                      "--ipc-export", handle, "--ipc-wait", done}});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(wait_until([&] { return !read_file(handle).empty(); }, 20)) << exporter.describe();
+  Trainer& importer = start_trainer(
+      {"importer",
+       {"--device", "1", "--kernels", "0", "--ipc-import", handle, "--ipc-done", done}});
+  Json ri = finish(importer);
+  Json re = finish(exporter);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_number(&ri, "device"), 1);
+  EXPECT_EQ(json_string(&ri, "ipc_read"), "5a");
+  EXPECT_EQ(json_string(&re, "ipc_seen"), "a5");
+}
+
 // Two trainers that do not fit on each of two GPUs (6Gi each under an 8Gi capacity per GPU): each
 // GPU's pair takes turns with swap, and the two GPUs' turns go on at the same time (one GPU's
 // hand-offs and swaps never hold the other's up).

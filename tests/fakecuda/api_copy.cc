@@ -4,7 +4,8 @@
 // The _ptds / _ptsz per-thread-default-stream forms share the implementation: the fake's default
 // stream is the context's single queue either way. 2D and 3D copies take host, device and unified
 // operands (CUDA arrays are not simulated); peer copies ignore the contexts (all device memory is
-// host memory here); batch copies queue their copies in order.
+// host memory here); batch copies queue their copies in order. Memory mapped with cuMemMap must be
+// accessible from the current context's device (cuMemSetAccess) for copies and memsets.
 #include <cstring>
 
 #include "driver.h"
@@ -15,9 +16,19 @@ using fakecuda::require_init;
 
 namespace {
 
-// The device side of a copy or memset must lie inside one allocation.
+// The device side of a copy or memset must lie inside one allocation, and a mapping made with the
+// virtual memory management API must be accessible from the current context's device
+// (cuMemSetAccess), as on a GPU.
 bool valid_range(CUdeviceptr address, std::size_t bytes) {
-  return Driver::instance().find_allocation(address, bytes).has_value();
+  Driver& driver = Driver::instance();
+  const std::optional<fakecuda::Allocation> found = driver.find_allocation(address, bytes);
+  if (!found) return false;
+  if (found->kind != fakecuda::MemoryKind::kMapped) return true;
+  std::shared_ptr<CUctx_st> ctx;
+  if (fakecuda::current_context(&ctx) != CUDA_SUCCESS) return true;  // checked by the caller
+  std::lock_guard lock(driver.mu);
+  auto it = driver.access.find(found->base);
+  return it != driver.access.end() && ((it->second >> ctx->device) & 1) != 0;
 }
 
 CUresult copy_sync(void* dst, const void* src, std::size_t bytes) {

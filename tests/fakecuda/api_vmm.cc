@@ -4,16 +4,18 @@
 // device's capacity like cuMemAlloc until cuMemRelease. cuMemAddressReserve reserves address space
 // (an inaccessible anonymous mapping); cuMemMap maps the memfd over part of it, shared, so that two
 // mappings of one allocation see the same bytes, and registers the range so copies and memsets
-// accept it. cuMemUnmap puts the reservation back; cuMemSetAccess only checks its arguments (mapped
-// memory is always readable and writable here). The fake requires a current context on the
-// allocation's device, whose slot carries the accounting.
-// cuMemExportToShareableHandle gives a duplicate of the memfd (only for memory created with the
-// POSIX descriptor handle type); cuMemImportFromShareableHandle, in any process that received it,
-// makes a handle over the same pages, counted nowhere (the exporter's slot counts them).
+// accept it. cuMemUnmap puts the reservation back; cuMemSetAccess records which devices may access
+// a mapping, which copies and memsets check (kernels do not). The fake requires a current context
+// on the allocation's device, whose slot carries the accounting. cuMemExportToShareableHandle gives
+// a duplicate of the memfd (only for memory created with the POSIX descriptor handle type);
+// cuMemImportFromShareableHandle, in any process that received it, makes a handle over the same
+// pages, counted nowhere (the exporter's slot counts them).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "driver.h"
 
@@ -295,10 +297,21 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
       const std::uint64_t bit = std::uint64_t{1} << desc[i].location.id;
       (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? revoked : granted) |= bit;
     }
+    // Every mapping inside the range (one call may cover several, as with the driver).
     Driver& driver = Driver::instance();
+    std::vector<std::uintptr_t> mappings;
+    {
+      std::lock_guard lock(driver.alloc_mu);
+      for (auto it = driver.allocations.lower_bound(ptr);
+           it != driver.allocations.end() && it->first < ptr + size; ++it) {
+        if (it->second.kind == MemoryKind::kMapped) mappings.push_back(it->first);
+      }
+    }
     std::lock_guard lock(driver.mu);
-    std::uint64_t& bits = driver.access[ptr];
-    bits = (bits | granted) & ~revoked;
+    for (std::uintptr_t base : mappings) {
+      std::uint64_t& bits = driver.access[base];
+      bits = (bits | granted) & ~revoked;
+    }
     return CUDA_SUCCESS;
   });
 }
