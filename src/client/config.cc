@@ -84,6 +84,10 @@ Status apply_pod_uid(std::string_view value, ClientConfig& config) {
 }
 
 Status apply_memory_mode(std::string_view value, ClientConfig& config) {
+  if (value.empty()) {  // unset: the scheduler's word, else device
+    config.memory_mode.reset();
+    return Status::Ok();
+  }
   const std::optional<MemoryMode> mode = parse_memory_mode(value);
   if (!mode) return make_error(quoted(value) + " is not one of " + std::string(kMemoryModeWords));
   config.memory_mode = *mode;
@@ -146,11 +150,12 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      "Pod identity the process declares. Informational: the scheduler takes the pod from the "
      "process's cgroup unless it trusts client limits.",
      apply_pod_uid},
-    {"memory-mode", "device", kMemoryModeWords,
+    {"memory-mode", "", kMemoryModeWords,
      "How device allocations are backed. `device`: device memory mapped at a fixed address, "
-     "swapped "
-     "at a hand-off by copies. `unified`: managed memory, swapped by prefetch, lets one job use "
-     "more than its GPU holds. `plain`: never swapped (still counted and limited).",
+     "swapped at a hand-off by copies. `unified`: managed memory, swapped by prefetch, lets one "
+     "job use more than its GPU holds. `plain`: never swapped (still counted and limited). Unset: "
+     "the mode the scheduler gives (the pod's `nvshare.com/gpu-memory-mode` annotation or the "
+     "scheduler's `memory-mode`), else `device`.",
      apply_memory_mode},
     {"reconnect-max-ms", "2000", "50..600000 (milliseconds)",
      "Longest wait between attempts to reach the scheduler again; attempts start at 50 ms and "

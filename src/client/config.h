@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,8 +47,9 @@ struct ClientConfig {
   protocol::Limits declared_limits;
   // Declared pod identity (informational unless the scheduler trusts clients).
   std::string pod_uid;
-  // How device allocations are backed (common/memory_mode.h).
-  MemoryMode memory_mode = MemoryMode::kDevice;
+  // How device allocations are backed (common/memory_mode.h), when the process chose; nullopt:
+  // the mode the scheduler gives (the pod's annotation or its default), else device.
+  std::optional<MemoryMode> memory_mode;
   // Upper bound of the reconnect backoff after the scheduler went away.
   Duration reconnect_max = std::chrono::milliseconds(2000);
   // How long the first CUDA call on a GPU waits for the scheduler's welcome and limits (zero: not

@@ -147,7 +147,7 @@ void decode_payload(ByteReader& r, IpcAnswer& m, bool&) {
 
 // Fields later versions append at the end of a payload: version 2 gives limits a flags byte,
 // version 3 gives usage its deep-queue share, version 4 its refused allocations, version 5 the
-// sessions its link lost, version 6 its pinned bytes.
+// sessions its link lost, version 6 its pinned bytes and the memory mode of limits.
 void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
   if (version < 2) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
@@ -159,6 +159,7 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->sessions_lost);
   if (version < 6) return;
   if (const auto* usage = std::get_if<Usage>(&message)) w.u64(usage->pinned_bytes);
+  if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->limits.memory_mode);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 2) return;
@@ -179,6 +180,13 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
   if (auto* usage = std::get_if<Usage>(&message)) usage->sessions_lost = r.u32();
   if (version < 6) return;
   if (auto* usage = std::get_if<Usage>(&message)) usage->pinned_bytes = r.u64();
+  if (auto* limits = std::get_if<SetLimits>(&message)) {
+    limits->limits.memory_mode = r.u8();
+    if (limits->limits.memory_mode != Limits::kNoMemoryMode &&
+        !memory_mode_of(limits->limits.memory_mode)) {
+      valid = false;
+    }
+  }
 }
 
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
@@ -228,7 +236,17 @@ std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b) {
 
 Limits stricter(const Limits& a, const Limits& b) {
   return Limits{stricter_memory(a.memory_bytes, b.memory_bytes),
-                std::min(a.core_percent, b.core_percent)};
+                std::min(a.core_percent, b.core_percent),
+                a.memory_mode != Limits::kNoMemoryMode ? a.memory_mode : b.memory_mode};
+}
+
+std::uint8_t memory_mode_code(MemoryMode mode) { return static_cast<std::uint8_t>(mode) + 1; }
+
+std::optional<MemoryMode> memory_mode_of(std::uint8_t code) {
+  if (code == Limits::kNoMemoryMode || code > memory_mode_code(MemoryMode::kPlain)) {
+    return std::nullopt;
+  }
+  return static_cast<MemoryMode>(code - 1);
 }
 
 std::string_view to_string(MessageType type) {

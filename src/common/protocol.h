@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/memory_mode.h"
 #include "common/result.h"
 
 namespace nvshare::protocol {
@@ -83,12 +84,21 @@ inline constexpr std::uint64_t kYield = 1u << 3;         // understands RevokeRe
 // Limits as enforced by the client. memory_bytes 0 means no memory limit; core_percent is 1..100
 // and 100 means uncapped.
 struct Limits {
+  // The memory mode for the client's device allocations (common/memory_mode.h), as a wire code:
+  // 0 none (the process's own choice), else MemoryMode + 1. Only limits frames carry it (version 6).
+  static constexpr std::uint8_t kNoMemoryMode = 0;
   std::uint64_t memory_bytes = 0;
   std::uint8_t core_percent = 100;
+  std::uint8_t memory_mode = kNoMemoryMode;
   bool operator==(const Limits&) const = default;
 };
 
-// The stricter of two memory limits (0 is none, the loosest), and of two limits field by field.
+// The wire code of a memory mode and back (nullopt for kNoMemoryMode or a code out of range).
+std::uint8_t memory_mode_code(MemoryMode mode);
+std::optional<MemoryMode> memory_mode_of(std::uint8_t code);
+
+// The stricter of two memory limits (0 is none, the loosest), and of two limits field by field
+// (the memory mode, which is not a bound, is a's where a names one, else b's).
 std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b);
 Limits stricter(const Limits& a, const Limits& b);
 

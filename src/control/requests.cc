@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "common/memory_mode.h"
+#include "common/protocol.h"
 #include "common/quantity.h"
 
 namespace nvshare::control {
@@ -128,8 +130,23 @@ Result<FieldChange> decode_core(const Json* value) {
   return make_error("core must be a percent 1..100, null, \"none\" or \"inherit\"");
 }
 
+// memory_mode: absent (keep), "inherit", or a memory mode word (common/memory_mode.h).
+Result<FieldChange> decode_memory_mode(const Json* value) {
+  if (value == nullptr) return FieldChange{};
+  if (const std::string* text = value->as_string()) {
+    if (*text == "inherit") return FieldChange{FieldChange::Op::kInherit, 0};
+    if (const std::optional<MemoryMode> mode = parse_memory_mode(*text)) {
+      return FieldChange{FieldChange::Op::kSet, protocol::memory_mode_code(*mode)};
+    }
+  }
+  return make_error("memory_mode must be one of " + std::string(kMemoryModeWords) +
+                    " or \"inherit\"");
+}
+
 Result<Request> decode_set_limits(const Json& request) {
-  if (Status s = check_members(request, "set-limits", {"cmd", "selector", "memory", "core"}); !s) {
+  if (Status s = check_members(request, "set-limits",
+                               {"cmd", "selector", "memory", "core", "memory_mode"});
+      !s) {
     return s.error();
   }
   auto selector = decode_selector(request.find("selector"));
@@ -138,11 +155,16 @@ Result<Request> decode_set_limits(const Json& request) {
   if (!memory) return memory.error();
   auto core = decode_core(request.find("core"));
   if (!core) return core.error();
+  auto mode = decode_memory_mode(request.find("memory_mode"));
+  if (!mode) return mode.error();
   if (memory.value().op == FieldChange::Op::kKeep && core.value().op == FieldChange::Op::kKeep &&
+      mode.value().op == FieldChange::Op::kKeep &&
       !(selector.value().pod_uid && selector.value().pod_name)) {
-    return make_error("set-limits changes nothing: give \"memory\" and/or \"core\"");
+    return make_error(
+        "set-limits changes nothing: give \"memory\", \"core\" and/or \"memory_mode\"");
   }
-  return Request(SetLimitsRequest{selector.value(), LimitsChange{memory.value(), core.value()}});
+  return Request(SetLimitsRequest{selector.value(),
+                                  LimitsChange{memory.value(), core.value(), mode.value()}});
 }
 
 Result<Request> decode_set_policy(const Json& request) {
@@ -264,6 +286,7 @@ void encode_members(Json& out, const SetLimitsRequest& r) {
   out.set("selector", encode_selector(r.selector));
   if (auto memory = encode_memory(r.change.memory)) out.set("memory", std::move(*memory));
   if (auto core = encode_core(r.change.core)) out.set("core", std::move(*core));
+  if (auto mode = encode_memory_mode(r.change.memory_mode)) out.set("memory_mode", std::move(*mode));
 }
 void encode_members(Json& out, const ForgetPodRequest& r) { out.set("pod_uid", r.pod_uid); }
 void encode_members(Json& out, const SetPolicyRequest& r) {
@@ -309,6 +332,12 @@ std::optional<Json> encode_field(const FieldChange& change, bool zero_is_none) {
 // Memory 0 is refused on the wire ("none" is null); a core of 100 is a plain number.
 std::optional<Json> encode_memory(const FieldChange& change) { return encode_field(change, true); }
 std::optional<Json> encode_core(const FieldChange& change) { return encode_field(change, false); }
+std::optional<Json> encode_memory_mode(const FieldChange& change) {
+  if (change.op != FieldChange::Op::kSet) return encode_field(change, false);
+  const std::optional<MemoryMode> mode =
+      protocol::memory_mode_of(static_cast<std::uint8_t>(change.value));
+  return mode ? Json(std::string(to_string(*mode))) : Json("inherit");
+}
 
 Json encode(const Request& request) {
   Json out = Json::object();

@@ -46,6 +46,8 @@ struct FieldChange {
 struct LimitsChange {
   FieldChange memory;
   FieldChange core;
+  // With kSet: a protocol::Limits memory mode code (1..3; common/memory_mode.h word + 1).
+  FieldChange memory_mode;
   bool operator==(const LimitsChange&) const = default;
 };
 
@@ -125,5 +127,6 @@ Result<Request> decode(const Json& request);
 // A memory field as a request carries it: bytes, null for none, or "inherit" (absent: keep).
 std::optional<Json> encode_memory(const FieldChange& change);
 std::optional<Json> encode_core(const FieldChange& change);
+std::optional<Json> encode_memory_mode(const FieldChange& change);
 
 }  // namespace nvshare::control

@@ -1,5 +1,7 @@
 #include "podwatcher/limits_ledger.h"
 
+#include "common/protocol.h"
+
 namespace nvshare::podwatcher {
 
 control::Request ControlCommand::to_request() const {
@@ -21,6 +23,12 @@ control::Request ControlCommand::to_request() const {
     request.change.core =
         limits.core_percent
             ? control::FieldChange{Op::kSet, static_cast<std::uint64_t>(*limits.core_percent)}
+            : control::FieldChange{Op::kInherit, 0};
+  }
+  if (send_memory_mode) {
+    request.change.memory_mode =
+        limits.memory_mode
+            ? control::FieldChange{Op::kSet, protocol::memory_mode_code(*limits.memory_mode)}
             : control::FieldChange{Op::kInherit, 0};
   }
   return request;
@@ -45,11 +53,13 @@ std::optional<ControlCommand> LimitsLedger::next_command() const {
       // First push (or after a scheduler restart): both fields, so the record is complete.
       command.send_memory = true;
       command.send_core = true;
+      command.send_memory_mode = true;
       return command;
     }
     command.send_memory = pushed->second.memory_bytes != want.limits.memory_bytes;
     command.send_core = pushed->second.core_percent != want.limits.core_percent;
-    if (command.send_memory || command.send_core) return command;
+    command.send_memory_mode = pushed->second.memory_mode != want.limits.memory_mode;
+    if (command.send_memory || command.send_core || command.send_memory_mode) return command;
   }
   for (const auto& [uid, limits] : pushed_) {
     if (desired_.contains(uid)) continue;
@@ -69,6 +79,7 @@ void LimitsLedger::mark_done(const ControlCommand& command) {
   PodLimits& pushed = pushed_[command.pod_uid];
   if (command.send_memory) pushed.memory_bytes = command.limits.memory_bytes;
   if (command.send_core) pushed.core_percent = command.limits.core_percent;
+  if (command.send_memory_mode) pushed.memory_mode = command.limits.memory_mode;
 }
 
 void LimitsLedger::mark_all_unpushed() { pushed_.clear(); }

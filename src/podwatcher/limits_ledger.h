@@ -31,6 +31,7 @@ struct ControlCommand {
   // (this layer no longer sets it).
   bool send_memory = false;
   bool send_core = false;
+  bool send_memory_mode = false;
   PodLimits limits;
 
   // The control-socket request (docs/control-api.md).

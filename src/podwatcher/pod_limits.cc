@@ -71,7 +71,8 @@ Result<PodView> parse_pod(const Json& pod, std::string_view resource_name) {
   if (const Json* annotations = member(*metadata, "annotations");
       annotations != nullptr && annotations->is_object()) {
     for (auto [key, field] : {std::pair{kMemoryLimitAnnotation, &view.memory_annotation},
-                              std::pair{kCoreLimitAnnotation, &view.core_annotation}}) {
+                              std::pair{kCoreLimitAnnotation, &view.core_annotation},
+                              std::pair{kMemoryModeAnnotation, &view.memory_mode_annotation}}) {
       const Json* value = annotations->find(key);
       if (value == nullptr) continue;
       // Annotation values are strings in the API; anything else is shown as written.
@@ -115,6 +116,22 @@ LimitsDecision decide_limits(const PodView& pod, const PodLimits& previous) {
                                           describe_core(previous.core_percent)));
     } else {
       decision.limits.core_percent = percent.value();
+    }
+  }
+  if (pod.memory_mode_annotation) {
+    const std::string& text = *pod.memory_mode_annotation;
+    if (const std::optional<MemoryMode> mode = parse_memory_mode(text)) {
+      decision.limits.memory_mode = *mode;
+    } else {
+      decision.limits.memory_mode = previous.memory_mode;
+      AnnotationProblem p = problem(
+          kMemoryModeAnnotation, text, "not one of " + std::string(kMemoryModeWords),
+          previous.memory_mode ? std::string(to_string(*previous.memory_mode)) : "none");
+      p.message = "invalid " + p.annotation + " \"" + text + "\": " + p.reason +
+                  "; keeping the previous mode (" +
+                  (previous.memory_mode ? std::string(to_string(*previous.memory_mode)) : "none") +
+                  ")";
+      decision.problems.push_back(std::move(p));
     }
   }
   return decision;

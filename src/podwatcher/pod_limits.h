@@ -17,12 +17,14 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/memory_mode.h"
 #include "common/result.h"
 
 namespace nvshare::podwatcher {
 
 inline constexpr std::string_view kMemoryLimitAnnotation = "nvshare.com/gpu-memory-limit";
 inline constexpr std::string_view kCoreLimitAnnotation = "nvshare.com/gpu-core-limit";
+inline constexpr std::string_view kMemoryModeAnnotation = "nvshare.com/gpu-memory-mode";
 
 struct PodView {
   std::string uid;
@@ -35,6 +37,7 @@ struct PodView {
   bool requests_resource = false;
   std::optional<std::string> memory_annotation;  // raw value; nullopt when absent
   std::optional<std::string> core_annotation;
+  std::optional<std::string> memory_mode_annotation;
 
   // Finished pods hold no GPU any more: Succeeded and Failed are terminal phases.
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
@@ -48,6 +51,7 @@ Result<PodView> parse_pod(const Json& pod, std::string_view resource_name);
 struct PodLimits {
   std::optional<std::uint64_t> memory_bytes;
   std::optional<int> core_percent;
+  std::optional<MemoryMode> memory_mode;  // how its processes' device allocations are backed
   bool operator==(const PodLimits&) const = default;
 };
 

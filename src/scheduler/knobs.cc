@@ -259,6 +259,22 @@ const Knob kKnobs[] = {
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(parse_bool(v), [&](bool b) { c.trust_client_limits = b; });
      }},
+    {"memory-mode", "", "empty, `device`, `unified`, `plain`",
+     "The memory mode clients get (how their device allocations are backed, "
+     "docs/memory-modes.md) when neither their pod's `nvshare.com/gpu-memory-mode` annotation "
+     "nor `set-limits` names one; a process that sets NVSHARE_MEMORY_MODE keeps its own. Empty: "
+     "the clients' default, `device`.",
+     KnobScope::kDaemon, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       if (v.empty()) {
+         c.memory_mode.reset();
+         return Status::Ok();
+       }
+       const std::optional<MemoryMode> mode = parse_memory_mode(v);
+       if (!mode) return make_error(std::string(v) + " is not one of " + std::string(kMemoryModeWords));
+       c.memory_mode = *mode;
+       return Status::Ok();
+     }},
     {"client-buffer-limit", "1Mi", "64Ki..1Gi (a quantity)",
      "Output a client may leave unread before the scheduler drops its connection, so a stuck "
      "client can never stall the scheduler or grow its memory.",

@@ -27,6 +27,7 @@
 #include "common/gpu_inventory.h"
 #include "common/knob_table.h"
 #include "common/log.h"
+#include "common/memory_mode.h"
 #include "common/result.h"
 #include "scheduler/policy/config.h"
 
@@ -59,6 +60,9 @@ struct DaemonConfig {
   // NVML, tests).
   std::optional<std::vector<GpuInfo>> gpus;
   bool trust_client_limits = false;
+  // The memory mode clients get when neither their pod nor an operator named one (nullopt: none,
+  // the client's own default).
+  std::optional<MemoryMode> memory_mode;
   LogLevel log_level = LogLevel::kInfo;
   std::size_t client_buffer_limit = 0;
   // A connection that has not said hello within this is closed.

@@ -10,7 +10,10 @@ namespace nvshare::scheduler {
 struct LimitsLayer {
   std::optional<std::uint64_t> memory_bytes;  // 0: no memory limit; nullopt: inherit
   std::optional<std::uint8_t> core_percent;   // 100: uncapped; nullopt: inherit
-  bool empty() const { return !memory_bytes && !core_percent; }
+  // A protocol::Limits memory mode code (1..3); nullopt: inherit. Not a bound: a client's own
+  // layer cannot hold one (the process's own choice is NVSHARE_MEMORY_MODE).
+  std::optional<std::uint8_t> memory_mode;
+  bool empty() const { return !memory_bytes && !core_percent && !memory_mode; }
   bool operator==(const LimitsLayer&) const = default;
 };
 

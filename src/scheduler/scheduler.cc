@@ -52,11 +52,18 @@ void apply_change(const FieldChange& change, std::optional<std::uint8_t>& field)
   }
 }
 
+// A memory mode code as status shows it: its word, or null for none.
+Json memory_mode_json(std::uint8_t code) {
+  const std::optional<MemoryMode> mode = protocol::memory_mode_of(code);
+  return mode ? Json(std::string(to_string(*mode))) : Json();
+}
+
 Json layer_json(const LimitsLayer& layer) {
   Json out = Json::object();
   out.set("memory_limit_bytes", layer.memory_bytes ? Json(*layer.memory_bytes) : Json());
   out.set("core_limit_percent",
           layer.core_percent ? Json(static_cast<int>(*layer.core_percent)) : Json());
+  out.set("memory_mode", memory_mode_json(layer.memory_mode.value_or(0)));
   return out;
 }
 
@@ -117,7 +124,13 @@ protocol::Limits Scheduler::effective_limits(const Client& client, std::string* 
       limits.core_percent = *layer->core_percent;
       core_found = contributed = true;
     }
+    if (limits.memory_mode == protocol::Limits::kNoMemoryMode && layer->memory_mode) {
+      limits.memory_mode = *layer->memory_mode;
+    }
     if (contributed) used += used.empty() ? kNames[i] : std::string("+") + kNames[i];
+  }
+  if (limits.memory_mode == protocol::Limits::kNoMemoryMode && config_.memory_mode) {
+    limits.memory_mode = protocol::memory_mode_code(*config_.memory_mode);
   }
   if (source != nullptr) *source = used.empty() ? "none" : used;
   return limits;
@@ -379,6 +392,12 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       (change.core.value < 1 || change.core.value > 100)) {
     return make_error("core " + std::to_string(change.core.value) + " is outside 1..100");
   }
+  if (change.memory_mode.op == FieldChange::Op::kSet &&
+      (change.memory_mode.value > 255 ||
+       !protocol::memory_mode_of(static_cast<std::uint8_t>(change.memory_mode.value)))) {
+    return make_error("memory mode code " + std::to_string(change.memory_mode.value) +
+                      " is not one of " + std::string(kMemoryModeWords));
+  }
 
   SetLimitsOutcome outcome;
   std::vector<ClientId> affected;
@@ -397,6 +416,7 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       Client& client = clients_.at(id);
       apply_change(change.memory, client.own.memory_bytes);
       apply_change(change.core, client.own.core_percent);
+      apply_change(change.memory_mode, client.own.memory_mode);
       remember_process(client);
     }
   } else {
@@ -430,6 +450,7 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       PodRecord& pod = pods_.at(uid);
       apply_change(change.memory, pod.limits.memory_bytes);
       apply_change(change.core, pod.limits.core_percent);
+      apply_change(change.memory_mode, pod.limits.memory_mode);
       state_dirty_ = true;
       outcome.remembered_pods.push_back(uid);
       for (auto& [id, client] : clients_) {
@@ -711,6 +732,7 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("memory_limit_bytes",
             c.limits.memory_bytes != 0 ? Json(c.limits.memory_bytes) : Json());
       j.set("core_limit_percent", static_cast<int>(c.limits.core_percent));
+      j.set("memory_mode", memory_mode_json(c.limits.memory_mode));
       j.set("limits_source", c.limits_source);
       j.set("effective_cap_percent", tenths(c.view.effective_cap_percent));
       j.set("share_percent", tenths(c.view.share_percent));

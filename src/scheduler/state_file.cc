@@ -11,6 +11,8 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "common/memory_mode.h"
+#include "common/protocol.h"
 #include "common/unix_socket.h"
 
 namespace nvshare::scheduler {
@@ -21,6 +23,11 @@ constexpr std::int64_t kVersion = 1;
 void put_limits(Json& out, const LimitsLayer& limits) {
   if (limits.memory_bytes) out.set("memory_bytes", *limits.memory_bytes);
   if (limits.core_percent) out.set("core_percent", static_cast<int>(*limits.core_percent));
+  if (limits.memory_mode) {
+    if (const auto mode = protocol::memory_mode_of(*limits.memory_mode)) {
+      out.set("memory_mode", std::string(to_string(*mode)));
+    }
+  }
 }
 
 Result<LimitsLayer> get_limits(const Json& in) {
@@ -35,6 +42,12 @@ Result<LimitsLayer> get_limits(const Json& in) {
     if (!percent || *percent < 1 || *percent > 100)
       return make_error("core_percent must be 1..100");
     limits.core_percent = static_cast<std::uint8_t>(*percent);
+  }
+  if (const Json* mode = in.find("memory_mode")) {
+    const std::string* word = mode->as_string();
+    const std::optional<MemoryMode> parsed = word ? parse_memory_mode(*word) : std::nullopt;
+    if (!parsed) return make_error("memory_mode must be one of " + std::string(kMemoryModeWords));
+    limits.memory_mode = protocol::memory_mode_code(*parsed);
   }
   return limits;
 }

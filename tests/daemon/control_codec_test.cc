@@ -25,6 +25,12 @@ std::vector<Request> examples() {
   SetLimitsRequest by_client;
   by_client.selector.client = 7;
   by_client.change.core = FieldChange{Op::kSet, 30};
+  SetLimitsRequest mode;
+  mode.selector.pod_uid = "u2";
+  mode.change.memory_mode = FieldChange{Op::kSet, 2};  // unified
+  SetLimitsRequest mode_inherited;
+  mode_inherited.selector.client = 8;
+  mode_inherited.change.memory_mode = FieldChange{Op::kInherit, 0};
   SetLimitsRequest no_limit;
   no_limit.selector.pid = 4242;
   no_limit.change = {FieldChange{Op::kSet, 0}, FieldChange{Op::kSet, 100}};
@@ -36,6 +42,8 @@ std::vector<Request> examples() {
   return {StatusRequest{},
           by_pod,
           by_client,
+          mode,
+          mode_inherited,
           no_limit,
           ForgetPodRequest{"u1"},
           policy,
@@ -144,6 +152,9 @@ TEST(ControlCodec, TheSpellingsPeopleWriteDecodeToTheSameChange) {
             (FieldChange{Op::kSet, 30}));
   EXPECT_EQ(change_of(R"({"cmd":"set-limits",)" + selector + R"(,"core":"inherit"})").core,
             (FieldChange{Op::kInherit, 0}));
+  EXPECT_EQ(
+      change_of(R"({"cmd":"set-limits",)" + selector + R"(,"memory_mode":"plain"})").memory_mode,
+      (FieldChange{Op::kSet, 3}));
 }
 
 TEST(ControlCodec, BadRequestsAreRefusedWithTheMemberNamed) {
@@ -156,6 +167,9 @@ TEST(ControlCodec, BadRequestsAreRefusedWithTheMemberNamed) {
       {R"({"cmd":"set-limits","selector":{"client":1},"memory":0})", "memory 0 is not a limit"},
       {R"({"cmd":"set-limits","selector":{"client":1},"core":101})", "core must be"},
       {R"({"cmd":"set-limits","selector":{"client":1}})", "changes nothing"},
+      {R"({"cmd":"set-limits","selector":{"client":1},"memory_mode":"paged"})",
+       "memory_mode must be"},
+      {R"({"cmd":"set-limits","selector":{"client":1},"memory_mode":2})", "memory_mode must be"},
       {R"({"cmd":"set-limits","memory":"1Gi"})", "needs a \"selector\""},
       {R"({"cmd":"set-limits","selector":{"client":0},"memory":"1Gi"})", "selector.client"},
       {R"({"cmd":"forget-pod"})", "needs \"pod_uid\""},

@@ -176,6 +176,9 @@ TEST_F(SchedulerTest, PodAndProcessLimitsSurviveARestart) {
   pod.pod_namespace = "ns";
   pod.pod_name = "trainer";
   ASSERT_TRUE(set(pod, 1 * Gi, 30).ok());
+  LimitsChange unified;
+  unified.memory_mode = FieldChange{FieldChange::Op::kSet, 2};
+  ASSERT_TRUE(scheduler_->set_limits(pod, unified, now_).ok());
   const ClientId p = add("GPU-1", std::nullopt, {}, 4242, 777);
   Selector pid;
   pid.pid = 4242;
@@ -196,7 +199,7 @@ TEST_F(SchedulerTest, PodAndProcessLimitsSurviveARestart) {
   scheduler_->restore(state.value(), true, now_);
   const ClientId in_pod = add(kGpu, kPod);
   protocol::SetLimits frame = last_frame(in_pod);
-  EXPECT_EQ(frame.limits, (Limits{1 * Gi, 30}));
+  EXPECT_EQ(frame.limits, (Limits{1 * Gi, 30, 2}));  // the pod's memory mode survives too
   EXPECT_FALSE(frame.provisional());
   const ClientId same_process = add("GPU-1", std::nullopt, {}, 4242, 777);
   EXPECT_EQ(last_limits(same_process), (Limits{3 * Gi, 100}));

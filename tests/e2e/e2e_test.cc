@@ -619,6 +619,31 @@ TEST_F(E2eTest, AnIpcSharedAllocationIsNeverSwappedWhileMapped) {
   EXPECT_LT(overlap_s(ke, ko), 0.05) << "kernels of jobs that do not fit ran at the same time";
 }
 
+// The memory mode comes from the scheduler where the process does not choose one: the scheduler's
+// default, overridden for a pod by set-limits (as its nvshare.com/gpu-memory-mode annotation does),
+// while a process that sets NVSHARE_MEMORY_MODE keeps its own.
+TEST_F(E2eTest, MemoryModeFromTheSchedulerThePodAndTheProcess) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits", "--memory-mode", "unified"}));
+  const std::string pod = "e2e00000-0000-4000-8000-00000000000a";
+  auto set = scheduler_->ctl({"set-limits", "--pod-uid", pod, "--memory-mode", "device"});
+  ASSERT_OK(set);
+  ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
+  auto bad = scheduler_->ctl({"set-limits", "--pod-uid", pod, "--memory-mode", "paged"});
+  ASSERT_OK(bad);
+  EXPECT_NE(bad.value().exit_code, 0) << "an unknown memory mode was accepted";
+  const std::vector<std::string> args = {"--bytes", "64Mi", "--kernels", "1"};
+  Trainer& by_default = start_trainer({"scheduler-default", args});
+  Trainer& in_pod = start_trainer({"pod", args, {{"NVSHARE_POD_UID", pod}}});
+  Trainer& own = start_trainer({"own", args, {{"NVSHARE_MEMORY_MODE", "device"}}});
+  Json rd = finish(by_default);
+  Json rp = finish(in_pod);
+  Json ro = finish(own);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(rd.find("buffer_managed")->dump(), "true") << "the scheduler's default (unified)";
+  EXPECT_EQ(rp.find("buffer_managed")->dump(), "false") << "the pod's mode (device)";
+  EXPECT_EQ(ro.find("buffer_managed")->dump(), "false") << "the process's own mode (device)";
+}
+
 // The limit the process declares (NVSHARE_MEMORY_LIMIT; honoured in local mode).
 TEST_F(MemoryLimitTest, ExactDeclared) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));

@@ -14,7 +14,9 @@
 // ns)) that spins on %globaltimer; the simulated driver reads the same parameter as the kernel's
 // duration.
 //
-// Observation flags for end-to-end tests (each adds fields, none changes the ones above). Every
+// With --bytes, "buffer_managed" says whether the buffer is managed memory (under nvshare: the memory
+// mode the process got). Observation flags for end-to-end tests (each adds fields, none changes the
+// ones above). Every
 // timestamp is CLOCK_MONOTONIC in seconds, so a test can line the trainer's events up with its own
 // (a kill, a set-limits call) and with other processes':
 //   --first-kernel-timestamp  "start_s" (main entered), "first_launch_call_s" / "first_kernel_s"
@@ -119,6 +121,7 @@ struct MeminfoSample {
 };
 
 struct Report {
+  int buffer_managed = -1;  // whether the buffer is managed memory (cuPointerGetAttribute), once
   std::string ipc_export;  // CUresult name of cuIpcGetMemHandle, when asked
   int ipc_seen = -1;       // first byte of the buffer after the importer was done
   int ipc_read = -1;       // first byte of the imported memory
@@ -209,6 +212,9 @@ void print_report(const char* result, const std::string& error) {
         "\"free_after\":%zu,\"one_more\":\"%s\"}",
         r.probe_total, r.probe_free, r.probe_over_by_one.c_str(), r.probe_exact.c_str(),
         r.probe_free_after, r.probe_one_more.c_str());
+  }
+  if (r.buffer_managed >= 0) {
+    std::printf(",\"buffer_managed\":%s", r.buffer_managed != 0 ? "true" : "false");
   }
   if (!r.ipc_export.empty()) std::printf(",\"ipc_export\":\"%s\"", r.ipc_export.c_str());
   if (r.ipc_seen >= 0) std::printf(",\"ipc_seen\":\"%02x\"", r.ipc_seen);
@@ -557,6 +563,9 @@ int main(int argc, char** argv) {
     }
     CU_CHECK(cuMemsetD8Async, (buffer, 0, options.bytes, stream));
     CU_CHECK(cuStreamSynchronize, (stream));
+    unsigned int managed = 0;
+    CU_CHECK(cuPointerGetAttribute, (&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, buffer));
+    report.buffer_managed = managed != 0 ? 1 : 0;
   }
   if (!options.ipc_export.empty() && buffer != 0) export_buffer(options, buffer, stream);
   if (!options.ipc_import.empty()) import_buffer(options);

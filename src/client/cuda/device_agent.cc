@@ -1,5 +1,6 @@
 #include "client/cuda/device_agent.h"
 
+#include "client/config.h"
 #include "client/cuda/device_state.h"
 #include "client/cuda/placement.h"
 #include "client/hooks/hook_table.h"
@@ -84,6 +85,18 @@ void GpuAgent::apply_limits(const protocol::Limits& limits) {
         device_.ledger.limit() != 0 ? format_bytes(device_.ledger.limit()).c_str() : "none");
   }
   device_.ledger.set_limit(limits.memory_bytes);
+  apply_memory_mode(limits.memory_mode);
+}
+
+void GpuAgent::apply_memory_mode(std::uint8_t code) {
+  if (client_config().memory_mode) return;  // the process chose its mode itself
+  const std::optional<MemoryMode> given = protocol::memory_mode_of(code);
+  const MemoryMode mode = device_.supported_mode(given.value_or(MemoryMode::kDevice));
+  const MemoryMode before = device_.memory_mode.exchange(mode, std::memory_order_relaxed);
+  if (before == mode) return;
+  NVSHARE_INFO("%s: memory mode %s from now on (%s; was %s)", device_.identity.gpu_uuid.c_str(),
+               std::string(to_string(mode)).c_str(),
+               given ? "the scheduler's" : "the default", std::string(to_string(before)).c_str());
 }
 
 void GpuAgent::limits_unknown() {

@@ -36,6 +36,10 @@ class GpuAgent final : public DeviceAgent {
   DeviceUsage usage() override;
   void apply_limits(const protocol::Limits& limits) override;
   void limits_unknown() override;
+  // The scheduler's memory mode (a protocol::Limits code) for allocations from now on, unless the
+  // process chose its own (NVSHARE_MEMORY_MODE); no word from the scheduler means device. What
+  // is already allocated stays as it is.
+  void apply_memory_mode(std::uint8_t code);
 
  private:
   std::uint64_t move(bool to_host);

@@ -133,15 +133,13 @@ DeviceState* DeviceRegistry::create(CUdevice ordinal) {
   const ClientConfig& config = client_config();
   // Without concurrent managed access a managed buffer may not be touched by the CPU while any
   // kernel runs: converting device memory would break correct programs, so it stays device memory.
-  const bool managed = config.memory_mode != MemoryMode::kPlain && concurrent_managed != 0;
+  const bool managed = concurrent_managed != 0;
   DeviceIdentity identity{format_uuid(uuid), total};
   auto* state = new (std::nothrow) DeviceState(
       ordinal, identity, managed, config.declared_limits.memory_bytes, config.drain_bound);
   if (state == nullptr) return nullptr;
-  MemoryMode mode = config.memory_mode;
-  if (mode == MemoryMode::kDevice) state->backing.probe();
-  if (mode == MemoryMode::kDevice && state->backing.granularity() == 0) mode = MemoryMode::kUnified;
-  if (mode == MemoryMode::kUnified && !managed) mode = MemoryMode::kPlain;
+  state->backing.probe();
+  const MemoryMode mode = state->supported_mode(config.memory_mode.value_or(MemoryMode::kDevice));
   state->memory_mode.store(mode, std::memory_order_relaxed);
   install_fork_handler();
   // Starts the registration and returns at once; get() waits for it once create_mu_ is released.
@@ -152,6 +150,12 @@ DeviceState* DeviceRegistry::create(CUdevice ordinal) {
                describe(mode));
   slots_[ordinal].store(state, std::memory_order_release);
   return state;
+}
+
+MemoryMode DeviceState::supported_mode(MemoryMode wanted) const {
+  if (wanted == MemoryMode::kDevice && backing.granularity() == 0) wanted = MemoryMode::kUnified;
+  if (wanted == MemoryMode::kUnified && !managed_allowed) wanted = MemoryMode::kPlain;
+  return wanted;
 }
 
 DeviceState* DeviceRegistry::find(CUdevice ordinal) const {

@@ -41,12 +41,14 @@ struct DeviceState {
 
   const int ordinal;
   const DeviceIdentity identity;
-  // Managed memory may stand in for device memory (concurrent managed access, mode not plain).
+  // Managed memory may stand in for device memory (the GPU has concurrent managed access).
   const bool managed_allowed;
   // How new device allocations are backed: the configured mode where the GPU supports it
   // (device-backed needs the virtual memory management API, unified needs managed_allowed), else
   // the next one (device -> unified -> plain). Set once the backing was probed.
   std::atomic<MemoryMode> memory_mode{MemoryMode::kPlain};
+  // `wanted` where this GPU supports it, else the next mode that it does.
+  MemoryMode supported_mode(MemoryMode wanted) const;
   DeviceBacking backing;
   MemoryLedger ledger;
   WorkTracker tracker;

@@ -72,7 +72,7 @@ LinkOptions LinkOptions::from_config(const ClientConfig& config) {
   options.socket_path = config.socket_path;
   options.timing.idle_release = config.idle_release;
   options.timing.reconnect_max = config.reconnect_max;  // the session keeps it >= the initial
-  options.can_swap = config.memory_mode != MemoryMode::kPlain;
+  options.can_swap = config.memory_mode != MemoryMode::kPlain;  // unset: whatever is given
   options.declared = config.declared_limits;
   options.pod_uid = config.pod_uid;
   options.register_wait = config.register_wait;

@@ -116,6 +116,40 @@ TEST(DecideLimits, InvalidAnnotationsKeepThePreviousValueAndSayWhy) {
   EXPECT_EQ(fresh.problems.size(), 2u);
 }
 
+TEST(DecideLimits, TheMemoryModeAnnotationSetsTheModeOrKeepsThePreviousOne) {
+  PodView pod = view(std::nullopt, std::nullopt);
+  pod.memory_mode_annotation = "unified";
+  auto decision = decide_limits(pod, PodLimits{});
+  EXPECT_EQ(decision.limits.memory_mode, MemoryMode::kUnified);
+  EXPECT_TRUE(decision.problems.empty());
+  pod.memory_mode_annotation = "paged";
+  PodLimits previous;
+  previous.memory_mode = MemoryMode::kPlain;
+  decision = decide_limits(pod, previous);
+  EXPECT_EQ(decision.limits.memory_mode, MemoryMode::kPlain);
+  ASSERT_EQ(decision.problems.size(), 1u);
+  EXPECT_EQ(decision.problems[0].annotation, "nvshare.com/gpu-memory-mode");
+  EXPECT_NE(decision.problems[0].message.find("keeping the previous mode (plain)"),
+            std::string::npos)
+      << decision.problems[0].message;
+}
+
+TEST(LimitsLedger, AChangedMemoryModeIsPushedAlone) {
+  LimitsLedger ledger;
+  PodLimits limits{1ull << 30, std::nullopt};
+  ledger.set_desired("u1", "ml", "p", limits);
+  ledger.mark_done(*ledger.next_command());
+  limits.memory_mode = MemoryMode::kUnified;
+  ledger.set_desired("u1", "ml", "p", limits);
+  auto next = ledger.next_command();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(control::encode(next->to_request()).dump(),
+            R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},)"
+            R"("memory_mode":"unified"})");
+  ledger.mark_done(*next);
+  EXPECT_FALSE(ledger.next_command().has_value());
+}
+
 TEST(DecideLimits, ZeroMemoryIsInvalid) {
   auto decision = decide_limits(view("0", std::nullopt), PodLimits{1 << 20, std::nullopt});
   EXPECT_EQ(decision.limits.memory_bytes, 1u << 20);
@@ -204,7 +238,7 @@ TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(control::encode(first->to_request()).dump(),
             R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},)"
-            R"("memory":4294967296,"core":"inherit"})");
+            R"("memory":4294967296,"core":"inherit","memory_mode":"inherit"})");
   ledger.mark_done(*first);
   EXPECT_FALSE(ledger.next_command().has_value());
 

@@ -35,7 +35,7 @@ TEST(ClientConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.drain_bound, 50ms);
   EXPECT_EQ(c.declared_limits, protocol::Limits{});
   EXPECT_EQ(c.pod_uid, "");
-  EXPECT_EQ(c.memory_mode, MemoryMode::kDevice);
+  EXPECT_EQ(c.memory_mode, std::nullopt);  // the scheduler's word, else device
   EXPECT_EQ(c.reconnect_max, 2000ms);
   EXPECT_EQ(c.register_wait, 1000ms);
   EXPECT_EQ(c.register_wait, kDefaultRegisterWait);

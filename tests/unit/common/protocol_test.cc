@@ -33,6 +33,7 @@ std::vector<Message> every_message() {
       Usage{1ULL << 30, 1ULL << 30, 0, 640},
       SetLimits{Limits{512ULL << 20, 50}},
       SetLimits{Limits{1ULL << 30, 100}, SetLimits::kProvisional},
+      SetLimits{Limits{2ULL << 30, 40, memory_mode_code(MemoryMode::kUnified)}},
       Wait{WaitReason::kMemory},
       Ping{0xFFFFFFFFFFFFFFFFULL},
       Pong{1},
@@ -136,6 +137,25 @@ TEST(Protocol, Version5UsageCarriesNoPinnedBytes) {
   ASSERT_TRUE(decoded.ok() && decoded.value());
   EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).pinned_bytes, 0u);
   EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).sessions_lost, 3u);
+}
+
+TEST(Protocol, Version5LimitsCarryNoMemoryModeAndUnknownModesAreMalformed) {
+  const SetLimits full{Limits{1ULL << 30, 50, memory_mode_code(MemoryMode::kPlain)}};
+  const auto v5 = encode(Message(full), 5).value();
+  const auto v6 = encode(Message(full), 6).value();
+  EXPECT_EQ(v5.size() + 1, v6.size());  // the u8 mode
+  auto decoded = decode_frame(v5);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<SetLimits>(decoded.value()->frame.message).limits.memory_mode,
+            Limits::kNoMemoryMode);
+  auto unknown = v6;
+  unknown.back() = 9;
+  EXPECT_FALSE(decode_frame(unknown).ok());
+  EXPECT_EQ(memory_mode_of(memory_mode_code(MemoryMode::kDevice)), MemoryMode::kDevice);
+  EXPECT_EQ(memory_mode_of(Limits::kNoMemoryMode), std::nullopt);
+  // Not a bound: the first limits' mode where it names one.
+  EXPECT_EQ(stricter(Limits{0, 100, 2}, Limits{0, 100, 3}).memory_mode, 2);
+  EXPECT_EQ(stricter(Limits{0, 100, 0}, Limits{0, 100, 3}).memory_mode, 3);
 }
 
 TEST(Protocol, AnIpcExportOfNoBytesIsMalformed) {
