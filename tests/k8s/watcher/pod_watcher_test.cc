@@ -29,6 +29,7 @@ using namespace std::chrono_literals;
 constexpr const char* kNode = "node-a";
 constexpr const char* kMemory = "nvshare.com/gpu-memory-limit";
 constexpr const char* kCore = "nvshare.com/gpu-core-limit";
+constexpr const char* kMode = "nvshare.com/gpu-memory-mode";
 constexpr std::uint64_t kGi = 1ull << 30;
 // Pod UIDs as the API server gives them.
 constexpr const char* kUidA = "0a0a0a0a-0000-4000-8000-00000000000a";
@@ -196,6 +197,30 @@ TEST_F(PodWatcherTest, WatchEventsAddModifyDeleteAndBookmark) {
   ASSERT_TRUE(eventually([&] { return scheduler_lacks(kUidA); })) << describe(kUidA);
   EXPECT_TRUE(watcher_->memory_limits_by_pod_uid().empty());
   EXPECT_EQ(watcher_->stats().lists, 1u);
+}
+
+// The memory mode annotation reaches the scheduler's pod record, follows changes, and an invalid
+// value keeps the previous mode.
+TEST_F(PodWatcherTest, TheMemoryModeAnnotationReachesTheScheduler) {
+  start_scheduler();
+  start_watcher();
+  ASSERT_TRUE(watching());
+  const auto mode_of = [&] {
+    Json pod = scheduler_pod(kUidA);
+    const Json* mode = pod.find("memory_mode");
+    return mode != nullptr && mode->as_string() != nullptr ? *mode->as_string() : std::string();
+  };
+  server_->add_pod(make_pod(kUidA, "trainer", kNode, {{kMode, "unified"}}));
+  ASSERT_TRUE(eventually([&] { return mode_of() == "unified"; })) << describe(kUidA);
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMode, "paged"}}));
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMode, "paged"}, {kCore, "40"}}));
+  ASSERT_TRUE(eventually([&] { return scheduler_has(kUidA, std::nullopt, 40); }))
+      << describe(kUidA);
+  EXPECT_EQ(mode_of(), "unified");  // the invalid value kept the previous mode
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {{kMode, "plain"}}));
+  ASSERT_TRUE(eventually([&] { return mode_of() == "plain"; })) << describe(kUidA);
+  server_->modify_pod(make_pod(kUidA, "trainer", kNode, {}));
+  ASSERT_TRUE(eventually([&] { return mode_of().empty(); })) << describe(kUidA);
 }
 
 TEST_F(PodWatcherTest, FinishedPodsAreForgotten) {
