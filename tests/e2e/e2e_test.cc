@@ -567,6 +567,8 @@ TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
   Json re = finish(exporter);
   ASSERT_FALSE(HasFailure());
   EXPECT_EQ(json_string(&re, "ipc_export"), "CUDA_SUCCESS");
+  ASSERT_NE(re.find("ipc_capable"), nullptr);
+  EXPECT_EQ(re.find("ipc_capable")->dump(), "true") << "the attribute must say IPC works";
   EXPECT_EQ(json_string(&ri, "ipc_read"), "5a") << "the importer did not see the exporter's bytes";
   EXPECT_EQ(json_string(&re, "ipc_seen"), "a5") << "the exporter did not see the importer's bytes";
 }

@@ -14,11 +14,10 @@
 // ns)) that spins on %globaltimer; the simulated driver reads the same parameter as the kernel's
 // duration.
 //
-// With --bytes, "buffer_managed" says whether the buffer is managed memory (under nvshare: the memory
-// mode the process got). Observation flags for end-to-end tests (each adds fields, none changes the
-// ones above). Every
-// timestamp is CLOCK_MONOTONIC in seconds, so a test can line the trainer's events up with its own
-// (a kill, a set-limits call) and with other processes':
+// With --bytes, "buffer_managed" says whether the buffer is managed memory (under nvshare: the
+// memory mode the process got). Observation flags for end-to-end tests (each adds fields, none
+// changes the ones above). Every timestamp is CLOCK_MONOTONIC in seconds, so a test can line the
+// trainer's events up with its own (a kill, a set-limits call) and with other processes':
 //   --first-kernel-timestamp  "start_s" (main entered), "first_launch_call_s" / "first_kernel_s"
 //                             (just before / after the first cuLaunchKernel returned: under
 //                             nvshare, the moment this process got the GPU)
@@ -37,7 +36,8 @@
 //                             each result name in "probe" (the check that a memory limit is exact;
 //                             refused when more than 16Gi is free, so it never fills a real GPU)
 //   --ipc-export FILE         after allocating: fill the buffer with 0x5a, write the buffer's
-//                             cuIpcGetMemHandle (hex) to FILE; "ipc_export":"<CUresult name>"
+//                             cuIpcGetMemHandle (hex) to FILE; "ipc_export":"<CUresult name>",
+//                             "ipc_capable": the pointer's IS_LEGACY_CUDA_IPC_CAPABLE attribute
 //   --ipc-wait FILE           after the loop: wait (up to 60 s) for FILE, then report the buffer's
 //                             first byte as "ipc_seen" (hex): what an importer wrote
 //   --ipc-import FILE         before the loop: wait (up to 60 s) for a handle in FILE, open it
@@ -122,9 +122,10 @@ struct MeminfoSample {
 
 struct Report {
   int buffer_managed = -1;  // whether the buffer is managed memory (cuPointerGetAttribute), once
-  std::string ipc_export;  // CUresult name of cuIpcGetMemHandle, when asked
-  int ipc_seen = -1;       // first byte of the buffer after the importer was done
-  int ipc_read = -1;       // first byte of the imported memory
+  std::string ipc_export;   // CUresult name of cuIpcGetMemHandle, when asked
+  int ipc_seen = -1;        // first byte of the buffer after the importer was done
+  int ipc_capable = -1;     // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE of the buffer
+  int ipc_read = -1;        // first byte of the imported memory
   int device = 0;
   std::string uuid;
   std::uint64_t bytes = 0;
@@ -217,6 +218,9 @@ void print_report(const char* result, const std::string& error) {
     std::printf(",\"buffer_managed\":%s", r.buffer_managed != 0 ? "true" : "false");
   }
   if (!r.ipc_export.empty()) std::printf(",\"ipc_export\":\"%s\"", r.ipc_export.c_str());
+  if (r.ipc_capable >= 0) {
+    std::printf(",\"ipc_capable\":%s", r.ipc_capable != 0 ? "true" : "false");
+  }
   if (r.ipc_seen >= 0) std::printf(",\"ipc_seen\":\"%02x\"", r.ipc_seen);
   if (r.ipc_read >= 0) std::printf(",\"ipc_read\":\"%02x\"", r.ipc_read);
   if (!error.empty()) std::printf(",\"error\":\"%s\"", error.c_str());
@@ -481,6 +485,10 @@ void publish_file(const std::string& path, const std::string& text) {
 void export_buffer(const Options& options, CUdeviceptr buffer, CUstream stream) {
   CU_CHECK(cuMemsetD8Async, (buffer, 0x5a, options.bytes, stream));
   CU_CHECK(cuStreamSynchronize, (stream));
+  unsigned int capable = 0;
+  CU_CHECK(cuPointerGetAttribute,
+           (&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, buffer));
+  g_report.ipc_capable = capable != 0 ? 1 : 0;
   CUipcMemHandle handle{};
   const CUresult rc = cuIpcGetMemHandle(&handle, buffer);
   g_report.ipc_export = result_name(rc);

@@ -331,6 +331,15 @@ CUresult DeviceBacking::export_shareable(CUdeviceptr address, Exported* out) {
   return CUDA_SUCCESS;
 }
 
+bool DeviceBacking::exportable(CUdeviceptr address) const {
+  if (!shareable_ || hooks::driver().cuMemExportToShareableHandle == nullptr) return false;
+  std::lock_guard lock(mu_);
+  auto it = ranges_.upper_bound(address);
+  if (it == ranges_.begin()) return false;
+  --it;
+  return address - it->first < it->second.bytes;
+}
+
 void DeviceBacking::remember_token(CUdeviceptr base, std::uint64_t token) {
   std::lock_guard lock(mu_);
   auto it = ranges_.find(base);

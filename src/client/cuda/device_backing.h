@@ -83,6 +83,9 @@ class DeviceBacking {
   void remember_token(CUdeviceptr base, std::uint64_t token);
   // The token of the allocation at `base`, 0 when it was never exported.
   std::uint64_t token_of(CUdeviceptr base) const;
+  // Whether `address` lies in an allocation export_shareable() can export (for
+  // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: cuIpcGetMemHandle works on it).
+  bool exportable(CUdeviceptr address) const;
   // Bytes of pinned allocations (what swap_out() leaves on the GPU).
   std::uint64_t pinned_bytes() const;
 

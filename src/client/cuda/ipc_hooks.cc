@@ -14,6 +14,9 @@
 //    the exporter's, counted once.
 //  - cuIpcCloseMemHandle unmaps and releases what open mapped.
 // Any other handle or pointer goes to the driver unchanged (its own IPC, and its event handles).
+// CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE answers 1 for device-backed memory the library
+// can export (the driver says 0 for mapped memory), so libraries that ask before cuIpcGetMemHandle
+// (UCX's cuda_ipc transport) take the IPC path.
 #include <unistd.h>
 
 #include <cstring>
@@ -201,6 +204,25 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Open&& re
   return CUDA_SUCCESS;
 }
 
+// Whether a device-backed allocation of any GPU contains `ptr` and can be exported.
+bool exportable_backed(CUdeviceptr ptr) {
+  for (int ordinal = 0; ordinal < kMaxGpus; ++ordinal) {
+    const cuda::DeviceState* device = cuda::devices().find(ordinal);
+    if (device != nullptr && device->backing.exportable(ptr)) return true;
+  }
+  return false;
+}
+
+void answer_ipc_capable(CUpointer_attribute attribute, void* data, CUdeviceptr ptr) {
+  if (attribute != CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE || data == nullptr) return;
+  unsigned int capable = 0;
+  std::memcpy(&capable, data, sizeof capable);
+  if (capable == 0 && exportable_backed(ptr)) {
+    capable = 1;
+    std::memcpy(data, &capable, sizeof capable);
+  }
+}
+
 }  // namespace
 
 namespace cuda {
@@ -257,6 +279,24 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsign
   return open_handle(pdptr, handle, [&] {
     return fn != nullptr ? fn(pdptr, handle, Flags) : CUDA_ERROR_NOT_SUPPORTED;
   });
+}
+
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  auto fn = real<HookId::cuPointerGetAttribute>();
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = fn(data, attribute, ptr);
+  if (rc == CUDA_SUCCESS) answer_ipc_capable(attribute, data, ptr);
+  return rc;
+}
+
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
+                                void** data, CUdeviceptr ptr) {
+  auto fn = real<HookId::cuPointerGetAttributes>();
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult rc = fn(numAttributes, attributes, data, ptr);
+  if (rc != CUDA_SUCCESS || attributes == nullptr || data == nullptr) return rc;
+  for (unsigned int i = 0; i < numAttributes; ++i) answer_ipc_capable(attributes[i], data[i], ptr);
+  return rc;
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
