@@ -113,6 +113,24 @@ Result<std::pair<UniqueFd, UniqueFd>> unix_socketpair() {
   return std::pair<UniqueFd, UniqueFd>{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
+namespace {
+
+// After a send that wrote nothing (`n` <= 0): Ok to try again (interrupted, or the socket became
+// writable within `timeout_ms`), else the error to return.
+Status retry_send(int fd, ssize_t n, int timeout_ms, const char* call) {
+  if (n < 0 && errno == EINTR) return Status::Ok();
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    pollfd p{fd, POLLOUT, 0};
+    const int ready = ::poll(&p, 1, timeout_ms);
+    if (ready == 0) return make_error("write timed out");
+    if (ready < 0 && errno != EINTR) return errno_error("poll");
+    return Status::Ok();
+  }
+  return errno_error(call);
+}
+
+}  // namespace
+
 Status write_all(int fd, std::span<const std::uint8_t> bytes, int timeout_ms) {
   std::size_t done = 0;
   while (done < bytes.size()) {
@@ -121,15 +139,7 @@ Status write_all(int fd, std::span<const std::uint8_t> bytes, int timeout_ms) {
       done += static_cast<std::size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      const int ready = ::poll(&p, 1, timeout_ms);
-      if (ready == 0) return make_error("write timed out");
-      if (ready < 0 && errno != EINTR) return errno_error("poll");
-      continue;
-    }
-    return errno_error("send");
+    if (Status retry = retry_send(fd, n, timeout_ms, "send"); !retry) return retry;
   }
   return Status::Ok();
 }
@@ -191,15 +201,7 @@ Status send_with_fd(int fd, std::span<const std::uint8_t> bytes, int pass, int t
     std::memcpy(CMSG_DATA(c), &pass, sizeof(int));
     const ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n > 0) return write_all(fd, bytes.subspan(static_cast<std::size_t>(n)), timeout_ms);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      const int ready = ::poll(&p, 1, timeout_ms);
-      if (ready == 0) return make_error("write timed out");
-      if (ready < 0 && errno != EINTR) return errno_error("poll");
-      continue;
-    }
-    return errno_error("sendmsg");
+    if (Status retry = retry_send(fd, n, timeout_ms, "sendmsg"); !retry) return retry;
   }
 }
 
