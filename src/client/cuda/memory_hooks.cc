@@ -154,22 +154,45 @@ CUresult allocate_counted(DeviceState& device, std::uint64_t bytes, Space space,
                 kind);
 }
 
-// The GPU whose device-backed allocation starts at `dptr`, or null.
-DeviceState* backing_owner(CUdeviceptr dptr) {
-  const std::optional<cuda::Allocation> found = allocations().find(Space::kDeviceAddress, dptr);
-  if (!found || found->kind != AllocationKind::kBacked) return nullptr;
-  return cuda::devices().find(found->device);
+// Frees the device address `dptr`, its table entry taken out once: a device-backed allocation by
+// its backing, after `wait()` (the synchronization the driver's free implies) and after its CUDA
+// IPC export is withdrawn; anything else by `driver_free()`. The entry is put back if the free
+// fails, else its charge is refunded.
+template <typename Wait, typename Free>
+CUresult free_device_address(CUdeviceptr dptr, Wait&& wait, Free&& driver_free) {
+  std::optional<cuda::Allocation> found = allocations().remove(Space::kDeviceAddress, dptr);
+  DeviceState* owner = found && found->kind == AllocationKind::kBacked
+                           ? cuda::devices().find(found->device)
+                           : nullptr;
+  CUresult rc;
+  if (owner != nullptr) {
+    wait();
+    cuda::withdraw_ipc_export(*owner, dptr);
+    rc = owner->backing.release(dptr);
+  } else {
+    rc = driver_free();
+  }
+  if (!found) return rc;
+  if (rc != CUDA_SUCCESS) {
+    allocations().add(Space::kDeviceAddress, dptr, *found);
+    return rc;
+  }
+  refund(*found);
+  return rc;
 }
 
 // A stream-ordered free of a device-backed allocation (which the driver's pools never made) waits
 // for the stream's earlier work, then frees at once.
 template <typename Free>
 CUresult free_async(CUdeviceptr dptr, CUstream stream, Free&& free_call) {
-  DeviceState* owner = backing_owner(dptr);
-  if (owner == nullptr) return release(Space::kDeviceAddress, dptr, free_call);
-  if (hooks::driver().cuStreamSynchronize != nullptr) hooks::driver().cuStreamSynchronize(stream);
-  cuda::withdraw_ipc_export(*owner, dptr);
-  return release(Space::kDeviceAddress, dptr, [&] { return owner->backing.release(dptr); });
+  return free_device_address(
+      dptr,
+      [&] {
+        if (hooks::driver().cuStreamSynchronize != nullptr) {
+          hooks::driver().cuStreamSynchronize(stream);
+        }
+      },
+      free_call);
 }
 
 template <typename Alloc>
@@ -248,13 +271,14 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   auto real_free = real<HookId::cuMemFree_v2>();
   if (real_free == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (dptr == 0) return real_free(dptr);
-  if (DeviceState* owner = backing_owner(dptr)) {
-    // cuMemFree synchronizes with the work that may still use the memory; so does this.
-    if (hooks::driver().cuCtxSynchronize != nullptr) hooks::driver().cuCtxSynchronize();
-    cuda::withdraw_ipc_export(*owner, dptr);
-    return release(Space::kDeviceAddress, dptr, [&] { return owner->backing.release(dptr); });
-  }
-  return release(Space::kDeviceAddress, dptr, [&] { return real_free(dptr); });
+  // cuMemFree synchronizes with the work that may still use the memory; so does a device-backed
+  // free.
+  return free_device_address(
+      dptr,
+      [] {
+        if (hooks::driver().cuCtxSynchronize != nullptr) hooks::driver().cuCtxSynchronize();
+      },
+      [&] { return real_free(dptr); });
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
