@@ -108,6 +108,7 @@ struct Options {
   long alloc_after_ms = -1;
   std::uint64_t alloc_bytes = 0;
   bool probe_free = false;
+  std::uint64_t spare_bytes = 0;
   std::string ipc_export;
   std::string ipc_wait;
   std::string ipc_import;
@@ -269,6 +270,7 @@ void usage(FILE* out) {
       "  --alloc-bytes Q       size of that allocation, a quantity\n"
       "  --probe-free          after allocating, try free+1, then free, then 1 more byte\n"
       "                        (refused when more than 16Gi is free: use it under a limit)\n"
+      "  --spare-bytes Q       a second allocation of Q bytes, never exported\n"
       "  --ipc-export FILE     fill the buffer with 0x5a and write its IPC handle to FILE\n"
       "  --ipc-wait FILE       after the loop, wait for FILE and report the buffer's first byte\n"
       "  --ipc-import FILE     open the IPC handle in FILE, report and overwrite its first bytes\n"
@@ -313,14 +315,17 @@ bool parse_options(int argc, char** argv, Options* options) {
       options->progress = true;
     } else if (arg == "--probe-free") {
       options->probe_free = true;
-    } else if ((arg == "--bytes" || arg == "--alloc-bytes") && value(&v)) {
+    } else if ((arg == "--bytes" || arg == "--alloc-bytes" || arg == "--spare-bytes") &&
+               value(&v)) {
       auto parsed = nvshare::parse_memory_quantity(v);
       if (!parsed.ok()) {
         std::fprintf(stderr, "nvshare-trainer: %s: %s\n", argv[i - 1],
                      parsed.error().message.c_str());
         return false;
       }
-      (arg == "--bytes" ? options->bytes : options->alloc_bytes) = parsed.value();
+      (arg == "--bytes"         ? options->bytes
+       : arg == "--alloc-bytes" ? options->alloc_bytes
+                                : options->spare_bytes) = parsed.value();
     } else if (arg == "--meminfo-every-ms" && value(&v) && parse_long(v, 1, &number)) {
       options->meminfo_every_ms = number;
     } else if (arg == "--alloc-after-ms" && value(&v) && parse_long(v, 0, &number)) {
@@ -575,6 +580,12 @@ int main(int argc, char** argv) {
     CU_CHECK(cuPointerGetAttribute, (&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, buffer));
     report.buffer_managed = managed != 0 ? 1 : 0;
   }
+  CUdeviceptr spare = 0;
+  if (options.spare_bytes > 0) {
+    CU_CHECK(cuMemAlloc, (&spare, options.spare_bytes));
+    CU_CHECK(cuMemsetD8Async, (spare, 0, options.spare_bytes, stream));
+    CU_CHECK(cuStreamSynchronize, (stream));
+  }
   if (!options.ipc_export.empty() && buffer != 0) export_buffer(options, buffer, stream);
   if (!options.ipc_import.empty()) import_buffer(options);
   if (options.report_meminfo) {
@@ -681,6 +692,7 @@ int main(int argc, char** argv) {
   CU_CHECK(cuEventDestroy, (begin));
   CU_CHECK(cuEventDestroy, (end));
   if (buffer != 0) CU_CHECK(cuMemFree, (buffer));
+  if (spare != 0) CU_CHECK(cuMemFree, (spare));
   CU_CHECK(cuStreamDestroy, (stream));
   CU_CHECK(cuModuleUnload, (module));
   CU_CHECK(cuDevicePrimaryCtxRelease, (device));
