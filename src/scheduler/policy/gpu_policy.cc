@@ -122,7 +122,9 @@ void GpuPolicy::on_usage(const UsageReported& e) {
   if (c == nullptr) return;
   c->allocated_bytes = e.allocated_bytes;
   c->resident_bytes = e.resident_bytes;
+  pinned_total_ -= c->pinned_bytes;
   c->pinned_bytes = std::min(e.pinned_bytes, e.allocated_bytes);
+  pinned_total_ += c->pinned_bytes;
   if (e.swap_bytes_per_s > 0) c->swap_bytes_per_s = e.swap_bytes_per_s;
   swap_.observe(e.swap_bytes_per_s);
   if (e.deep_queue_permille) {
@@ -147,6 +149,7 @@ void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
 
 void GpuPolicy::on_disconnected(const Disconnected& e) {
   queue_.erase(std::remove(queue_.begin(), queue_.end(), e.client), queue_.end());
+  if (const ClientRecord* c = find(e.client)) pinned_total_ -= c->pinned_bytes;
   clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
                                 [&](const ClientRecord& c) { return c.id == e.client; }),
                  clients_.end());
@@ -619,12 +622,6 @@ std::uint64_t GpuPolicy::usable() const {
   const double usable =
       std::ceil(static_cast<double>(capacity()) * (1 - config_.reserve_fraction) - 1e-6);
   return usable >= 1.8e19 ? capacity() : static_cast<std::uint64_t>(usable);
-}
-
-std::uint64_t GpuPolicy::pinned_total() const {
-  std::uint64_t sum = 0;
-  for (const ClientRecord& c : clients_) sum += c.pinned_bytes;
-  return sum;
 }
 
 bool GpuPolicy::fits(std::uint64_t movable) const {

@@ -252,7 +252,7 @@ class GpuPolicy {
   std::uint64_t usable() const;
   // Whether `movable` bytes (sums of movable_bytes()) fit beside every client's pinned bytes.
   bool fits(std::uint64_t movable) const;
-  std::uint64_t pinned_total() const;
+  std::uint64_t pinned_total() const { return pinned_total_; }
   // Whether `c` could run at all beside the memory pinned on this GPU: it fits beside it, or
   // nobody but itself pinned any (then, as ever, an idle GPU takes it however large it is).
   bool fits_beside_pinned(const ClientRecord& c) const;
@@ -306,6 +306,9 @@ class GpuPolicy {
   SwapEstimate swap_;
   std::vector<ClientRecord> clients_;  // registration order
   std::deque<ClientId> queue_;         // waiting clients, FIFO
+  // Σ pinned_bytes over clients_, kept where a client's pinned bytes change (its usage, its
+  // disconnect): fits() is on every decision's path.
+  std::uint64_t pinned_total_ = 0;
   GrantEpoch last_epoch_ = 0;
   std::uint64_t unresponsive_count_ = 0;
   double cap_scale_ = 1;       // applied to the caps of active capped clients
