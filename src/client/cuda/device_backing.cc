@@ -17,7 +17,6 @@ namespace {
 using hooks::HookId;
 
 constexpr auto kRetryPause = std::chrono::milliseconds(5);
-constexpr int kMaxPeers = 64;  // GPUs a mask of peers can name
 constexpr auto kWarnEvery = std::chrono::seconds(5);
 
 CUmemAllocationProp physical_prop(int ordinal, bool shareable) {
@@ -94,17 +93,21 @@ std::uint64_t DeviceBacking::rounded(std::uint64_t bytes) const {
   return (bytes + granularity_ - 1) / granularity_ * granularity_;
 }
 
-CUresult DeviceBacking::set_access(CUdeviceptr address, std::uint64_t bytes) const {
-  CUmemAccessDesc access[kMaxPeers] = {};
+CUresult grant_access(CUdeviceptr address, std::uint64_t bytes, std::uint64_t gpus) {
+  CUmemAccessDesc access[kMaxGpus] = {};
   std::size_t count = 0;
-  for (int gpu = 0; gpu < kMaxPeers; ++gpu) {
-    if (gpu != ordinal_ && (peers_ & (std::uint64_t{1} << gpu)) == 0) continue;
+  for (int gpu = 0; gpu < kMaxGpus; ++gpu) {
+    if ((gpus & (std::uint64_t{1} << gpu)) == 0) continue;
     access[count].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access[count].location.id = gpu;
     access[count].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     ++count;
   }
   return hooks::driver().cuMemSetAccess(address, bytes, access, count);
+}
+
+CUresult DeviceBacking::set_access(CUdeviceptr address, std::uint64_t bytes) const {
+  return grant_access(address, bytes, peers_ | (std::uint64_t{1} << ordinal_));
 }
 
 CUresult DeviceBacking::back(CUdeviceptr address, Range& range) {
@@ -297,7 +300,7 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
 }
 
 void DeviceBacking::grant_peer(int peer) {
-  if (peer < 0 || peer >= kMaxPeers || peer == ordinal_) return;
+  if (peer < 0 || peer >= kMaxGpus || peer == ordinal_) return;
   std::lock_guard lock(mu_);
   const std::uint64_t bit = std::uint64_t{1} << peer;
   if ((peers_ & bit) != 0) return;
@@ -317,11 +320,9 @@ CUresult DeviceBacking::export_shareable(CUdeviceptr address, Exported* out) {
   auto to_fd = hooks::driver().cuMemExportToShareableHandle;
   if (!shareable_ || to_fd == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   std::lock_guard lock(mu_);
-  auto it = ranges_.upper_bound(address);
-  if (it == ranges_.begin()) return CUDA_ERROR_INVALID_VALUE;
-  --it;
+  const auto it = containing(ranges_, address);
+  if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
   Range& range = it->second;
-  if (address - it->first >= range.bytes) return CUDA_ERROR_INVALID_VALUE;
   if (range.handle == 0) return CUDA_ERROR_NOT_READY;  // swapped out: the caller waits for the gate
   int fd = -1;
   const CUresult rc = to_fd(&fd, range.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
@@ -331,13 +332,13 @@ CUresult DeviceBacking::export_shareable(CUdeviceptr address, Exported* out) {
   return CUDA_SUCCESS;
 }
 
-bool DeviceBacking::exportable(CUdeviceptr address) const {
-  if (!shareable_ || hooks::driver().cuMemExportToShareableHandle == nullptr) return false;
+bool DeviceBacking::contains(CUdeviceptr address) const {
   std::lock_guard lock(mu_);
-  auto it = ranges_.upper_bound(address);
-  if (it == ranges_.begin()) return false;
-  --it;
-  return address - it->first < it->second.bytes;
+  return containing(ranges_, address) != ranges_.end();
+}
+
+bool DeviceBacking::exportable(CUdeviceptr address) const {
+  return shareable_ && hooks::driver().cuMemExportToShareableHandle != nullptr && contains(address);
 }
 
 void DeviceBacking::remember_token(CUdeviceptr base, std::uint64_t token) {

@@ -38,6 +38,12 @@
 
 namespace nvshare::client::cuda {
 
+// GPUs a mask of GPUs (bit i: GPU i) can name.
+inline constexpr int kMaxGpus = 64;
+
+// Grants the GPUs in `gpus` read-write access to the mapped range [address, address + bytes).
+CUresult grant_access(CUdeviceptr address, std::uint64_t bytes, std::uint64_t gpus);
+
 struct BackingSwap {
   std::uint64_t bytes = 0;  // moved
   std::uint64_t ranges = 0;
@@ -83,6 +89,8 @@ class DeviceBacking {
   void remember_token(CUdeviceptr base, std::uint64_t token);
   // The token of the allocation at `base`, 0 when it was never exported.
   std::uint64_t token_of(CUdeviceptr base) const;
+  // Whether `address` lies in one of this GPU's device-backed allocations.
+  bool contains(CUdeviceptr address) const;
   // Whether `address` lies in an allocation export_shareable() can export (for
   // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: cuIpcGetMemHandle works on it).
   bool exportable(CUdeviceptr address) const;
@@ -103,9 +111,17 @@ class DeviceBacking {
     std::uint64_t ipc_token = 0;  // the broker's token, once exported
   };
 
-  CUresult back(CUdeviceptr address, Range& range);  // create, map, grant access
-  void unback(CUdeviceptr address, Range& range);    // unmap, release
-  CUresult set_access(CUdeviceptr address, std::uint64_t bytes) const;
+  CUresult back(CUdeviceptr address, Range& range);                     // create, map, grant access
+  void unback(CUdeviceptr address, Range& range);                       // unmap, release
+  CUresult set_access(CUdeviceptr address, std::uint64_t bytes) const;  // this GPU and its peers
+  // The range of `ranges` that contains `address`, or ranges.end().
+  template <typename Ranges>
+  static auto containing(Ranges& ranges, CUdeviceptr address) {
+    auto it = ranges.upper_bound(address);
+    if (it == ranges.begin()) return ranges.end();
+    --it;
+    return address - it->first < it->second.bytes ? it : ranges.end();
+  }
   CUresult ensure_host_copy(Range& range);
   static void free_host_copy(Range& range);
 

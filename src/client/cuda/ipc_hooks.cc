@@ -74,20 +74,9 @@ struct Imported {
   std::uint64_t gpus = 0;  // bit i: GPU i may access it
 };
 
-constexpr int kMaxGpus = 64;
+using cuda::grant_access;
+using cuda::kMaxGpus;
 
-CUresult set_access(CUdeviceptr base, std::uint64_t bytes, std::uint64_t gpus) {
-  CUmemAccessDesc access[kMaxGpus] = {};
-  std::size_t count = 0;
-  for (int gpu = 0; gpu < kMaxGpus; ++gpu) {
-    if ((gpus & (std::uint64_t{1} << gpu)) == 0) continue;
-    access[count].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access[count].location.id = gpu;
-    access[count].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    ++count;
-  }
-  return hooks::driver().cuMemSetAccess(base, bytes, access, count);
-}
 std::mutex imports_mu;
 std::map<CUdeviceptr, Imported>& imports() {
   static auto* table = new std::map<CUdeviceptr, Imported>();  // never destroyed: exit-safe
@@ -103,10 +92,11 @@ struct ExportOutcome {
   HandleFields fields;
 };
 std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdeviceptr dptr) {
+  if (!device.backing.contains(dptr)) return std::nullopt;  // not ours: no need for the gate
   device.link->before_submit();  // no swap while the memory is exported and pinned
   cuda::DeviceBacking::Exported exported;
   const CUresult rc = device.backing.export_shareable(dptr, &exported);
-  if (rc == CUDA_ERROR_INVALID_VALUE) {
+  if (rc == CUDA_ERROR_INVALID_VALUE) {  // freed meanwhile
     device.link->after_submit();
     return std::nullopt;
   }
@@ -156,7 +146,7 @@ CUresult map_imported(int fd, std::uint64_t bytes, int ordinal, std::uint64_t pe
   if (rc == CUDA_SUCCESS) {
     rc = api.cuMemMap(base, bytes, 0, handle, 0);
     if (rc == CUDA_SUCCESS) {
-      rc = set_access(base, bytes, peers | (std::uint64_t{1} << ordinal));
+      rc = grant_access(base, bytes, peers | (std::uint64_t{1} << ordinal));
       if (rc != CUDA_SUCCESS) api.cuMemUnmap(base, bytes);
     }
     if (rc != CUDA_SUCCESS) api.cuMemAddressFree(base, bytes);
@@ -242,7 +232,7 @@ void grant_peer_to_imports(int ordinal, int peer) {
   std::lock_guard lock(imports_mu);
   for (auto& [pointer, imported] : imports()) {
     if (imported.ordinal != ordinal || (imported.gpus & bit) != 0) continue;
-    const CUresult rc = set_access(imported.base, imported.bytes, imported.gpus | bit);
+    const CUresult rc = grant_access(imported.base, imported.bytes, imported.gpus | bit);
     if (rc == CUDA_SUCCESS) {
       imported.gpus |= bit;
     } else {

@@ -63,12 +63,10 @@ void refund(const cuda::Allocation& allocation) {
   device->link->usage_changed();
 }
 
-// Runs the real free of `key`; the table entry is taken out first, so an address the driver hands
-// out again right after the free can be recorded anew, and put back if the free failed.
-template <typename Free>
-CUresult release(Space space, std::uint64_t key, Free&& free_call) {
-  std::optional<cuda::Allocation> found = allocations().remove(space, key);
-  const CUresult rc = free_call();
+// After the free of `key`, whose table entry `found` was taken out before it: the entry goes back
+// if the free failed, else its charge is refunded. Returns the free's result.
+CUresult settle_free(Space space, std::uint64_t key, const std::optional<cuda::Allocation>& found,
+                     CUresult rc) {
   if (!found) return rc;
   if (rc != CUDA_SUCCESS) {
     allocations().add(space, key, *found);
@@ -76,6 +74,14 @@ CUresult release(Space space, std::uint64_t key, Free&& free_call) {
   }
   refund(*found);
   return rc;
+}
+
+// Runs the real free of `key`; the table entry is taken out first, so an address the driver hands
+// out again right after the free can be recorded anew, and put back if the free failed.
+template <typename Free>
+CUresult release(Space space, std::uint64_t key, Free&& free_call) {
+  const std::optional<cuda::Allocation> found = allocations().remove(space, key);
+  return settle_free(space, key, found, free_call());
 }
 
 CUresult allocate_managed_on_device(DeviceState& device, CUcontext ctx, CUdeviceptr* dptr,
@@ -160,25 +166,14 @@ CUresult allocate_counted(DeviceState& device, std::uint64_t bytes, Space space,
 // fails, else its charge is refunded.
 template <typename Wait, typename Free>
 CUresult free_device_address(CUdeviceptr dptr, Wait&& wait, Free&& driver_free) {
-  std::optional<cuda::Allocation> found = allocations().remove(Space::kDeviceAddress, dptr);
+  const std::optional<cuda::Allocation> found = allocations().remove(Space::kDeviceAddress, dptr);
   DeviceState* owner = found && found->kind == AllocationKind::kBacked
                            ? cuda::devices().find(found->device)
                            : nullptr;
-  CUresult rc;
-  if (owner != nullptr) {
-    wait();
-    cuda::withdraw_ipc_export(*owner, dptr);
-    rc = owner->backing.release(dptr);
-  } else {
-    rc = driver_free();
-  }
-  if (!found) return rc;
-  if (rc != CUDA_SUCCESS) {
-    allocations().add(Space::kDeviceAddress, dptr, *found);
-    return rc;
-  }
-  refund(*found);
-  return rc;
+  if (owner == nullptr) return settle_free(Space::kDeviceAddress, dptr, found, driver_free());
+  wait();
+  cuda::withdraw_ipc_export(*owner, dptr);
+  return settle_free(Space::kDeviceAddress, dptr, found, owner->backing.release(dptr));
 }
 
 // A stream-ordered free of a device-backed allocation (which the driver's pools never made) waits
