@@ -84,13 +84,10 @@ Status apply_pod_uid(std::string_view value, ClientConfig& config) {
 }
 
 Status apply_memory_mode(std::string_view value, ClientConfig& config) {
-  if (value.empty()) {  // unset: the scheduler's word, else device
-    config.memory_mode.reset();
-    return Status::Ok();
-  }
-  const std::optional<MemoryMode> mode = parse_memory_mode(value);
-  if (!mode) return make_error(quoted(value) + " is not one of " + std::string(kMemoryModeWords));
-  config.memory_mode = *mode;
+  auto mode =
+      knobparse::parse_memory_mode_setting(value);  // unset: the scheduler's word, else device
+  if (!mode) return mode.error();
+  config.memory_mode = mode.value();
   return Status::Ok();
 }
 

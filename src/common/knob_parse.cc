@@ -78,6 +78,12 @@ Result<LogLevel> parse_log_level(std::string_view text) {
   return make_error("\"" + std::string(text) + "\" is not one of error, warn, info, debug, trace");
 }
 
+Result<std::optional<MemoryMode>> parse_memory_mode_setting(std::string_view text) {
+  if (text.empty()) return std::optional<MemoryMode>();
+  if (const std::optional<MemoryMode> mode = parse_memory_mode(text)) return mode;
+  return make_error("\"" + std::string(text) + "\" is not one of " + std::string(kMemoryModeWords));
+}
+
 std::string upper_snake(std::string_view name) {
   std::string out;
   for (char ch : name) {

@@ -9,12 +9,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/memory_mode.h"
 #include "common/result.h"
 
 namespace nvshare::knobparse {
@@ -35,6 +37,8 @@ Result<bool> parse_bool(std::string_view text);
 Result<std::string> parse_socket_path(std::string_view text);
 // error, warn, info, debug, trace (log_level_from_name's reading).
 Result<LogLevel> parse_log_level(std::string_view text);
+// A memory mode word (common/memory_mode.h); empty is unset (nullopt).
+Result<std::optional<MemoryMode>> parse_memory_mode_setting(std::string_view text);
 
 // The items of a comma-separated list ("a,b"); an empty item (",,", a leading or trailing comma, or
 // an empty text) is an error naming `what` ("GPU list") and the text.

@@ -85,7 +85,8 @@ inline constexpr std::uint64_t kYield = 1u << 3;         // understands RevokeRe
 // and 100 means uncapped.
 struct Limits {
   // The memory mode for the client's device allocations (common/memory_mode.h), as a wire code:
-  // 0 none (the process's own choice), else MemoryMode + 1. Only limits frames carry it (version 6).
+  // 0 none (the process's own choice), else MemoryMode + 1. Only limits frames carry it (version
+  // 6).
   static constexpr std::uint8_t kNoMemoryMode = 0;
   std::uint64_t memory_bytes = 0;
   std::uint8_t core_percent = 100;

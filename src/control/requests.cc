@@ -163,8 +163,8 @@ Result<Request> decode_set_limits(const Json& request) {
     return make_error(
         "set-limits changes nothing: give \"memory\", \"core\" and/or \"memory_mode\"");
   }
-  return Request(SetLimitsRequest{selector.value(),
-                                  LimitsChange{memory.value(), core.value(), mode.value()}});
+  return Request(
+      SetLimitsRequest{selector.value(), LimitsChange{memory.value(), core.value(), mode.value()}});
 }
 
 Result<Request> decode_set_policy(const Json& request) {
@@ -286,7 +286,8 @@ void encode_members(Json& out, const SetLimitsRequest& r) {
   out.set("selector", encode_selector(r.selector));
   if (auto memory = encode_memory(r.change.memory)) out.set("memory", std::move(*memory));
   if (auto core = encode_core(r.change.core)) out.set("core", std::move(*core));
-  if (auto mode = encode_memory_mode(r.change.memory_mode)) out.set("memory_mode", std::move(*mode));
+  if (auto mode = encode_memory_mode(r.change.memory_mode))
+    out.set("memory_mode", std::move(*mode));
 }
 void encode_members(Json& out, const ForgetPodRequest& r) { out.set("pod_uid", r.pod_uid); }
 void encode_members(Json& out, const SetPolicyRequest& r) {

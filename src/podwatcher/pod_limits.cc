@@ -124,9 +124,9 @@ LimitsDecision decide_limits(const PodView& pod, const PodLimits& previous) {
       decision.limits.memory_mode = *mode;
     } else {
       decision.limits.memory_mode = previous.memory_mode;
-      AnnotationProblem p = problem(
-          kMemoryModeAnnotation, text, "not one of " + std::string(kMemoryModeWords),
-          previous.memory_mode ? std::string(to_string(*previous.memory_mode)) : "none");
+      AnnotationProblem p =
+          problem(kMemoryModeAnnotation, text, "not one of " + std::string(kMemoryModeWords),
+                  previous.memory_mode ? std::string(to_string(*previous.memory_mode)) : "none");
       p.message = "invalid " + p.annotation + " \"" + text + "\": " + p.reason +
                   "; keeping the previous mode (" +
                   (previous.memory_mode ? std::string(to_string(*previous.memory_mode)) : "none") +

@@ -21,6 +21,7 @@ using knobparse::parse_bool;
 using knobparse::parse_decimal;
 using knobparse::parse_integer;
 using knobparse::parse_log_level;
+using knobparse::parse_memory_mode_setting;
 using knobparse::parse_seconds;
 using knobparse::parse_socket_path;
 using knobparse::split_list;
@@ -266,14 +267,8 @@ const Knob kKnobs[] = {
      "the clients' default, `device`.",
      KnobScope::kDaemon, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
-       if (v.empty()) {
-         c.memory_mode.reset();
-         return Status::Ok();
-       }
-       const std::optional<MemoryMode> mode = parse_memory_mode(v);
-       if (!mode) return make_error(std::string(v) + " is not one of " + std::string(kMemoryModeWords));
-       c.memory_mode = *mode;
-       return Status::Ok();
+       return store(parse_memory_mode_setting(v),
+                    [&](std::optional<MemoryMode> m) { c.memory_mode = m; });
      }},
     {"client-buffer-limit", "1Mi", "64Ki..1Gi (a quantity)",
      "Output a client may leave unread before the scheduler drops its connection, so a stuck "

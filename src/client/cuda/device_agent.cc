@@ -95,8 +95,8 @@ void GpuAgent::apply_memory_mode(std::uint8_t code) {
   const MemoryMode before = device_.memory_mode.exchange(mode, std::memory_order_relaxed);
   if (before == mode) return;
   NVSHARE_INFO("%s: memory mode %s from now on (%s; was %s)", device_.identity.gpu_uuid.c_str(),
-               std::string(to_string(mode)).c_str(),
-               given ? "the scheduler's" : "the default", std::string(to_string(before)).c_str());
+               std::string(to_string(mode)).c_str(), given ? "the scheduler's" : "the default",
+               std::string(to_string(before)).c_str());
 }
 
 void GpuAgent::limits_unknown() {
