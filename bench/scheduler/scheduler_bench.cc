@@ -22,11 +22,17 @@
 //  - with --scrape-ms MS: the daemon serves metrics and a thread scrapes GET /metrics every MS
 //    during the measured phase; each scrape's time (connect to last byte) and size. Compare the
 //    decision latency with and without it.
+//  - with --scrape-ms MS --alternate-s W: one daemon, the measured phase cut into windows of W
+//    seconds that alternate between scraping every MS and not scraping (the endpoint serves in
+//    both); each window's decision latency comes from the daemon (stats, reset at each boundary),
+//    and each scraped window's p99 is compared with the mean of its unscraped neighbours, so a
+//    drift of the machine or the daemon falls on both arms alike.
 //
 // This is a benchmark, not a test: it asserts nothing. Usage:
 //   scheduler_bench [--clients N] [--gpus G] [--seconds S] [--warmup S] [--hold-ms MS] [--think-ms
 //   MS]
-//                   [--ping-ms MS] [--scrape-ms MS] [--out FILE] [--scheduler PATH]
+//                   [--ping-ms MS] [--scrape-ms MS [--alternate-s W]] [--out FILE]
+//                   [--scheduler PATH]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -83,6 +89,7 @@ struct Options {
   double think_ms = 20;  // mean pause between release and the next request (exponential)
   double ping_ms = 100;  // ping period per client
   double scrape_ms = 0;  // GET /metrics period; 0: no metrics endpoint
+  double alternate_s = 0;  // window length when scraped and unscraped windows alternate; 0: off
   std::string out = "scheduler-bench.json";
   std::string scheduler = NVSHARE_SCHEDULER_BIN;
 };
@@ -116,6 +123,8 @@ Options parse_options(int argc, char** argv) {
       o.ping_ms = std::stod(value());
     } else if (arg == "--scrape-ms") {
       o.scrape_ms = std::stod(value());
+    } else if (arg == "--alternate-s") {
+      o.alternate_s = std::stod(value());
     } else if (arg == "--out") {
       o.out = value();
     } else if (arg == "--scheduler") {
@@ -123,7 +132,8 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
           "scheduler_bench [--clients N] [--gpus G] [--seconds S] [--warmup S] [--hold-ms MS]\n"
-          "                [--think-ms MS] [--ping-ms MS] [--scrape-ms MS] [--out FILE]\n"
+          "                [--think-ms MS] [--ping-ms MS] [--scrape-ms MS [--alternate-s W]]\n"
+          "                [--out FILE]\n"
           "                [--scheduler PATH]\n");
       std::exit(0);
     } else {
@@ -131,6 +141,9 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.clients < 1 || o.gpus < 1 || o.seconds <= 0) die("bad options");
+  if (o.alternate_s < 0 || (o.alternate_s > 0 && o.scrape_ms <= 0)) {
+    die("--alternate-s needs --scrape-ms");
+  }
   return o;
 }
 
@@ -503,6 +516,64 @@ std::string machine_description() {
   return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " logical CPUs";
 }
 
+struct Window {
+  bool scraped = false;
+  nvshare::control::LatencySummary latency;
+  std::uint64_t frames = 0;  // in + out
+};
+
+// Each scraped window's p99 minus the mean p99 of its unscraped neighbours (µs).
+std::vector<double> scraped_minus_neighbours(const std::vector<Window>& windows) {
+  std::vector<double> differences;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    if (!windows[i].scraped) continue;
+    double sum = 0;
+    int n = 0;
+    for (std::size_t j : {i - 1, i + 1}) {
+      if (j < windows.size() && !windows[j].scraped) {
+        sum += windows[j].latency.p99;
+        ++n;
+      }
+    }
+    if (n > 0) differences.push_back(windows[i].latency.p99 - sum / n);
+  }
+  return differences;
+}
+
+Json windows_json(const std::vector<Window>& windows) {
+  std::vector<double> on;
+  std::vector<double> off;
+  Json list = Json::array();
+  for (const Window& w : windows) {
+    (w.scraped ? on : off).push_back(w.latency.p99);
+    Json row = Json::object();
+    row.set("scraped", w.scraped);
+    row.set("decisions", w.latency.count);
+    row.set("p50_us", w.latency.p50);
+    row.set("p99_us", w.latency.p99);
+    row.set("max_us", w.latency.max);
+    list.push_back(std::move(row));
+  }
+  std::vector<double> differences = scraped_minus_neighbours(windows);
+  Json summary = Json::object();
+  summary.set("windows", std::move(list));
+  summary.set("scraped_p99_median_us", percentile(on, 0.5));
+  summary.set("unscraped_p99_median_us", percentile(off, 0.5));
+  summary.set("pairs", differences.size());
+  summary.set("p99_difference_median_us", percentile(differences, 0.5));
+  summary.set("p99_difference_p25_us", percentile(differences, 0.25));
+  summary.set("p99_difference_p75_us", percentile(differences, 0.75));
+  std::printf("\n  alternating windows of scraped and unscraped decisions:\n");
+  std::printf("  %-58s %12.1f\n", "p99 median, scraped windows (us)", percentile(on, 0.5));
+  std::printf("  %-58s %12.1f\n", "p99 median, unscraped windows (us)", percentile(off, 0.5));
+  std::printf("  %-58s %12.1f\n", "p99 scraped - unscraped neighbours, median (us)",
+              percentile(differences, 0.5));
+  std::printf("  %-58s %5.1f %6.1f\n", "  quartiles (us)", percentile(differences, 0.25),
+              percentile(differences, 0.75));
+  std::printf("  %-58s %12zu\n", "  pairs", differences.size());
+  return summary;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -530,12 +601,19 @@ int main(int argc, char** argv) {
   const auto started = Clock::now();
   // The scraper: GET /metrics every scrape_ms while the load runs.
   std::atomic<bool> scraping{o.scrape_ms > 0};
+  // Whether the current window scrapes (always, unless windows alternate; they start unscraped).
+  std::atomic<bool> scrape_window{o.alternate_s <= 0};
   std::vector<double> scrape_ms;
   std::size_t scrape_bytes = 0;
   std::vector<double> snapshot_ms;  // the loop's time to take each snapshot, as the daemon says
   std::thread scraper([&] {
     auto next = Clock::now();
     while (scraping.load()) {
+      if (!scrape_window.load()) {
+        std::this_thread::sleep_for(1ms);
+        next = Clock::now();
+        continue;
+      }
       const auto t0 = Clock::now();
       const std::string reply = scrape_once(daemon.metrics_port);
       scrape_bytes = reply.size();
@@ -549,9 +627,30 @@ int main(int argc, char** argv) {
       while (scraping.load() && Clock::now() < next) std::this_thread::sleep_for(1ms);
     }
   });
+  // With --alternate-s: windows alternate; each one's decision latency, the daemon's stats reset
+  // at every boundary.
+  std::vector<Window> windows;
+  std::atomic<bool> windowing{o.alternate_s > 0};
+  std::thread windower([&] {
+    const auto length = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(o.alternate_s));
+    auto boundary = started;
+    while (windowing.load()) {
+      boundary += length;
+      while (windowing.load() && Clock::now() < boundary) std::this_thread::sleep_for(1ms);
+      if (!windowing.load()) break;
+      const bool scraped = scrape_window.load();
+      scrape_window = !scraped;
+      const auto window = control(daemon, nvshare::control::StatsRequest{true});
+      windows.push_back({scraped, window.decision_latency_us,
+                         window.frames_in_total + window.frames_out_total});
+    }
+  });
   load.run(started + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(o.seconds)),
            true);
+  windowing = false;
+  windower.join();
   scraping = false;
   scraper.join();
   std::sort(scrape_ms.begin(), scrape_ms.end());
@@ -563,7 +662,10 @@ int main(int argc, char** argv) {
   const nvshare::control::LatencySummary& latency = stats.decision_latency_us;
   const auto frames_in = static_cast<double>(stats.frames_in_total);
   const auto frames_out = static_cast<double>(stats.frames_out_total);
-  const double msgs_per_s = (frames_in + frames_out) / elapsed;
+  // Alternating windows reset the daemon's counters: add up what each window saw.
+  double frames_all = frames_in + frames_out;
+  for (const Window& w : windows) frames_all += static_cast<double>(w.frames);
+  const double msgs_per_s = frames_all / elapsed;
   std::vector<double> rtt = load.roomy_rtt_us;
   const double rtt_p50 = percentile(rtt, 0.50);
   const double rtt_p99 = percentile(rtt, 0.99);
@@ -576,6 +678,9 @@ int main(int argc, char** argv) {
       o.clients, o.gpus, elapsed, o.warmup);
   std::printf("machine: %s\n\n", machine_description().c_str());
   std::printf("  %-58s %12s\n", "metric", "value");
+  if (o.alternate_s > 0) {
+    std::printf("  (decision latency and frames in/out: the last window only; windows below)\n");
+  }
   std::printf("  %-58s %12.1f\n", "decision latency p50 (us, in daemon: read -> grant written)",
               latency.p50);
   std::printf("  %-58s %12.1f\n", "decision latency p90 (us)", latency.p90);
@@ -645,6 +750,7 @@ int main(int argc, char** argv) {
                snapshot_ms.empty() ? 0 : *std::max_element(snapshot_ms.begin(), snapshot_ms.end()));
     out.set("metrics_scrape", std::move(scrape));
   }
+  if (o.alternate_s > 0) out.set("alternating", windows_json(windows));
   std::ofstream(o.out) << out.dump_pretty() << "\n";
   std::printf("\nwrote %s\n", o.out.c_str());
 

@@ -1,49 +1,45 @@
 #!/usr/bin/env bash
-# What scraping GET /metrics costs the scheduler's decisions: scheduler_bench runs without metrics,
-# scraped every second and scraped every 15 s, interleaved (none, 1 s, 15 s, none, ...) so that a
-# machine's drift falls on all three alike, and prints each configuration's decision latency p99
-# (median and spread over the runs) and scrape times.
+# What scraping GET /metrics costs the scheduler's decisions. For each load, one scheduler_bench
+# run whose measured phase alternates windows scraped every second with windows not scraped
+# (--alternate-s): each window's decision latency comes from the daemon, and each scraped window's
+# p99 is compared with its unscraped neighbours', so drift falls on both arms alike.
 #
-#   bench/scheduler/scrape_cost.sh BUILD_DIR [ROUNDS] [SECONDS]   (defaults: 4 rounds of 20 s)
+#   bench/scheduler/scrape_cost.sh BUILD_DIR [SECONDS] [WINDOW_S]   (defaults: 120 s, 5 s windows)
 #
-# Writes every run's JSON to $OUT (or BUILD_DIR/scrape-cost) and the summary to summary.json there.
+# Loads: the bench's default (1,000 clients over 8 GPUs, think 20 ms: the loop of a small machine
+# saturates) and a node-like one (think 200 ms). Writes each run's JSON and output to $OUT (or
+# BUILD_DIR/scrape-cost) and the summary to summary.json there.
 set -euo pipefail
-build=${1:?usage: scrape_cost.sh BUILD_DIR [ROUNDS] [SECONDS]}
-rounds=${2:-4}
-seconds=${3:-20}
+build=${1:?usage: scrape_cost.sh BUILD_DIR [SECONDS] [WINDOW_S]}
+seconds=${2:-120}
+window=${3:-5}
 out=${OUT:-$build/scrape-cost}
 mkdir -p "$out"
 bench="$build/bench/scheduler/scheduler_bench"
-for round in $(seq 1 "$rounds"); do
-  for scrape in 0 1000 15000; do
-    args=(--seconds "$seconds" --out "$out/run-$round-$scrape.json")
-    [ "$scrape" != 0 ] && args+=(--scrape-ms "$scrape")
-    "$bench" "${args[@]}" >"$out/run-$round-$scrape.txt" 2>&1
-  done
+for think in 20 200; do
+  "$bench" --seconds "$seconds" --think-ms "$think" --scrape-ms 1000 --alternate-s "$window" \
+    --out "$out/think-$think.json" >"$out/think-$think.txt" 2>&1
 done
 python3 - "$out" <<'PY'
-import glob, json, statistics, sys
+import glob, json, sys
 out = sys.argv[1]
-rows = {}
-for f in sorted(glob.glob(f"{out}/run-*.json")):
-    scrape = int(f.rsplit("-", 1)[1].split(".")[0])
-    r = json.load(open(f))
-    rows.setdefault(scrape, []).append(r)
 summary = {}
-for scrape, runs in sorted(rows.items()):
-    p99 = [r["decision_latency_us"]["p99"] for r in runs]
-    s = {"runs": len(runs), "p99_us": p99, "p99_median_us": statistics.median(p99)}
-    scrapes = [r["metrics_scrape"] for r in runs if r.get("metrics_scrape")]
-    if scrapes:
-        s["scrape_p50_ms"] = [x.get("p50_ms") for x in scrapes]
-        s["scrape_max_ms"] = max(x.get("max_ms", 0) for x in scrapes)
-    summary["none" if scrape == 0 else f"every {scrape} ms"] = s
-    print(f"{'no metrics' if scrape == 0 else f'scraped every {scrape} ms':24s} p99 median "
-          f"{s['p99_median_us']:.1f} us over {len(p99)} runs ({min(p99):.1f}-{max(p99):.1f})"
-          + (f"; scrape p50 {s['scrape_p50_ms']} ms, max {s['scrape_max_ms']:.1f} ms" if scrapes else ""))
-base = summary["none"]["p99_median_us"]
-for k, s in summary.items():
-    if k != "none":
-        print(f"{k}: p99 median - no metrics = {s['p99_median_us'] - base:+.1f} us")
+for f in sorted(glob.glob(f"{out}/think-*.json")):
+    r = json.load(open(f))
+    a = r["alternating"]
+    s = {k: a[k] for k in a if k != "windows"}
+    s["think_ms_mean"] = r["think_ms_mean"]
+    s["daemon_cpu_percent"] = r["daemon_cpu_percent"]
+    s["messages_per_s"] = r["messages_per_s"]
+    s["scrape"] = r.get("metrics_scrape")
+    s["machine"] = r["machine"]
+    summary[f"think {r['think_ms_mean']:g} ms"] = s
+    print(f"think {r['think_ms_mean']:g} ms ({r['messages_per_s']:.0f} msgs/s, loop "
+          f"{r['daemon_cpu_percent']:.0f}% of a core): p99 scraped {a['scraped_p99_median_us']:.1f} us, "
+          f"unscraped {a['unscraped_p99_median_us']:.1f} us; scraped - neighbours median "
+          f"{a['p99_difference_median_us']:+.1f} us (quartiles {a['p99_difference_p25_us']:+.1f} .. "
+          f"{a['p99_difference_p75_us']:+.1f}, {a['pairs']} pairs); scrape p50 "
+          f"{s['scrape']['p50_ms']:.1f} ms, max {s['scrape']['max_ms']:.1f} ms, snapshot p50 "
+          f"{s['scrape']['snapshot_p50_ms']:.2f} ms")
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 PY

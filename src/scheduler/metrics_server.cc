@@ -44,6 +44,14 @@ MetricsServer::~MetricsServer() {
 void MetricsServer::on_wanted() {
   std::uint64_t count = 0;
   if (read(wanted_.get(), &count, sizeof count) < 0) return;  // nothing asked (spurious)
+  // Taken after the batch's output is written: a grant decided in this batch never waits for it.
+  // The task may outlive this server (it is destroyed while the reactor still exists).
+  reactor_.defer([self = std::weak_ptr<MetricsServer*>(self_)] {
+    if (auto server = self.lock()) (*server)->publish();
+  });
+}
+
+void MetricsServer::publish() {
   const MonoTime started = SteadyClock::instance().now();
   auto snapshot = std::make_shared<MetricsSnapshot>(snapshotter_());
   snapshot->previous_snapshot_s = last_snapshot_s_;

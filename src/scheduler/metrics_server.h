@@ -1,8 +1,8 @@
 // MetricsServer: GET /metrics over HTTP/1.1 (docs/metrics.md), on a thread of its own.
 //
 // The server never touches the scheduler's state. For a scrape it asks the reactor for a snapshot
-// (an eventfd the reactor watches; the reactor's handler takes a MetricsSnapshot and hands it
-// over), then renders and writes the exposition on its own thread. Scrapes within kFreshFor of the
+// (an eventfd the reactor watches; once the batch that saw it has written its output, the reactor
+// takes a MetricsSnapshot and hands it over), then renders and writes the exposition on its own thread. Scrapes within kFreshFor of the
 // last snapshot share it, so however many scrapers there are the reactor takes at most one snapshot
 // per kFreshFor. A slow or stalled scraper holds only this thread (every read and write has a
 // timeout); grants never wait for it.
@@ -53,13 +53,16 @@ class MetricsServer {
  private:
   MetricsServer(Reactor& reactor, Snapshotter snapshotter);
 
-  // Reactor thread: the eventfd is readable, a scrape waits.
+  // Reactor thread: the eventfd is readable, a scrape waits; defers publish() past the batch.
   void on_wanted();
+  // Reactor thread, after the batch's output: takes and publishes a snapshot.
+  void publish();
   // Endpoint thread: a snapshot no older than kFreshFor, or nullptr after kSnapshotWait.
   std::shared_ptr<const MetricsSnapshot> fresh_snapshot();
 
   Reactor& reactor_;
   Snapshotter snapshotter_;
+  std::shared_ptr<MetricsServer*> self_ = std::make_shared<MetricsServer*>(this);
   UniqueFd wanted_;  // eventfd: endpoint thread -> reactor
 
   std::mutex mu_;

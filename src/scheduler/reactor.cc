@@ -118,11 +118,23 @@ Status Reactor::watch_signals(std::initializer_list<int> signals,
   });
 }
 
+bool Reactor::run_deferred() {
+  bool ran = false;
+  while (!deferred_.empty()) {
+    std::vector<std::function<void()>> tasks;
+    tasks.swap(deferred_);
+    for (auto& task : tasks) task();
+    ran = true;
+  }
+  return ran;
+}
+
 Status Reactor::run() {
   std::array<epoll_event, 256> events;
   stopped_ = false;
   while (!stopped_) {
     if (before_sleep_) before_sleep_();
+    if (run_deferred() && before_sleep_) before_sleep_();
     if (stopped_) break;
     const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
     if (n < 0) {

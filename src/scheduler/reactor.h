@@ -19,6 +19,10 @@
 //  - before_sleep runs before every epoll_wait: the daemon flushes output there and arms the timer,
 //  so
 //    everything a batch of events produced is written with one send per connection.
+//  - defer(task): the task runs once on the loop's thread after the current batch's before_sleep
+//    (so after everything the batch decided was written) and before the loop sleeps; before_sleep
+//    runs again after deferred tasks, so what they queue is written too. For work that must not
+//    sit between a frame being read and the answers it caused being written (a metrics snapshot).
 //  - stop() makes run() return after the current batch. Not thread-safe (call it from a handler).
 #pragma once
 
@@ -54,6 +58,7 @@ class Reactor {
   void on_timer(std::function<void()> handler) { timer_handler_ = std::move(handler); }
   Status watch_signals(std::initializer_list<int> signals, std::function<void(int)> handler);
   void before_sleep(std::function<void()> hook) { before_sleep_ = std::move(hook); }
+  void defer(std::function<void()> task) { deferred_.push_back(std::move(task)); }
 
   // Runs until stop(). Fails only when epoll_wait itself fails.
   Status run();
@@ -63,6 +68,8 @@ class Reactor {
 
  private:
   Reactor() = default;
+  // Runs the deferred tasks (and those they defer in turn); true when any ran.
+  bool run_deferred();
 
   struct Entry {
     // Shared so that a running handler survives its slot being resized away or re-registered.
@@ -78,6 +85,7 @@ class Reactor {
   std::uint32_t next_generation_ = 1;
   std::function<void()> timer_handler_;
   std::function<void()> before_sleep_;
+  std::vector<std::function<void()>> deferred_;
   std::optional<MonoTime> armed_;
   bool stopped_ = false;
   std::uint64_t iterations_ = 0;

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <string>
+#include <vector>
+
 #include "common/unix_socket.h"
 
 namespace nvshare::scheduler {
@@ -39,6 +42,36 @@ TEST(Reactor, DispatchesReadyDescriptorsAndTimers) {
   EXPECT_EQ(timers, 1);
   EXPECT_GE(sleeps, 2);
   EXPECT_FALSE(r.add(fd, EPOLLIN, [](std::uint32_t) {}).ok());  // already registered
+}
+
+TEST(Reactor, DeferredTasksRunAfterTheBatchOutputAndBeforeSleeping) {
+  // A task deferred by a handler runs after before_sleep (the batch's output is written first),
+  // before_sleep runs again after it, and a task it defers in turn runs in the same pass.
+  auto reactor = Reactor::create();
+  ASSERT_TRUE(reactor.ok());
+  Reactor& r = *reactor.value();
+  auto pair = unix_socketpair();
+  ASSERT_TRUE(pair.ok());
+  const int fd = pair.value().second.get();
+  std::vector<std::string> order;
+  ASSERT_TRUE(r.add(fd, EPOLLIN, [&](std::uint32_t) {
+                 char buffer[16];
+                 EXPECT_EQ(::read(fd, buffer, sizeof buffer), 1);
+                 order.push_back("read");
+                 r.defer([&] {
+                   order.push_back("deferred");
+                   r.defer([&] {
+                     order.push_back("deferred again");
+                     r.stop();
+                   });
+                 });
+               }).ok());
+  r.before_sleep([&] { order.push_back("sleep"); });
+  ASSERT_EQ(::write(pair.value().first.get(), "x", 1), 1);
+  ASSERT_TRUE(r.run().ok());
+  const std::vector<std::string> expected = {"sleep", "read", "sleep", "deferred", "deferred again",
+                                             "sleep"};
+  EXPECT_EQ(order, expected);
 }
 
 TEST(Reactor, ARemovedDescriptorGetsNoStaleEventsInTheSameBatch) {
