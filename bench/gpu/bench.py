@@ -493,6 +493,7 @@ class Bench:
                      {"NVSHARE_CORE_LIMIT": str(c)} if c else {}) for c in caps]
             with Scheduler(self, d, flags) as s:
                 res = self.run_jobs(name, jobs, env=s.env())
+                events = s.trace_events()
             # Caps are entitlements (docs/scheduling.md): scaled to fit 100% (90% beside an
             # uncapped job), and the uncapped jobs split the rest.
             room = 90.0 if uncapped else 100.0
@@ -503,8 +504,10 @@ class Bench:
                 ok = r.get("result") == "ok"
                 share = 100.0 * r.get("steady_rate", 0) / native_rate if ok else None
                 whole = 100.0 * r.get("rate", 0) / native_rate if ok else None
+                held = held_share(events, r) if ok else None
                 rows.append({"caps": "+".join(str(x) if x else "uncapped" for x in caps) + label,
                              "cap": c or 100, "target": target, "share": share, "whole_share": whole,
+                             "held_share": held,
                              "error": None if share is None else share - target})
                 log(f"cap {rows[-1]}")
         worst = worst_error(rows)
@@ -770,6 +773,25 @@ class Bench:
         self.metric("ddp_memory_limit_seen_gib", max(seen) / 2**30 if seen and all(seen) else None,
                     "== 16 (the limit)", bool(seen) and all(x == 16 * 2**30 for x in seen), "GiB",
                     per_rank=seen)
+
+
+def held_share(events, result):
+    """The percent of a job's steady window (its steady_t0..steady_t1) during which its process
+    held a grant, from the grant trace: what the scheduler gave it, whatever the GPU made of it.
+    None without a window or a pid."""
+    t0, t1, pid = result.get("steady_t0"), result.get("steady_t1"), result.get("pid")
+    if t0 is None or t1 is None or pid is None or t1 <= t0:
+        return None
+    held, since = 0.0, None
+    for e in sorted((e for e in events if e["pid"] == pid), key=lambda e: e["t"]):
+        if e["event"] == "grant" and since is None:
+            since = e["t"]
+        elif e["event"] in ("release", "idle-release", "handback") and since is not None:
+            held += max(0.0, min(e["t"], t1) - max(since, t0))
+            since = None
+    if since is not None:
+        held += max(0.0, t1 - max(since, t0))
+    return 100.0 * held / (t1 - t0)
 
 
 def handoff_latencies(events):

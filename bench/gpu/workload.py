@@ -153,7 +153,8 @@ def main() -> int:
     sync()
     t2 = time.monotonic()
     if skip_mark is not None and t2 > skip_mark[0]:
-        out.update(steady_s=t2 - skip_mark[0], steady_iters=iters - skip_mark[1],
+        out.update(steady_t0=skip_mark[0], steady_t1=t2,  # CLOCK_MONOTONIC, as the grant trace
+                   steady_s=t2 - skip_mark[0], steady_iters=iters - skip_mark[1],
                    steady_rate=(iters - skip_mark[1]) / (t2 - skip_mark[0]))
 
     if step_ms:
