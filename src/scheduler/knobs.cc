@@ -206,12 +206,21 @@ const Knob kKnobs[] = {
     {"turn-slice", "0.5", "0.01..86400 (seconds)",
      "One client at a time (exclusive mode, or while a compute cap binds) with nothing to swap: "
      "clients take turns by their fair clocks, each about turn-slice times its share of the GPU "
-     "(1 when no cap applies), and a capped client whose memory stays on the GPU is paused in "
-     "cycles of this length rather than of the quota window.",
+     "(1 when no cap applies).",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(parse_seconds(v, 0.01, kMaxSeconds),
                     [&](Duration d) { c.policy.turn_slice = d; });
+     }},
+    {"cap-cycle", "0.25", "0.01..86400 (seconds)",
+     "A capped client whose memory stays on the GPU is paused in cycles of this length (at most "
+     "the quota window): it runs its cap times the cycle and waits the rest. Shorter cycles hold "
+     "its share closer to its cap over short spans, at the price of more hand-offs; one whose "
+     "memory went to the host cycles over the whole quota window.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.01, kMaxSeconds),
+                    [&](Duration d) { c.policy.cap_cycle = d; });
      }},
     {"quota-window", "2000", "10..3600000 (milliseconds)",
      "Window of the compute caps: the depth of each capped client's token bucket and the period "

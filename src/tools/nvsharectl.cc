@@ -55,8 +55,8 @@ Commands:
   forget-pod UID                    forget a pod's remembered limits (the pod is gone)
   set-policy [--gpu UUID] [--mode M] [--quantum S|auto] [--quota-window MS] [--capacity Q]
              [--reserve P] [--quantum-k K] [--quantum-min S] [--quantum-max S]
-             [--turn-slice S] [--revoke-grace S] [--swap-allowance-max S] [--swap-bandwidth B]
-             [--swap-bandwidth-floor B]
+             [--turn-slice S] [--cap-cycle S] [--revoke-grace S] [--swap-allowance-max S]
+             [--swap-bandwidth B] [--swap-bandwidth-floor B]
                                     change policy knobs for one GPU or all
                                     (see nvshare-scheduler --help)
   explain CLIENT                    why a client runs or waits, with the numbers
@@ -338,6 +338,7 @@ int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
       {"quantum-min", "quantum_min"},
       {"quantum-max", "quantum_max"},
       {"turn-slice", "turn_slice"},
+      {"cap-cycle", "cap_cycle"},
       {"revoke-grace", "revoke_grace"},
       {"swap-allowance-max", "swap_allowance_max"},
       {"swap-bandwidth", "swap_bandwidth"},

@@ -44,6 +44,7 @@ TEST(Knobs, EveryDefaultParsesAndMatchesThePolicyDefaults) {
   EXPECT_EQ(config.policy.quantum_min, reference.quantum_min);
   EXPECT_EQ(config.policy.quantum_max, reference.quantum_max);
   EXPECT_EQ(config.policy.turn_slice, reference.turn_slice);
+  EXPECT_EQ(config.policy.cap_cycle, reference.cap_cycle);
   EXPECT_EQ(config.policy.default_swap_bytes_per_s, reference.default_swap_bytes_per_s);
   EXPECT_EQ(config.policy.quota_window, reference.quota_window);
   EXPECT_EQ(config.policy.revoke_grace, reference.revoke_grace);
@@ -105,6 +106,8 @@ TEST(Knobs, AcceptsEveryDocumentedForm) {
                    "60",
                    "--turn-slice",
                    "0.25",
+                   "--cap-cycle",
+                   "0.1",
                    "--quota-window",
                    "500",
                    "--revoke-grace",
@@ -128,6 +131,7 @@ TEST(Knobs, AcceptsEveryDocumentedForm) {
   EXPECT_EQ(c.policy.quantum_min, Duration(500ms));
   EXPECT_EQ(c.policy.quantum_max, Duration(60s));
   EXPECT_EQ(c.policy.turn_slice, Duration(250ms));
+  EXPECT_EQ(c.policy.cap_cycle, Duration(100ms));
   EXPECT_EQ(c.policy.quota_window, Duration(500ms));
   EXPECT_EQ(c.policy.revoke_grace, Duration(1500ms));
   EXPECT_EQ(c.policy.default_swap_bytes_per_s, 12'000'000'000u);

@@ -250,8 +250,9 @@ TEST(Simulation, CapAccuracyOverEightSecondWindows) {
     const double p95 = e[e.size() * 95 / 100];
     std::printf("  %-22s %5zu windows  p50 %.2f  p95 %.2f  worst %.2f\n", category.c_str(),
                 e.size(), p50, p95, e.back());
-    EXPECT_LE(p95, 2.0) << category;
-    EXPECT_LE(e.back(), 4.5) << category << ": " << worst_where[category];
+    // With 0.5 s cap cycles these were p95 1.39 and worst 2.30 (docs/scheduling.md).
+    EXPECT_LE(p95, 1.2) << category;
+    EXPECT_LE(e.back(), 2.0) << category << ": " << worst_where[category];
   }
 }
 

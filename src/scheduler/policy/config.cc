@@ -44,6 +44,9 @@ Status validate(const PolicyConfig& config) {
   if (config.turn_slice < std::chrono::milliseconds(10)) {
     return make_error("turn slice must be at least 10 ms");
   }
+  if (config.cap_cycle < std::chrono::milliseconds(10)) {
+    return make_error("cap cycle must be at least 10 ms");
+  }
   if (config.default_swap_bytes_per_s == 0) {
     return make_error("default swap bandwidth must be positive");
   }

@@ -44,6 +44,11 @@ struct PolicyConfig {
   // slice x its weight (its share of the GPU while it is entitled to one, else 1), at least a
   // tenth of a slice, and a quantum at most.
   Duration turn_slice = 500ms;
+  // A capped client whose memory stays on the device is paused in cycles of this length (at most
+  // the quota window): it runs cap x cycle and waits the rest. Shorter cycles keep its share close
+  // to its cap over shorter spans (its bucket swings by cap x (1 - cap) x cycle) at the price of
+  // more hand-offs.
+  Duration cap_cycle = 250ms;
   // Swap bandwidth assumed for a client until it reports a measured one (conservative: host paging
   // at its slowest measured rate on an H200 was 2.2 GB/s).
   std::uint64_t default_swap_bytes_per_s = 2'000'000'000;

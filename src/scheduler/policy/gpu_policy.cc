@@ -228,11 +228,11 @@ void GpuPolicy::update_caps() {
 }
 
 // A pause costs a client whose memory stays on the device a round trip, so its bucket runs it in
-// short cycles (a slice): its share is then close to its cap over a few seconds, not only over a
+// short cycles (cap_cycle): its share is then close to its cap over a few seconds, not only over a
 // few windows. One whose memory went to the host pays a swap-in for every run, so its cycle is the
 // whole window.
 Duration GpuPolicy::quota_cycle(const ClientRecord& c) const {
-  return c.memory_on_device() ? std::min(config_.turn_slice, config_.quota_window)
+  return c.memory_on_device() ? std::min(config_.cap_cycle, config_.quota_window)
                               : config_.quota_window;
 }
 

@@ -124,7 +124,7 @@ TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
   Harness h(virtual_gpu());
   const MonoTime t0 = h.now;
   EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
-  // Its memory stays on the device, so it cycles by the 0.5 s slice: resume level
+  // Its memory stays on the device, so it cycles by the 0.5 s cap cycle: resume level
   // 0.3 x 0.7 x 0.5 s = 0.105 s, entry level half that, 0.0525 s, spent at 0.7/s.
   EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 75ms);
 
@@ -140,15 +140,39 @@ TEST(Caps, SpentBudgetRevokesWithReasonQuotaAndRefillGrantsAgain) {
   EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 425ms);
   EXPECT_TRUE(granted(h.fire(), 1));
 
-  // From then on one cycle per slice: runs 0.15 s (0.105 s at 0.7/s), pauses 0.35 s: 30%.
+  // From then on one cycle per 0.5 s: runs 0.15 s (0.105 s at 0.7/s), pauses 0.35 s: 30%.
   EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 575ms);
   h.fire();
   h.release(1);
   EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 925ms);
 }
 
+// With the default cap cycle, 0.25 s, a 30% client whose memory stays on the device runs 75 ms and
+// pauses 175 ms: its bucket swings by 0.3 x 0.7 x 0.25 s = 52.5 ms, so its share over a few seconds
+// stays within a point or two of its cap.
+TEST(Caps, TheDefaultCycleIsAQuarterSecond) {
+  PolicyConfig config;
+  config.device_bytes = 24 * kGiB;
+  config.capacity_bytes = 20 * kGiB;
+  ASSERT_EQ(config.cap_cycle, 250ms);
+  Harness h(config);
+  const MonoTime t0 = h.now;
+  EXPECT_TRUE(granted(h.add_and_request(1, 1 * kGiB, 30), 1));
+  // Entry level 26.25 ms, spent at 0.7/s.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 37500us);
+  ASSERT_TRUE(revoke_of(h.fire(), 1));
+  h.release(1);
+  // Refills to the resume level 52.5 ms at 0.3/s: 175 ms.
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 212500us);
+  EXPECT_TRUE(granted(h.fire(), 1));
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 287500us);  // runs 75 ms
+  h.fire();
+  h.release(1);
+  EXPECT_TIME_NEAR(h.policy.next_deadline(), t0 + 462500us);  // pauses 175 ms: 30%
+}
+
 // A client whose memory went to the host pays a swap-in for every run: its bucket cycles by the
-// whole window (runs 0.6 s, pauses 1.4 s at 30%) instead of by the slice.
+// whole window (runs 0.6 s, pauses 1.4 s at 30%) instead of by the cap cycle.
 TEST(Caps, AClientSwappedOutCyclesByTheWindow) {
   Harness h(virtual_gpu());
   const MonoTime t0 = h.now;

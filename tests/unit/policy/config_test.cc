@@ -35,6 +35,7 @@ TEST(PolicyConfig, DefaultsAreValid) {
   EXPECT_EQ(config.quantum_min, std::chrono::seconds(5));
   EXPECT_EQ(config.quantum_max, std::chrono::seconds(15));
   EXPECT_EQ(config.turn_slice, std::chrono::milliseconds(500));
+  EXPECT_EQ(config.cap_cycle, std::chrono::milliseconds(250));
   EXPECT_EQ(config.quota_window, std::chrono::milliseconds(2000));
   EXPECT_EQ(config.revoke_grace, std::chrono::seconds(5));
   EXPECT_EQ(config.swap_allowance_max, std::chrono::seconds(10));
@@ -61,6 +62,7 @@ TEST(PolicyConfig, RejectsOutOfRangeValues) {
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.default_swap_bytes_per_s = 0; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.quota_window = 9ms; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.turn_slice = 9ms; }));
+  EXPECT_TRUE(invalid([](PolicyConfig& c) { c.cap_cycle = 9ms; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.revoke_grace = 0s; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.swap_bandwidth_floor = 0; }));
   EXPECT_TRUE(invalid([](PolicyConfig& c) { c.swap_allowance_max = -1s; }));

@@ -118,12 +118,14 @@ class Harness {
 };
 
 // The default configuration in the given mode on a 24 GiB GPU (its memory as the device reports
-// it), 10% reserve. Auto unless named, since the tests that build on these helpers are mostly about
-// who runs together.
+// it), 10% reserve, except that capped clients cycle by 0.5 s (the turn slice): the times these
+// tests work out assume it (Caps.TheDefaultCycleIsAQuarterSecond pins the default). Auto unless
+// named, since the tests that build on these helpers are mostly about who runs together.
 inline PolicyConfig device_gpu(Mode mode = Mode::kAuto) {
   PolicyConfig config;
   config.mode = mode;
   config.device_bytes = 24 * kGiB;
+  config.cap_cycle = config.turn_slice;
   return config;
 }
 

@@ -253,7 +253,8 @@ TEST(Deadlines, NothingDueMeansNullopt) {
 TEST(Deadlines, EarliestOfQuantumQuotaRefillAndGrace) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 10s;
-  config.turn_slice = 20s;  // turns by the quantum, buckets cycling by the window
+  config.turn_slice = 20s;  // turns by the quantum
+  config.cap_cycle = 20s;   // buckets cycling by the window
   config.revoke_grace = 4s;
   Harness h(config);
   const MonoTime t0 = h.now;
