@@ -61,7 +61,7 @@
 //    quota); a capped client that enters the queue with its bucket below the entry level waits
 //    (reason quota), blocking nobody, until the bucket is back at the resume level (one re-queued
 //    after a revoke that left its memory on the device waits only when its bucket is spent; a
-//    bucket cycles by the turn slice while its client's memory is on the device, else by the
+//    bucket cycles by cap_cycle while its client's memory is on the device, else by the
 //    window: QuotaLedger::set_cycle). Time held after
 //    the revoke (the drain) is billed too, so overshoot carries forward. An uncapped client is
 //    charged only while it is held to an entitlement.
