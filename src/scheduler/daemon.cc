@@ -382,7 +382,10 @@ void Daemon::send(ClientId client, const protocol::Message& message) {
   }
 }
 
-void Daemon::bind(ClientId client, ClientSession& session) { by_client_[client] = &session; }
+void Daemon::bind(ClientId client, ClientSession& session) {
+  by_client_[client] = &session;
+  ++welcomed_[process_key(session.peer())];
+}
 
 void Daemon::output_queued(ClientSession& session) {
   if (session.closing()) return;
@@ -449,7 +452,11 @@ void Daemon::close_session(int fd, MonoTime now) {
                  reason.c_str());
   }
   reactor_->remove(fd);
-  if (client != 0) by_client_.erase(client);
+  if (client != 0) {
+    by_client_.erase(client);
+    auto process = welcomed_.find(process_key(session.peer()));
+    if (process != welcomed_.end() && --process->second == 0) welcomed_.erase(process);
+  }
   limits_.release(session.peer());
   const ClientIdentity peer = session.peer();
   sessions_.erase(it);  // closes the socket
@@ -465,13 +472,7 @@ void Daemon::close_session(int fd, MonoTime now) {
 }
 
 bool Daemon::has_session(const ClientIdentity& process) const {
-  for (const auto& [fd, session] : sessions_) {
-    if (session->client() != 0 && !session->closing() && session->peer().pid == process.pid &&
-        session->peer().start_time == process.start_time) {
-      return true;
-    }
-  }
-  return false;
+  return welcomed_.count(process_key(process)) != 0;
 }
 
 SessionHost::IpcReply Daemon::ipc(const ClientIdentity& peer, const protocol::Message& request,

@@ -28,11 +28,14 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -102,8 +105,11 @@ class Daemon final : public ClientChannel, public SessionHost {
   void flush_sessions(MonoTime now);
   void close_pending(MonoTime now);
   void close_session(int fd, MonoTime now);
-  // Whether a welcomed session of that process (pid and start time) is open.
+  // Whether a welcomed session of that process (pid and start time) is open (one closing counts
+  // until close_session() ends it). Constant time: welcomed_ counts them by process.
   bool has_session(const ClientIdentity& process) const;
+  using ProcessKey = std::pair<pid_t, std::uint64_t>;  // pid, start time
+  static ProcessKey process_key(const ClientIdentity& peer) { return {peer.pid, peer.start_time}; }
 
   DaemonConfig config_;
   Options options_;
@@ -132,6 +138,7 @@ class Daemon final : public ClientChannel, public SessionHost {
   std::unique_ptr<StateWriter> state_writer_;
   std::unordered_map<int, std::unique_ptr<ClientSession>> sessions_;  // by fd
   std::unordered_map<ClientId, ClientSession*> by_client_;
+  std::map<ProcessKey, std::size_t> welcomed_;  // welcomed sessions open per process
   std::vector<int> flush_list_;  // sessions with queued output
   std::vector<int> close_list_;  // sessions that asked to be closed
   std::optional<MonoTime> decision_started_;
