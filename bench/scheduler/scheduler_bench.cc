@@ -85,10 +85,10 @@ struct Options {
   int gpus = 8;
   double seconds = 10;
   double warmup = 2;
-  double hold_ms = 2;    // mean hold time (exponential)
-  double think_ms = 20;  // mean pause between release and the next request (exponential)
-  double ping_ms = 100;  // ping period per client
-  double scrape_ms = 0;  // GET /metrics period; 0: no metrics endpoint
+  double hold_ms = 2;      // mean hold time (exponential)
+  double think_ms = 20;    // mean pause between release and the next request (exponential)
+  double ping_ms = 100;    // ping period per client
+  double scrape_ms = 0;    // GET /metrics period; 0: no metrics endpoint
   double alternate_s = 0;  // window length when scraped and unscraped windows alternate; 0: off
   std::string out = "scheduler-bench.json";
   std::string scheduler = NVSHARE_SCHEDULER_BIN;
@@ -632,8 +632,8 @@ int main(int argc, char** argv) {
   std::vector<Window> windows;
   std::atomic<bool> windowing{o.alternate_s > 0};
   std::thread windower([&] {
-    const auto length = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(o.alternate_s));
+    const auto length =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.alternate_s));
     auto boundary = started;
     while (windowing.load()) {
       boundary += length;
@@ -642,8 +642,8 @@ int main(int argc, char** argv) {
       const bool scraped = scrape_window.load();
       scrape_window = !scraped;
       const auto window = control(daemon, nvshare::control::StatsRequest{true});
-      windows.push_back({scraped, window.decision_latency_us,
-                         window.frames_in_total + window.frames_out_total});
+      windows.push_back(
+          {scraped, window.decision_latency_us, window.frames_in_total + window.frames_out_total});
     }
   });
   load.run(started + std::chrono::duration_cast<Clock::duration>(

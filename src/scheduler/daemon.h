@@ -139,8 +139,8 @@ class Daemon final : public ClientChannel, public SessionHost {
   std::unordered_map<int, std::unique_ptr<ClientSession>> sessions_;  // by fd
   std::unordered_map<ClientId, ClientSession*> by_client_;
   std::map<ProcessKey, std::size_t> welcomed_;  // welcomed sessions open per process
-  std::vector<int> flush_list_;  // sessions with queued output
-  std::vector<int> close_list_;  // sessions that asked to be closed
+  std::vector<int> flush_list_;                 // sessions with queued output
+  std::vector<int> close_list_;                 // sessions that asked to be closed
   std::optional<MonoTime> decision_started_;
   FileId socket_file_;  // the socket files as created, so shutdown removes only those
   FileId control_file_;

@@ -2,10 +2,10 @@
 //
 // The server never touches the scheduler's state. For a scrape it asks the reactor for a snapshot
 // (an eventfd the reactor watches; once the batch that saw it has written its output, the reactor
-// takes a MetricsSnapshot and hands it over), then renders and writes the exposition on its own thread. Scrapes within kFreshFor of the
-// last snapshot share it, so however many scrapers there are the reactor takes at most one snapshot
-// per kFreshFor. A slow or stalled scraper holds only this thread (every read and write has a
-// timeout); grants never wait for it.
+// takes a MetricsSnapshot and hands it over), then renders and writes the exposition on its own
+// thread. Scrapes within kFreshFor of the last snapshot share it, so however many scrapers there
+// are the reactor takes at most one snapshot per kFreshFor. A slow or stalled scraper holds only
+// this thread (every read and write has a timeout); grants never wait for it.
 //
 // Contract
 //  - start() binds and listens on `address` (common/metrics_endpoint.h serves the HTTP side) and

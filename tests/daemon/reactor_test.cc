@@ -69,8 +69,8 @@ TEST(Reactor, DeferredTasksRunAfterTheBatchOutputAndBeforeSleeping) {
   r.before_sleep([&] { order.push_back("sleep"); });
   ASSERT_EQ(::write(pair.value().first.get(), "x", 1), 1);
   ASSERT_TRUE(r.run().ok());
-  const std::vector<std::string> expected = {"sleep", "read", "sleep", "deferred", "deferred again",
-                                             "sleep"};
+  const std::vector<std::string> expected = {"sleep",    "read",           "sleep",
+                                             "deferred", "deferred again", "sleep"};
   EXPECT_EQ(order, expected);
 }
 
