@@ -106,7 +106,7 @@ class Daemon final : public ClientChannel, public SessionHost {
   void close_pending(MonoTime now);
   void close_session(int fd, MonoTime now);
   // Whether a welcomed session of that process (pid and start time) is open (one closing counts
-  // until close_session() ends it). Constant time: welcomed_ counts them by process.
+  // until close_session() ends it). One map lookup: welcomed_ counts them by process.
   bool has_session(const ClientIdentity& process) const;
   using ProcessKey = std::pair<pid_t, std::uint64_t>;  // pid, start time
   static ProcessKey process_key(const ClientIdentity& peer) { return {peer.pid, peer.start_time}; }
