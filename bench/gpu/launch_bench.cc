@@ -5,6 +5,10 @@
 //   async: N launches back to back on one stream, then one synchronize; the time per launch is
 //          what a launch-bound program (many tiny kernels) pays.
 //   sync:  launch then synchronize, N/10 times: the round trip of one launch.
+//   call:  bursts of kBurst launches, each burst's calls timed, then a synchronize (not timed): the
+//          CPU time of one launch call while the GPU keeps up. Back-to-back launches of empty
+//          kernels on one stream are mostly paced by the GPU, whose clocks move from run to run;
+//          the calls alone show what the library adds to a launch.
 // Each is repeated --repeats times and the best (least disturbed) repetition reported, with all of
 // them listed. Under libnvshare.so with a scheduler, every launch passes the grant gate (the
 // process holds the grant throughout), so the difference from a native run is the gate's cost.
@@ -22,6 +26,8 @@
 #include <vector>
 
 namespace {
+
+constexpr int kBurst = 64;  // launches per timed burst of the call measure
 
 constexpr const char kEmptyPtx[] = R"(
 .version 7.8
@@ -107,7 +113,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 1000; ++i) launch();  // warm up
   CHECK(cuStreamSynchronize(stream));
 
-  std::vector<double> async_ns, sync_ns;
+  std::vector<double> async_ns, sync_ns, call_ns;
   for (int r = 0; r < repeats; ++r) {
     double t0 = now_s();
     for (long i = 0; i < launches; ++i) launch();
@@ -120,6 +126,15 @@ int main(int argc, char** argv) {
       CHECK(cuStreamSynchronize(stream));
     }
     sync_ns.push_back((now_s() - t0) * 1e9 / static_cast<double>(round_trips));
+    double in_calls = 0;
+    const long bursts = launches / kBurst;
+    for (long b = 0; b < bursts; ++b) {
+      t0 = now_s();
+      for (int i = 0; i < kBurst; ++i) launch();
+      in_calls += now_s() - t0;
+      CHECK(cuStreamSynchronize(stream));
+    }
+    call_ns.push_back(in_calls * 1e9 / static_cast<double>(bursts * kBurst));
   }
   // The cost of one cuCtxGetCurrent, which the library's launch path makes on every launch to find
   // the calling thread's GPU (reported so the gate's share of a launch can be told apart).
@@ -132,11 +147,12 @@ int main(int argc, char** argv) {
   const double ctx_ns = (now_s() - t0) * 1e9 / static_cast<double>(ctx_calls);
   std::printf(
       "{\"ctx_get_current_ns\":%.1f,\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
-      "\"sync_ns_per_launch\":%.1f,"
-      "\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"result\":\"ok\"}\n",
+      "\"sync_ns_per_launch\":%.1f,\"call_ns_per_launch\":%.1f,"
+      "\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"call_ns_all\":[%s],\"result\":\"ok\"}\n",
       ctx_ns, launches, repeats, *std::min_element(async_ns.begin(), async_ns.end()),
-      *std::min_element(sync_ns.begin(), sync_ns.end()), join(async_ns).c_str(),
-      join(sync_ns).c_str());
+      *std::min_element(sync_ns.begin(), sync_ns.end()),
+      *std::min_element(call_ns.begin(), call_ns.end()), join(async_ns).c_str(),
+      join(sync_ns).c_str(), join(call_ns).c_str());
   CHECK(cuStreamDestroy(stream));
   CHECK(cuModuleUnload(module));
   CHECK(cuDevicePrimaryCtxRelease(device));

@@ -4,9 +4,9 @@
 //   link.before_submit()   one atomic while the grant is held; otherwise waits for it
 //   the real driver call
 //   link.after_submit()    always paired with before_submit, whatever the call returned
-//   tracker.submitted()    one atomic increment; every kMarkerEvery-th submission records a marker
-//                          and may wait for the drain bound (outside the gate, so a revoke never
-//                          waits for a thread that waits for the bound); for a graph replay,
+//   tracker.submitted()    one atomic increment; at most every kMarkerEvery-th submission records
+//                          a marker and may wait for the drain bound (outside the gate, so a
+//                          revoke never waits for a thread that waits for the bound); for a replay,
 //                          tracker.replayed(), which always records one (the graph's own length
 //                          is learnt)
 //
