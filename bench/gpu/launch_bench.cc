@@ -6,9 +6,12 @@
 //          what a launch-bound program (many tiny kernels) pays.
 //   sync:  launch then synchronize, N/10 times: the round trip of one launch.
 //   call:  bursts of kBurst launches, each burst's calls timed, then a synchronize (not timed): the
-//          CPU time of one launch call while the GPU keeps up. Back-to-back launches of empty
-//          kernels on one stream are mostly paced by the GPU, whose clocks move from run to run;
-//          the calls alone show what the library adds to a launch.
+//          CPU time of one launch call while the GPU keeps up, without the synchronizes.
+//   marked: as async, with an event recorded every kMarkEvery launches and the previous one
+//          queried, as the library's drain-bound markers do: beside async in the same process it
+//          shows what such markers cost (native runs have no library to add them).
+// It also reports the cost of single driver calls the library makes: cuCtxGetCurrent (every gated
+// call), cuEventRecord after a launch (each marker) and cuEventQuery.
 // Each is repeated --repeats times and the best (least disturbed) repetition reported, with all of
 // them listed. Under libnvshare.so with a scheduler, every launch passes the grant gate (the
 // process holds the grant throughout), so the difference from a native run is the gate's cost.
@@ -27,7 +30,8 @@
 
 namespace {
 
-constexpr int kBurst = 64;  // launches per timed burst of the call measure
+constexpr int kBurst = 64;        // launches per timed burst of the call measure
+constexpr long kMarkEvery = 256;  // launches per event in the marked loop
 
 constexpr const char kEmptyPtx[] = R"(
 .version 7.8
@@ -68,6 +72,40 @@ std::string join(const std::vector<double>& values) {
     out += buf;
   }
   return out;
+}
+
+// Mean time of cuEventRecord(event with `flags`) on `stream`, each after one launch (not timed),
+// the GPU kept up with by a synchronize every 64 records.
+template <typename Launch>
+double event_record_ns(Launch& launch, CUstream stream, unsigned flags) {
+  CUevent event;
+  CHECK(cuEventCreate(&event, flags));
+  constexpr int kRecords = 20000;
+  double in_calls = 0;
+  for (int i = 0; i < kRecords; ++i) {
+    launch();
+    const double t0 = now_s();
+    CHECK(cuEventRecord(event, stream));
+    in_calls += now_s() - t0;
+    if (i % 64 == 63) CHECK(cuStreamSynchronize(stream));
+  }
+  CHECK(cuStreamSynchronize(stream));
+  CHECK(cuEventDestroy(event));
+  return in_calls * 1e9 / kRecords;
+}
+
+// Mean time of cuEventQuery on a completed event.
+double event_query_ns(CUstream stream) {
+  CUevent event;
+  CHECK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
+  CHECK(cuEventRecord(event, stream));
+  CHECK(cuStreamSynchronize(stream));
+  constexpr int kQueries = 200000;
+  const double t0 = now_s();
+  for (int i = 0; i < kQueries; ++i) CHECK(cuEventQuery(event));
+  const double ns = (now_s() - t0) * 1e9 / kQueries;
+  CHECK(cuEventDestroy(event));
+  return ns;
 }
 
 }  // namespace
@@ -113,12 +151,30 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 1000; ++i) launch();  // warm up
   CHECK(cuStreamSynchronize(stream));
 
-  std::vector<double> async_ns, sync_ns, call_ns;
+  // The marked loop records an event like the library's drain-bound markers every kMarkEvery
+  // launches and queries the one before, so the same process shows what markers cost.
+  CUevent marks[2];
+  for (CUevent& mark : marks) {
+    CHECK(cuEventCreate(&mark, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
+    CHECK(cuEventRecord(mark, stream));
+  }
+  std::vector<double> async_ns, marked_ns, sync_ns, call_ns;
   for (int r = 0; r < repeats; ++r) {
     double t0 = now_s();
     for (long i = 0; i < launches; ++i) launch();
     CHECK(cuStreamSynchronize(stream));
     async_ns.push_back((now_s() - t0) * 1e9 / static_cast<double>(launches));
+    t0 = now_s();
+    for (long i = 0; i < launches; ++i) {
+      launch();
+      if (i % kMarkEvery == kMarkEvery - 1) {
+        const long k = i / kMarkEvery;
+        cuEventQuery(marks[(k + 1) % 2]);  // NOT_READY or SUCCESS: either is fine
+        CHECK(cuEventRecord(marks[k % 2], stream));
+      }
+    }
+    CHECK(cuStreamSynchronize(stream));
+    marked_ns.push_back((now_s() - t0) * 1e9 / static_cast<double>(launches));
     const long round_trips = launches / 10;
     t0 = now_s();
     for (long i = 0; i < round_trips; ++i) {
@@ -145,14 +201,25 @@ int main(int argc, char** argv) {
     CHECK(cuCtxGetCurrent(&current));
   }
   const double ctx_ns = (now_s() - t0) * 1e9 / static_cast<double>(ctx_calls);
+  // What one drain-bound marker costs the library in driver calls: recording an event of the
+  // kind it uses (no timing, blocking synchronization) after a launch, recording one without
+  // blocking synchronization, and querying a completed event.
+  const double marker_ns =
+      event_record_ns(launch, stream, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
+  const double plain_record_ns = event_record_ns(launch, stream, CU_EVENT_DISABLE_TIMING);
+  const double query_ns = event_query_ns(stream);
   std::printf(
-      "{\"ctx_get_current_ns\":%.1f,\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
+      "{\"ctx_get_current_ns\":%.1f,\"event_record_ns\":%.1f,\"event_record_plain_ns\":%.1f,"
+      "\"event_query_ns\":%.1f,\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
       "\"sync_ns_per_launch\":%.1f,\"call_ns_per_launch\":%.1f,"
-      "\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"call_ns_all\":[%s],\"result\":\"ok\"}\n",
-      ctx_ns, launches, repeats, *std::min_element(async_ns.begin(), async_ns.end()),
+      "\"marked_ns_all\":[%s],\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"call_ns_all\":[%s],"
+      "\"result\":\"ok\"}\n",
+      ctx_ns, marker_ns, plain_record_ns, query_ns, launches, repeats,
+      *std::min_element(async_ns.begin(), async_ns.end()),
       *std::min_element(sync_ns.begin(), sync_ns.end()),
-      *std::min_element(call_ns.begin(), call_ns.end()), join(async_ns).c_str(),
-      join(sync_ns).c_str(), join(call_ns).c_str());
+      *std::min_element(call_ns.begin(), call_ns.end()), join(marked_ns).c_str(),
+      join(async_ns).c_str(), join(sync_ns).c_str(), join(call_ns).c_str());
+  for (CUevent mark : marks) CHECK(cuEventDestroy(mark));
   CHECK(cuStreamDestroy(stream));
   CHECK(cuModuleUnload(module));
   CHECK(cuDevicePrimaryCtxRelease(device));

@@ -63,12 +63,11 @@
 namespace nvshare::client::cuda {
 
 // At most one marker per this many submissions: launch-bound work (tiny kernels) pays for a marker
-// (a lock, event queries and an event record, a few microseconds) once per 1,024 launches, about
-// 0.1% of 1,024 launches of 3 us each (docs/benchmarks.md, "Launch-bound work").
-// Kernels that become longer than tau says are caught by the link thread's idle checks (every
-// half idle release, above) long before this many; only with the idle release off does this
-// spacing bound how many of them queue before the estimate corrects.
-inline constexpr std::uint64_t kMarkerEvery = 1024;
+// (a lock, event queries and an event record, a few microseconds) once per 256 launches. This
+// spacing is also how many submissions may queue before a marker shows that kernels became longer
+// than tau says (tiny start-up kernels teach a small tau, then come long ones): the idle checks of
+// the link thread come too late for work queued at CPU speed, so it stays small.
+inline constexpr std::uint64_t kMarkerEvery = 256;
 // Until tau is measured: a marker at the first submission, then every kFirstMarkerEvery submissions
 // (doubling up to kMarkerEvery while each marker completes before the next), and a thread waits as
 // soon as more than kMaxPendingMarkers are pending. So the first measurement comes after the
