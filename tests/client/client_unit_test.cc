@@ -531,6 +531,50 @@ TEST_F(GpuTest, DrainBoundHoldsWhenKernelsBecomeLong) {
       << "the submitting thread's waits are the pace the scheduler is told";
 }
 
+// Start-up kernels (tiny) teach a small tau, then the loop's long kernels come back to back from
+// a thread that never synchronizes (a PyTorch job after its warm-up). The spacing tau would fit
+// (hundreds of submissions) must not be used before tau is confirmed: the long kernels would all
+// queue at CPU speed, long before an idle check could notice (all 100 queued at once here).
+TEST_F(GpuTest, DrainBoundHoldsForLongKernelsAfterTinyStartUpKernels) {
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(launch(10'000, stream_), CUDA_SUCCESS);
+  ASSERT_EQ(launch(20'000'000, stream_), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::thread loop([&] {
+    if (cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return;
+    while (!stop.load() && sent.load() < 100) {
+      if (launch(20'000'000, stream_) != CUDA_SUCCESS) return;
+      sent++;
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  loop.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const auto drained = std::chrono::steady_clock::now() - t0;
+  // Without the confirmation: all 100 kernels (2 s) queued at once, about 1.7 s left to drain.
+  // Bounded, what is queued stays near the 50 ms bound; the margin leaves room for a loaded
+  // machine.
+  EXPECT_LT(drained, 700ms) << sent.load() << " kernels of 20 ms sent in 300 ms";
+  EXPECT_LT(sent.load(), 60) << device_->tracker.stats().markers << " markers, "
+                             << device_->tracker.stats().bound_waits << " waits";
+  EXPECT_GT(device_->tracker.stats().gpu_ns_per_submission, 5e6) << "tau was not relearnt";
+}
+
+// GPU-bound work of short kernels (0.1 ms, queued far ahead): its waits agree with the estimate
+// (within a factor of two, or within the slack a wake-up takes on a real GPU), so tau becomes
+// trusted and the queue may grow to the bound instead of staying at two markers of a few kernels.
+TEST_F(GpuTest, ShortKernelsQueuedAheadGetATrustedTime) {
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(launch(100'000, stream_), CUDA_SUCCESS);
+  const cuda::TrackerStats stats = device_->tracker.stats();
+  EXPECT_TRUE(stats.tau_trusted) << stats.bound_waits << " waits, tau "
+                                 << stats.gpu_ns_per_submission << " ns";
+  EXPECT_GT(stats.gpu_ns_per_submission, 50'000);
+  EXPECT_LT(stats.gpu_ns_per_submission, 400'000);
+}
+
 // A revoke can come before any submitting thread has waited at the bound (a capped client's first
 // run is a few tens of milliseconds): the drain's synchronization is then the first measurement.
 // Without it a process whose grants always end inside its first long kernel never learnt tau, its

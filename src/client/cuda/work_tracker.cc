@@ -1,6 +1,7 @@
 #include "client/cuda/work_tracker.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "client/hooks/hook_table.h"
 #include "common/log.h"
@@ -130,7 +131,7 @@ double WorkTracker::estimate(const Marker& marker) const {
 }
 
 bool WorkTracker::unknown(const Marker& marker) const {
-  return (marker.submissions > 0 && tau_ns_ == 0) ||
+  return (marker.submissions > 0 && !trusted()) ||
          (marker.graph != nullptr && marker.graph_ns == 0);
 }
 
@@ -203,6 +204,7 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
   if (tau_ns_ == 0) {
     if (kernels > 0 && elapsed_ns > known_graphs) {
       tau_ns_ = (elapsed_ns - known_graphs) / static_cast<double>(kernels);
+      agreed_ = 0;
     }
     return;
   }
@@ -211,8 +213,20 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
   // replayed in the span.
   const double estimated = kernel_ns + known_graphs;
   if (estimated <= 0) return;
-  const double keep = 0.75 + 0.25 * elapsed_ns / estimated;
-  if (kernels > 0) tau_ns_ *= keep;
+  const double ratio = elapsed_ns / estimated;
+  const double keep = 0.75 + 0.25 * ratio;
+  if (kernels > 0) {
+    tau_ns_ *= keep;
+    // A short span is measured no better than a wake-up's latency: within kAgreeSlack it agrees.
+    const bool close = std::abs(elapsed_ns - estimated) < static_cast<double>(kAgreeSlack.count());
+    if (close || (ratio >= 0.5 && ratio <= 2)) {
+      agreed_ = std::min(agreed_ + 1, kConfirmations);
+    } else {
+      // The work changed length: dense markers again until the new tau is confirmed.
+      agreed_ = 0;
+      provisional_spacing_ = kFirstMarkerEvery;
+    }
+  }
   ++lessons_;
   for (auto it = first; it != last; ++it) {
     GraphCost* cost = it->graph != nullptr ? find_graph_locked(it->graph) : nullptr;
@@ -302,20 +316,23 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     if (graph != nullptr) ++graph_replays_;
     // Until something is queued long enough to be waited for there is no tau; make sure the next
     // marker point comes even if this one fails below.
-    next_marker_.store(count + unmeasured_spacing_, std::memory_order_relaxed);
+    next_marker_.store(count + provisional_spacing_, std::memory_order_relaxed);
     ContextWork* work = find_locked(ctx);
     if (work == nullptr) work = add_locked(ctx);
     if (work == nullptr) return;
     const bool kept_up = reap_locked(*work);
     // Space markers so that one covers about half the bound of GPU time (at most kMarkerEvery).
-    // Unmeasured, start dense and widen while the GPU keeps up (every marker complete by the next:
-    // nothing to bound, and markers cost CPU time).
-    std::uint64_t spacing = unmeasured_spacing_;
+    // Until tau is trusted, start dense and widen only while the GPU keeps up (every marker
+    // complete by the next: nothing to bound, and markers cost CPU time).
+    std::uint64_t spacing = provisional_spacing_;
     if (tau_ns_ > 0) {
       const double fit = static_cast<double>(drain_bound_.count()) / (2 * tau_ns_);
-      spacing = fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
-    } else if (kept_up) {
-      unmeasured_spacing_ = std::min(kMarkerEvery, 2 * unmeasured_spacing_);
+      const std::uint64_t by_tau =
+          fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
+      spacing = trusted() ? by_tau : std::min(by_tau, spacing);
+    }
+    if (!trusted() && kept_up) {
+      provisional_spacing_ = std::min(kMarkerEvery, 2 * provisional_spacing_);
     }
     next_marker_.store(count + spacing, std::memory_order_relaxed);
     record_locked(*work, stream, count, /*context_wide=*/false, graph);
@@ -466,6 +483,7 @@ TrackerStats WorkTracker::stats() const {
   TrackerStats s;
   s.submissions = submissions_.load(std::memory_order_relaxed);
   s.gpu_ns_per_submission = tau_ns_;
+  s.tau_trusted = trusted();
   s.markers = markers_;
   s.bound_waits = bound_waits_.load(std::memory_order_relaxed);
   s.captures_open = capturing_.size();

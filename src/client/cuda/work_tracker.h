@@ -16,8 +16,13 @@
 // (NVSHARE_DRAIN_BOUND_MS) of work remains. Markers are spaced so that one covers about half the
 // bound (at most kMarkerEvery submissions). Whatever tau says, a thread also waits for every marker
 // older than the bound, and whenever more than kMaxPendingMarkers markers of unknown length are
-// pending (before tau is measured, every marker is: at most two submissions of unknown length are
-// queued before the first measurement). When the link thread's idle check finds a marker older than
+// pending. Until tau is trusted every marker is of unknown length: before it is measured (at most
+// two submissions of unknown length are queued before the first measurement), and after, until
+// kConfirmations lessons in a row agree with it (within a factor of two or kAgreeSlack). Meanwhile
+// markers start dense and their spacing doubles only while each completes before the next is
+// recorded. So tiny start-up kernels that teach a small tau, followed by long ones, queue a few of
+// them before a wait corrects it, not a marker spacing fitted to the small tau; a lesson that
+// disagrees makes tau untrusted again. When the link thread's idle check finds a marker older than
 // the bound still pending, the next submission is a marker point (kernels that became longer than
 // tau says are caught within an idle check, not after kMarkerEvery submissions). So a revoke's
 // drain waits for about the bound at most, for short and long kernels alike, while launch-bound
@@ -68,21 +73,27 @@ namespace nvshare::client::cuda {
 // than tau says (tiny start-up kernels teach a small tau, then come long ones): the idle checks of
 // the link thread come too late for work queued at CPU speed, so it stays small.
 inline constexpr std::uint64_t kMarkerEvery = 256;
-// Until tau is measured: a marker at the first submission, then every kFirstMarkerEvery submissions
-// (doubling up to kMarkerEvery while each marker completes before the next), and a thread waits as
-// soon as more than kMaxPendingMarkers are pending. So the first measurement comes after the
-// first submission that is still running when the next one is made, and work of unknown length
+// Until tau is trusted: a marker at the first submission, then every kFirstMarkerEvery submissions
+// (doubling up to kMarkerEvery while each marker completes before the next; no wider than tau
+// fits once measured), and a thread waits as soon as more than kMaxPendingMarkers are pending.
+// The same holds again after a lesson that disagreed with tau. So the first measurement comes after
+// the first submission that is still running when the next one is made, and work of unknown length
 // never piles up: a process that queues a few long graph replays and synchronizes once (its own
 // synchronization teaches the tracker nothing) is bounded from its second submission on.
 inline constexpr std::uint64_t kFirstMarkerEvery = 1;
 inline constexpr std::size_t kMaxPendingMarkers = 1;
 inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
+// Lessons in a row that must agree with tau (within a factor of two, or within kAgreeSlack of the
+// estimate: a wait's wake-up alone can double a short span) before it is trusted.
+inline constexpr int kConfirmations = 3;
+inline constexpr Duration kAgreeSlack = std::chrono::milliseconds(1);
 inline constexpr std::size_t kMaxGraphCosts = 512;  // executable graphs whose GPU time is kept
 inline constexpr Duration kCaptureWaitBound = std::chrono::seconds(5);
 
 struct TrackerStats {
   std::uint64_t submissions = 0;
   double gpu_ns_per_submission = 0;   // tau; 0 until measured
+  bool tau_trusted = false;           // measured and confirmed (kConfirmations)
   std::uint64_t markers = 0;          // marker events recorded
   std::uint64_t bound_waits = 0;      // times a submitting thread waited for the drain bound
   std::uint64_t captures_open = 0;    // streams capturing now
@@ -189,6 +200,8 @@ class WorkTracker {
   // `work.ctx`, cuCtxRecordEvent) or on `stream` only (cuEventRecord).
   bool record_locked(ContextWork& work, CUstream stream, std::uint64_t count, bool context_wide,
                      CUgraphExec graph = nullptr);
+  // Tau is measured and confirmed (kConfirmations).
+  bool trusted() const { return tau_ns_ > 0 && agreed_ >= kConfirmations; }
   // A marker's estimated GPU time, and whether part of it is of unknown length.
   double estimate(const Marker& marker) const;
   bool unknown(const Marker& marker) const;
@@ -226,8 +239,9 @@ class WorkTracker {
   std::vector<CUstream> capturing_;  // one entry per open capture (a stream may repeat)
   std::uint64_t marked_ = 0;         // submissions covered by the newest markers
   double tau_ns_ = 0;                // GPU time per submission, learnt from waits
-  std::uint64_t unmeasured_spacing_ = kFirstMarkerEvery;  // marker spacing while tau is 0
-  std::uint64_t seen_ = 0;                                // submissions at the last idle check
+  int agreed_ = 0;                   // lessons in a row that agreed with tau
+  std::uint64_t provisional_spacing_ = kFirstMarkerEvery;  // marker spacing until tau is trusted
+  std::uint64_t seen_ = 0;                                 // submissions at the last idle check
   MonoTime last_activity_{};
   std::uint64_t markers_ = 0;
   std::vector<GraphCost> graph_costs_;  // at most kMaxGraphCosts
