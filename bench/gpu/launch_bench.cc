@@ -75,7 +75,7 @@ std::string join(const std::vector<double>& values) {
 }
 
 // Mean time of cuEventRecord(event with `flags`) on `stream`, each after one launch (not timed),
-// the GPU kept up with by a synchronize every 64 records.
+// the GPU kept up with by a synchronize every kBurst records.
 template <typename Launch>
 double event_record_ns(Launch& launch, CUstream stream, unsigned flags) {
   CUevent event;
@@ -87,7 +87,7 @@ double event_record_ns(Launch& launch, CUstream stream, unsigned flags) {
     const double t0 = now_s();
     CHECK(cuEventRecord(event, stream));
     in_calls += now_s() - t0;
-    if (i % 64 == 63) CHECK(cuStreamSynchronize(stream));
+    if (i % kBurst == kBurst - 1) CHECK(cuStreamSynchronize(stream));
   }
   CHECK(cuStreamSynchronize(stream));
   CHECK(cuEventDestroy(event));

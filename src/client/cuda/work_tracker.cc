@@ -204,7 +204,6 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
   if (tau_ns_ == 0) {
     if (kernels > 0 && elapsed_ns > known_graphs) {
       tau_ns_ = (elapsed_ns - known_graphs) / static_cast<double>(kernels);
-      agreed_ = 0;
     }
     return;
   }

@@ -24,9 +24,10 @@
 // them before a wait corrects it, not a marker spacing fitted to the small tau; a lesson that
 // disagrees makes tau untrusted again. When the link thread's idle check finds a marker older than
 // the bound still pending, the next submission is a marker point (kernels that became longer than
-// tau says are caught within an idle check, not after kMarkerEvery submissions). So a revoke's
-// drain waits for about the bound at most, for short and long kernels alike, while launch-bound
-// work (tiny kernels the GPU keeps up with) never waits.
+// tau says, submitted slowly, are caught within an idle check; work queued at CPU speed is caught
+// only at the next marker point, at most kMarkerEvery submissions on). So but for that case a
+// revoke's drain waits for about the bound at most, for short and long kernels alike, while
+// launch-bound work (tiny kernels the GPU keeps up with) never waits.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
