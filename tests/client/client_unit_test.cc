@@ -563,6 +563,40 @@ TEST_F(GpuTest, DrainBoundHoldsForLongKernelsAfterTinyStartUpKernels) {
   EXPECT_GT(device_->tracker.stats().gpu_ns_per_submission, 5e6) << "tau was not relearnt";
 }
 
+// The start-up of a compute-bound job (PyTorch's `randn`s, one warm-up matmul, a synchronize, a
+// pause until the job's loop starts), then its loop queueing 20 ms kernels at CPU speed. The
+// synchronize completes every marker, which says nothing of how long the loop's kernels are: a
+// marker spacing widened on that evidence let the first wait come after a dozen long kernels (on an
+// H200 the first revoke of two such jobs drained 521 ms, and the pace that tells saturating jobs
+// apart showed nothing for their first half second). Once the link thread has seen the process
+// idle, markers start dense again: the loop waits from its second kernel on.
+TEST_F(GpuTest, ASynchronizeIsNoEvidenceThatTheNextKernelsAreShort) {
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(10'000, stream_), CUDA_SUCCESS);
+  ASSERT_EQ(launch(20'000'000, stream_), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  // The pause, with the idle checks the link thread makes while it holds a grant.
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(50ms);
+    agent_->idle_for();
+  }
+  const std::uint64_t waits_before = device_->tracker.stats().bound_waits;
+  std::atomic<int> sent{0};
+  std::thread loop([&] {
+    if (cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return;
+    while (device_->tracker.stats().bound_waits == waits_before && sent.load() < 100) {
+      if (launch(20'000'000, stream_) != CUDA_SUCCESS) return;
+      sent++;
+    }
+  });
+  loop.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const auto drained = std::chrono::steady_clock::now() - t0;
+  EXPECT_LE(sent.load(), 2) << "kernels of 20 ms queued before the first wait";
+  // Two or three kernels of 20 ms; the margin leaves room for a loaded machine.
+  EXPECT_LT(drained, 150ms);
+}
+
 // GPU-bound work of short kernels (0.1 ms, queued far ahead): its waits agree with the estimate
 // (within a factor of two, or within the slack a wake-up takes on a real GPU), so tau becomes
 // trusted and the queue may grow to the bound instead of staying at two markers of a few kernels.

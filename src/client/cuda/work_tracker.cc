@@ -69,7 +69,10 @@ WorkTracker::ContextWork* WorkTracker::find_locked(CUcontext ctx) {
 
 WorkTracker::ContextWork* WorkTracker::add_locked(CUcontext ctx) {
   try {
-    contexts_.push_back(ContextWork{ctx, {}, {}, nullptr});
+    ContextWork work;
+    work.ctx = ctx;
+    work.last_recorded = clock_.now();
+    contexts_.push_back(std::move(work));
     return &contexts_.back();
   } catch (...) {
     return nullptr;
@@ -115,8 +118,10 @@ bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_
   const std::uint64_t others = graph != nullptr ? 1 : 0;
   const std::uint64_t covered = count > marked_ + others ? count - marked_ - others : 0;
   try {
-    work.pending.push_back(Marker{event, clock_.now(), covered, graph,
+    const MonoTime now = clock_.now();
+    work.pending.push_back(Marker{event, now, work.last_recorded, covered, graph,
                                   graph != nullptr ? graph_cost_locked(graph) : 0});
+    work.last_recorded = now;
   } catch (...) {
     recycle(work, event);
     return false;
@@ -220,10 +225,11 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
     const bool close = std::abs(elapsed_ns - estimated) < static_cast<double>(kAgreeSlack.count());
     if (close || (ratio >= 0.5 && ratio <= 2)) {
       agreed_ = std::min(agreed_ + 1, kConfirmations);
+      spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
     } else {
       // The work changed length: dense markers again until the new tau is confirmed.
       agreed_ = 0;
-      provisional_spacing_ = kFirstMarkerEvery;
+      spacing_limit_ = kFirstMarkerEvery;
     }
   }
   ++lessons_;
@@ -241,9 +247,17 @@ bool WorkTracker::reap_locked(ContextWork& work) {
     if (rc == CUDA_ERROR_NOT_READY) return false;
     // Complete, or an error that will never clear (a failed context): either way nothing to wait
     // for. Only a cleanly completed event is reused.
-    if (rc == CUDA_SUCCESS) recycle(work, work.pending.front().event);
+    const Marker& done = work.pending.front();
+    const MonoTime now = clock_.now();
+    if (rc == CUDA_SUCCESS) {
+      recycle(work, done.event);
+      if (done.submissions > 0 && done.graph == nullptr) {
+        work.short_ns = static_cast<double>((now - done.opened).count()) /
+                        static_cast<double>(done.submissions);
+      }
+    }
     work.pending.pop_front();
-    work.last_done = clock_.now();
+    work.last_done = now;
   }
   return true;
 }
@@ -257,7 +271,7 @@ CUevent WorkTracker::over_bound_locked(const ContextWork& work) const {
   const auto at_least = [&target](std::size_t i) {
     target = std::max(target, static_cast<std::ptrdiff_t>(i));
   };
-  if (n > kMaxPendingMarkersMeasured) at_least(n - kMaxPendingMarkersMeasured - 1);
+  if (n > kMaxPendingKnown) at_least(n - kMaxPendingKnown - 1);
   const MonoTime now = clock_.now();
   for (std::size_t i = 0; i < n && now - work.pending[i].recorded > drain_bound_; ++i) at_least(i);
   // From the newest back: the GPU time estimated after marker i, and how many markers of unknown
@@ -315,23 +329,33 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     if (graph != nullptr) ++graph_replays_;
     // Until something is queued long enough to be waited for there is no tau; make sure the next
     // marker point comes even if this one fails below.
-    next_marker_.store(count + provisional_spacing_, std::memory_order_relaxed);
+    next_marker_.store(count + spacing_limit_, std::memory_order_relaxed);
     ContextWork* work = find_locked(ctx);
     if (work == nullptr) work = add_locked(ctx);
     if (work == nullptr) return;
     const bool kept_up = reap_locked(*work);
-    // Space markers so that one covers about half the bound of GPU time (at most kMarkerEvery).
-    // Until tau is trusted, start dense and widen only while the GPU keeps up (every marker
-    // complete by the next: nothing to bound, and markers cost CPU time).
-    std::uint64_t spacing = provisional_spacing_;
+    // Space markers so that one covers about half the bound of GPU time by tau (at most
+    // kMarkerEvery), and no wider than the spacing limit: it starts at kFirstMarkerEvery and
+    // doubles at each confirmation, a wait that agreed with tau or a marker point where every
+    // marker had completed and the newest span seen complete shows submissions short enough for
+    // twice the spacing. A span seen complete also narrows it to what the span shows, so a span
+    // that was complete only because the application synchronized (and then paused) never widens
+    // it: it took as long as the pause. It restarts at kFirstMarkerEvery when a wait disagreed
+    // with tau and when the process was seen idle.
+    if (work->short_ns > 0) {
+      const double fits = static_cast<double>(drain_bound_.count()) / (2 * work->short_ns);
+      if (kept_up && static_cast<double>(2 * spacing_limit_) <= fits) {
+        spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
+      } else if (static_cast<double>(spacing_limit_) > fits) {
+        spacing_limit_ = std::max(kFirstMarkerEvery, static_cast<std::uint64_t>(fits));
+      }
+      work->short_ns = 0;  // used: the next confirmation needs a span of its own
+    }
+    std::uint64_t spacing = spacing_limit_;
     if (tau_ns_ > 0) {
       const double fit = static_cast<double>(drain_bound_.count()) / (2 * tau_ns_);
-      const std::uint64_t by_tau =
-          fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
-      spacing = trusted() ? by_tau : std::min(by_tau, spacing);
-    }
-    if (!trusted() && kept_up) {
-      provisional_spacing_ = std::min(kMarkerEvery, 2 * provisional_spacing_);
+      spacing =
+          std::min(spacing, fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit)));
     }
     next_marker_.store(count + spacing, std::memory_order_relaxed);
     record_locked(*work, stream, count, /*context_wide=*/false, graph);
@@ -451,7 +475,16 @@ Duration WorkTracker::idle_for() noexcept {
   }
   bool all_done = true;
   for (ContextWork& work : contexts_) all_done = reap_locked(work) && all_done;
-  return all_done ? now - last_activity_ : Duration::zero();
+  if (!all_done || now == last_activity_) return Duration::zero();
+  // Idle: what comes next may be unlike what came before (a job's start-up, then its loop; a
+  // service's next request). Markers start dense again from the next submission on, and tau must
+  // be confirmed by one more wait before markers count as known again.
+  spacing_limit_ = kFirstMarkerEvery;
+  agreed_ = std::min(agreed_, kConfirmations - 1);
+  next_marker_.store(std::min(next_marker_.load(std::memory_order_relaxed), submitted + 1),
+                     std::memory_order_relaxed);
+  for (ContextWork& work : contexts_) work.short_ns = 0;
+  return now - last_activity_;
 }
 
 bool WorkTracker::with_any_context(const std::function<void(CUcontext, CUstream)>& fn) noexcept {

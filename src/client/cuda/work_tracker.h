@@ -83,7 +83,12 @@ inline constexpr std::uint64_t kMarkerEvery = 256;
 // synchronization teaches the tracker nothing) is bounded from its second submission on.
 inline constexpr std::uint64_t kFirstMarkerEvery = 1;
 inline constexpr std::size_t kMaxPendingMarkers = 1;
-inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
+// Markers of known length are spaced to cover about half the bound each, so a queue within the
+// bound has about three pending: a thread also waits whenever more than kMaxPendingKnown are. Tau
+// learnt from tiny start-up kernels and confirmed there says nothing of the long kernels a loop
+// queues at CPU speed after a synchronize; this keeps them to a few markers until a wait teaches
+// their length.
+inline constexpr std::size_t kMaxPendingKnown = 4;
 // Lessons in a row that must agree with tau (within a factor of two, or within kAgreeSlack of the
 // estimate: a wait's wake-up alone can double a short span) before it is trusted.
 inline constexpr int kConfirmations = 3;
@@ -172,6 +177,7 @@ class WorkTracker {
   struct Marker {
     CUevent event = nullptr;
     MonoTime recorded{};
+    MonoTime opened{};              // when the previous marker of its context was recorded
     std::uint64_t submissions = 0;  // covered since the previous marker (graph replays apart)
     CUgraphExec graph = nullptr;    // the replay this marker directly follows, if any
     double graph_ns = 0;            // that replay's estimated GPU time; 0 while unknown
@@ -188,6 +194,11 @@ class WorkTracker {
     std::vector<CUevent> spare;  // completed marker events, reused
     CUstream stream = nullptr;   // private stream, created on first use
     MonoTime last_done{};        // when the newest completed marker was seen complete
+    MonoTime last_recorded{};    // when the newest marker was recorded (or the context noted)
+    // At most this GPU time per submission, shown by the newest marker seen complete (its span's
+    // submissions were made after it opened and had run by then); 0: no such evidence since it
+    // was last used.
+    double short_ns = 0;
   };
 
   // Records a marker after submission `count` (a replay of `graph`, or null for other work) and
@@ -219,7 +230,8 @@ class WorkTracker {
                     std::deque<Marker>::const_iterator last, double elapsed_ns);
   // Keeps a completed marker event for reuse (never throws: it is destroyed when that fails).
   static void recycle(ContextWork& work, CUevent event) noexcept;
-  // Pops completed markers; true when none is pending any more.
+  // Pops completed markers (keeping the evidence short_ns of the newest cleanly completed one);
+  // true when none is pending any more.
   bool reap_locked(ContextWork& work);
   // The event to wait for when this context has too much queued (the newest marker that must
   // complete for the bound to hold again); else null.
@@ -241,8 +253,8 @@ class WorkTracker {
   std::uint64_t marked_ = 0;         // submissions covered by the newest markers
   double tau_ns_ = 0;                // GPU time per submission, learnt from waits
   int agreed_ = 0;                   // lessons in a row that agreed with tau
-  std::uint64_t provisional_spacing_ = kFirstMarkerEvery;  // marker spacing until tau is trusted
-  std::uint64_t seen_ = 0;                                 // submissions at the last idle check
+  std::uint64_t spacing_limit_ = kFirstMarkerEvery;  // widest marker spacing confirmed so far
+  std::uint64_t seen_ = 0;                           // submissions at the last idle check
   MonoTime last_activity_{};
   std::uint64_t markers_ = 0;
   std::vector<GraphCost> graph_costs_;  // at most kMaxGraphCosts
