@@ -592,9 +592,30 @@ TEST_F(GpuTest, ASynchronizeIsNoEvidenceThatTheNextKernelsAreShort) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   const auto drained = std::chrono::steady_clock::now() - t0;
-  EXPECT_LE(sent.load(), 2) << "kernels of 20 ms queued before the first wait";
+  EXPECT_LE(sent.load(), 2) << "kernels of 20 ms queued before the first wait; tau "
+                            << device_->tracker.stats().gpu_ns_per_submission << " ns, "
+                            << device_->tracker.stats().markers << " markers";
   // Two or three kernels of 20 ms; the margin leaves room for a loaded machine.
   EXPECT_LT(drained, 150ms);
+}
+
+// A service: each step queues a forward pass of 30 short kernels (0.1 ms), synchronizes, and idles
+// 20 ms (the link thread sees it idle). Its markers start dense after every idle period and it may
+// wait for some of them, but it never has more than the bound queued: none of that is the pace
+// that would make the scheduler take it for a trainer that queues ahead.
+TEST_F(GpuTest, AServicesCautiousWaitsAreNotItsPace) {
+  const Duration waited_before = device_->tracker.bound_waited();
+  const std::uint64_t waits_before = device_->tracker.stats().bound_waits;
+  for (int step = 0; step < 20; ++step) {
+    for (int i = 0; i < 30; ++i) ASSERT_EQ(launch(100'000, stream_), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    std::this_thread::sleep_for(10ms);
+    agent_->idle_for();
+    std::this_thread::sleep_for(10ms);
+    agent_->idle_for();
+  }
+  EXPECT_GT(device_->tracker.stats().bound_waits, waits_before) << "no cautious wait to discount";
+  EXPECT_EQ(device_->tracker.bound_waited(), waited_before);
 }
 
 // GPU-bound work of short kernels (0.1 ms, queued far ahead): its waits agree with the estimate

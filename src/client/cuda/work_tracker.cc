@@ -221,10 +221,12 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
   const double keep = 0.75 + 0.25 * ratio;
   if (kernels > 0) {
     tau_ns_ *= keep;
-    // A short span is measured no better than a wake-up's latency: within kAgreeSlack it agrees.
-    const bool close = std::abs(elapsed_ns - estimated) < static_cast<double>(kAgreeSlack.count());
+    // A short span is measured no better than a wake-up's latency: within kAgreeSlack it does not
+    // disagree, but a span shorter than the slack (tiny start-up kernels) confirms nothing either.
+    const double slack = static_cast<double>(kAgreeSlack.count());
+    const bool close = std::abs(elapsed_ns - estimated) < slack;
     if (close || (ratio >= 0.5 && ratio <= 2)) {
-      agreed_ = std::min(agreed_ + 1, kConfirmations);
+      if (std::max(elapsed_ns, estimated) >= slack) agreed_ = std::min(agreed_ + 1, kConfirmations);
       spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
     } else {
       // The work changed length: dense markers again until the new tau is confirmed.
@@ -271,7 +273,7 @@ CUevent WorkTracker::over_bound_locked(const ContextWork& work) const {
   const auto at_least = [&target](std::size_t i) {
     target = std::max(target, static_cast<std::ptrdiff_t>(i));
   };
-  if (n > kMaxPendingKnown) at_least(n - kMaxPendingKnown - 1);
+  if (n > kMaxPendingMarkersMeasured) at_least(n - kMaxPendingMarkersMeasured - 1);
   const MonoTime now = clock_.now();
   for (std::size_t i = 0; i < n && now - work.pending[i].recorded > drain_bound_; ++i) at_least(i);
   // From the newest back: the GPU time estimated after marker i, and how many markers of unknown
@@ -335,27 +337,29 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     if (work == nullptr) return;
     const bool kept_up = reap_locked(*work);
     // Space markers so that one covers about half the bound of GPU time by tau (at most
-    // kMarkerEvery), and no wider than the spacing limit: it starts at kFirstMarkerEvery and
-    // doubles at each confirmation, a wait that agreed with tau or a marker point where every
-    // marker had completed and the newest span seen complete shows submissions short enough for
-    // twice the spacing. A span seen complete also narrows it to what the span shows, so a span
-    // that was complete only because the application synchronized (and then paused) never widens
-    // it: it took as long as the pause. It restarts at kFirstMarkerEvery when a wait disagreed
-    // with tau and when the process was seen idle.
-    if (work->short_ns > 0) {
+    // kMarkerEvery); until tau is trusted, no wider than the spacing limit: it starts at
+    // kFirstMarkerEvery and doubles at each wait that did not disagree with tau and at each marker
+    // point where every marker had completed and the newest span seen complete shows submissions
+    // short enough for twice the spacing. A span seen complete also narrows it to what the span
+    // shows, so a span that was complete only because the application synchronized (and then
+    // paused) never widens it: it took as long as the pause. It restarts at kFirstMarkerEvery when
+    // a wait disagreed with tau and when an untrusted process was seen idle. A trusted tau alone
+    // spaces markers: a service's steps after idle gaps keep their whole forward pass queued.
+    if (work->short_ns > 0 && !trusted()) {
       const double fits = static_cast<double>(drain_bound_.count()) / (2 * work->short_ns);
       if (kept_up && static_cast<double>(2 * spacing_limit_) <= fits) {
         spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
       } else if (static_cast<double>(spacing_limit_) > fits) {
         spacing_limit_ = std::max(kFirstMarkerEvery, static_cast<std::uint64_t>(fits));
       }
-      work->short_ns = 0;  // used: the next confirmation needs a span of its own
     }
+    work->short_ns = 0;  // used (or of no use while trusted): the next one needs a span of its own
     std::uint64_t spacing = spacing_limit_;
     if (tau_ns_ > 0) {
       const double fit = static_cast<double>(drain_bound_.count()) / (2 * tau_ns_);
-      spacing =
-          std::min(spacing, fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit)));
+      const std::uint64_t by_tau =
+          fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
+      spacing = trusted() ? by_tau : std::min(by_tau, spacing);
     }
     next_marker_.store(count + spacing, std::memory_order_relaxed);
     record_locked(*work, stream, count, /*context_wide=*/false, graph);
@@ -367,6 +371,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   if (wait_for == nullptr) return;
   const MonoTime started = clock_.now();
   MonoTime done = started;
+  double queued_after = 0;
   for (int round = 0; wait_for != nullptr && round < 4; ++round) {
     bound_waits_.fetch_add(1, std::memory_order_relaxed);
     driver().cuEventSynchronize(wait_for);
@@ -377,8 +382,19 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     if (work == nullptr || captures_.load(std::memory_order_acquire) != 0) break;
     reap_locked(*work);
     wait_for = over_bound_locked(*work);
+    queued_after = 0;
+    for (const Marker& marker : work->pending) queued_after += estimate(marker);
   }
-  bound_waited_ns_.fetch_add((done - started).count(), std::memory_order_relaxed);
+  // The pace the scheduler is told counts the waits of a thread that had more than the bound
+  // queued, as learnt once the wait ended (what it waited for plus what is still queued). A wait
+  // for a marker of unknown length, or for the oldest of many short ones, that turns out to have
+  // covered less is caution, not a deep queue: a service's forward pass of short kernels, queued
+  // right after an idle period, must not look like a trainer that queues ahead.
+  const Duration waited = done - started;
+  if (static_cast<double>(waited.count()) + queued_after >
+      static_cast<double>(drain_bound_.count())) {
+    bound_waited_ns_.fetch_add(waited.count(), std::memory_order_relaxed);
+  }
 }
 
 CUstream WorkTracker::private_stream(CUcontext ctx) noexcept {
@@ -476,14 +492,14 @@ Duration WorkTracker::idle_for() noexcept {
   bool all_done = true;
   for (ContextWork& work : contexts_) all_done = reap_locked(work) && all_done;
   if (!all_done || now == last_activity_) return Duration::zero();
-  // Idle: what comes next may be unlike what came before (a job's start-up, then its loop; a
-  // service's next request). Markers start dense again from the next submission on, and tau must
-  // be confirmed by one more wait before markers count as known again.
-  spacing_limit_ = kFirstMarkerEvery;
-  agreed_ = std::min(agreed_, kConfirmations - 1);
-  next_marker_.store(std::min(next_marker_.load(std::memory_order_relaxed), submitted + 1),
-                     std::memory_order_relaxed);
-  for (ContextWork& work : contexts_) work.short_ns = 0;
+  if (!trusted()) {
+    // Idle: what comes next may be unlike what came before (a job's start-up, then its loop), and
+    // nothing measured vouches for it. Markers start dense again from the next submission on.
+    spacing_limit_ = kFirstMarkerEvery;
+    next_marker_.store(std::min(next_marker_.load(std::memory_order_relaxed), submitted + 1),
+                       std::memory_order_relaxed);
+    for (ContextWork& work : contexts_) work.short_ns = 0;
+  }
   return now - last_activity_;
 }
 

@@ -83,12 +83,7 @@ inline constexpr std::uint64_t kMarkerEvery = 256;
 // synchronization teaches the tracker nothing) is bounded from its second submission on.
 inline constexpr std::uint64_t kFirstMarkerEvery = 1;
 inline constexpr std::size_t kMaxPendingMarkers = 1;
-// Markers of known length are spaced to cover about half the bound each, so a queue within the
-// bound has about three pending: a thread also waits whenever more than kMaxPendingKnown are. Tau
-// learnt from tiny start-up kernels and confirmed there says nothing of the long kernels a loop
-// queues at CPU speed after a synchronize; this keeps them to a few markers until a wait teaches
-// their length.
-inline constexpr std::size_t kMaxPendingKnown = 4;
+inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
 // Lessons in a row that must agree with tau (within a factor of two, or within kAgreeSlack of the
 // estimate: a wait's wake-up alone can double a short span) before it is trusted.
 inline constexpr int kConfirmations = 3;
@@ -167,8 +162,9 @@ class WorkTracker {
   bool with_any_context(const std::function<void(CUcontext, CUstream)>& fn) noexcept;
 
   TrackerStats stats() const;
-  // Time submitting threads have spent waiting for the drain bound so far (a thread that queues
-  // faster than the GPU runs its work waits here: the pace the scheduler is told, pace_meter.h).
+  // Time submitting threads have spent waiting for the drain bound so far while more than the bound
+  // was queued (a thread that queues faster than the GPU runs its work waits here: the pace the
+  // scheduler is told, pace_meter.h). Waits that turn out to have covered less are not counted.
   Duration bound_waited() const {
     return Duration(bound_waited_ns_.load(std::memory_order_relaxed));
   }
