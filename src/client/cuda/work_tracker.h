@@ -18,16 +18,23 @@
 // older than the bound, and whenever more than kMaxPendingMarkers markers of unknown length are
 // pending. Until tau is trusted every marker is of unknown length: before it is measured (at most
 // two submissions of unknown length are queued before the first measurement), and after, until
-// kConfirmations lessons in a row agree with it (within a factor of two or kAgreeSlack). Meanwhile
-// markers start dense and their spacing doubles only while each completes before the next is
-// recorded. So tiny start-up kernels that teach a small tau, followed by long ones, queue a few of
-// them before a wait corrects it, not a marker spacing fitted to the small tau; a lesson that
-// disagrees makes tau untrusted again. When the link thread's idle check finds a marker older than
-// the bound still pending, the next submission is a marker point (kernels that became longer than
-// tau says, submitted slowly, are caught within an idle check; work queued at CPU speed is caught
-// only at the next marker point, at most kMarkerEvery submissions on). So but for that case a
-// revoke's drain waits for about the bound at most, for short and long kernels alike, while
-// launch-bound work (tiny kernels the GPU keeps up with) never waits.
+// kConfirmations lessons in a row agree with it (within a factor of two or kAgreeSlack; a span
+// shorter than kAgreeSlack confirms nothing). Meanwhile markers start dense and their spacing
+// doubles only on evidence: a wait that did not disagree, or a marker point where every marker had
+// completed and the newest span seen complete shows submissions short enough for twice the
+// spacing (its submissions were made after it opened and had run by then); a span seen complete
+// also narrows the spacing to what it shows. A marker complete only because the application
+// synchronized and paused therefore never widens it, and when the link thread sees the process
+// idle, markers start dense again. So tiny start-up kernels, a synchronize, then a loop of long
+// kernels queue two of them before a wait measures them, not a marker spacing fitted to the tiny
+// ones; a lesson that disagrees makes tau untrusted again. When the link thread's idle check finds
+// a marker older than the bound still pending, the next submission is a marker point (kernels that
+// became longer than tau says, submitted slowly, are caught within an idle check; work queued at
+// CPU speed is caught only at the next marker point, at most kMarkerEvery submissions on; the same
+// holds for a trusted tau, which alone spaces markers, when long kernels follow short ones with no
+// idle period between). So but for those cases a revoke's drain waits for about the bound at most,
+// for short and long kernels alike, while launch-bound work (tiny kernels the GPU keeps up with)
+// never waits. The pace (bound_waited) counts only waits that had more than the bound queued.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
@@ -74,9 +81,10 @@ namespace nvshare::client::cuda {
 // than tau says (tiny start-up kernels teach a small tau, then come long ones): the idle checks of
 // the link thread come too late for work queued at CPU speed, so it stays small.
 inline constexpr std::uint64_t kMarkerEvery = 256;
-// Until tau is trusted: a marker at the first submission, then every kFirstMarkerEvery submissions
-// (doubling up to kMarkerEvery while each marker completes before the next; no wider than tau
-// fits once measured), and a thread waits as soon as more than kMaxPendingMarkers are pending.
+// Until tau is trusted: a marker at the first submission (and at the first after an idle period),
+// then every kFirstMarkerEvery submissions (doubling up to kMarkerEvery on evidence, above; no
+// wider than tau fits once measured), and a thread waits as soon as more than kMaxPendingMarkers
+// are pending.
 // The same holds again after a lesson that disagreed with tau. So the first measurement comes after
 // the first submission that is still running when the next one is made, and work of unknown length
 // never piles up: a process that queues a few long graph replays and synchronizes once (its own
