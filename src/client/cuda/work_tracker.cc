@@ -131,6 +131,11 @@ bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_
   return true;
 }
 
+std::uint64_t WorkTracker::spacing_for(double ns_per_submission) const {
+  const double fit = static_cast<double>(drain_bound_.count()) / (2 * ns_per_submission);
+  return fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
+}
+
 double WorkTracker::estimate(const Marker& marker) const {
   return static_cast<double>(marker.submissions) * tau_ns_ + marker.graph_ns;
 }
@@ -336,29 +341,22 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     if (work == nullptr) work = add_locked(ctx);
     if (work == nullptr) return;
     const bool kept_up = reap_locked(*work);
-    // Space markers so that one covers about half the bound of GPU time by tau (at most
-    // kMarkerEvery); until tau is trusted, no wider than the spacing limit: it starts at
-    // kFirstMarkerEvery and doubles at each wait that did not disagree with tau and at each marker
-    // point where every marker had completed and the newest span seen complete shows submissions
-    // short enough for twice the spacing. A span seen complete also narrows it to what the span
-    // shows, so a span that was complete only because the application synchronized (and then
-    // paused) never widens it: it took as long as the pause. It restarts at kFirstMarkerEvery when
-    // a wait disagreed with tau and when an untrusted process was seen idle. A trusted tau alone
-    // spaces markers: a service's steps after idle gaps keep their whole forward pass queued.
+    // Space markers so that one covers about half the bound of GPU time by tau; until tau is
+    // trusted, no wider than the spacing limit (the header says when it widens, narrows and
+    // restarts). A trusted tau alone spaces markers: a service's steps after idle gaps keep their
+    // whole forward pass queued.
     if (work->short_ns > 0 && !trusted()) {
-      const double fits = static_cast<double>(drain_bound_.count()) / (2 * work->short_ns);
-      if (kept_up && static_cast<double>(2 * spacing_limit_) <= fits) {
+      const std::uint64_t fits = spacing_for(work->short_ns);
+      if (kept_up && 2 * spacing_limit_ <= fits) {
         spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
-      } else if (static_cast<double>(spacing_limit_) > fits) {
-        spacing_limit_ = std::max(kFirstMarkerEvery, static_cast<std::uint64_t>(fits));
+      } else if (spacing_limit_ > fits) {
+        spacing_limit_ = fits;
       }
     }
     work->short_ns = 0;  // used (or of no use while trusted): the next one needs a span of its own
     std::uint64_t spacing = spacing_limit_;
     if (tau_ns_ > 0) {
-      const double fit = static_cast<double>(drain_bound_.count()) / (2 * tau_ns_);
-      const std::uint64_t by_tau =
-          fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
+      const std::uint64_t by_tau = spacing_for(tau_ns_);
       spacing = trusted() ? by_tau : std::min(by_tau, spacing);
     }
     next_marker_.store(count + spacing, std::memory_order_relaxed);

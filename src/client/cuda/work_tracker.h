@@ -84,11 +84,11 @@ inline constexpr std::uint64_t kMarkerEvery = 256;
 // Until tau is trusted: a marker at the first submission (and at the first after an idle period),
 // then every kFirstMarkerEvery submissions (doubling up to kMarkerEvery on evidence, above; no
 // wider than tau fits once measured), and a thread waits as soon as more than kMaxPendingMarkers
-// are pending.
-// The same holds again after a lesson that disagreed with tau. So the first measurement comes after
-// the first submission that is still running when the next one is made, and work of unknown length
-// never piles up: a process that queues a few long graph replays and synchronizes once (its own
-// synchronization teaches the tracker nothing) is bounded from its second submission on.
+// are pending. The same holds again after a lesson that disagreed with tau. So the first
+// measurement comes after the first submission that is still running when the next one is made, and
+// work of unknown length never piles up: a process that queues a few long graph replays and
+// synchronizes once (its own synchronization teaches the tracker nothing) is bounded from its
+// second submission on.
 inline constexpr std::uint64_t kFirstMarkerEvery = 1;
 inline constexpr std::size_t kMaxPendingMarkers = 1;
 inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memory bound
@@ -218,6 +218,9 @@ class WorkTracker {
                      CUgraphExec graph = nullptr);
   // Tau is measured and confirmed (kConfirmations).
   bool trusted() const { return tau_ns_ > 0 && agreed_ >= kConfirmations; }
+  // The marker spacing (1..kMarkerEvery) whose submissions take about half the bound at this GPU
+  // time each.
+  std::uint64_t spacing_for(double ns_per_submission) const;
   // A marker's estimated GPU time, and whether part of it is of unknown length.
   double estimate(const Marker& marker) const;
   bool unknown(const Marker& marker) const;
