@@ -569,8 +569,10 @@ class Bench:
             runs["native"].append(self.run_jobs(name, [(serve, None), (train, None)]))
             for mode in self.MODES:
                 with Scheduler(self, self.raw / name, ["--mode", mode]) as s:
+                    # At debug level each client says at exit how often it waited at the drain
+                    # bound and why (raw/latency/job*.err).
                     runs[mode].append(self.run_jobs(name, [(serve, None), (train, None)],
-                                                    env=s.env()))
+                                                    env=s.env({"NVSHARE_LOG_LEVEL": "debug"})))
         figures = {}
         for key, rs in runs.items():
             good = [r for r in rs if self.ok(r)]

@@ -618,6 +618,42 @@ TEST_F(GpuTest, AServicesCautiousWaitsAreNotItsPace) {
   EXPECT_EQ(device_->tracker.bound_waited(), waited_before);
 }
 
+// A service beside a trainer under the GPU's time-slicing: each step queues 30 short kernels (0.1
+// ms) and synchronizes, and the GPU runs the other context's slice (2.5 ms here; about 2.4 ms per
+// step on an H100) as the step begins, which a wait measures as if the service's own kernels had
+// taken it. A span that long is no threat to the bound, whatever made it long: it must neither
+// undo tau's trust nor bring markers back to one per kernel, or the service waits mid-step (each
+// such wait can cost it a slice) for as long as the two contexts share the GPU. With dense markers
+// after every such lesson an H100 service lost its first two seconds beside a trainer (p99 7x).
+TEST_F(GpuTest, AnotherContextsTimeSliceIsNoLongerKernels) {
+  cuda::WorkTracker tracker(50ms, SteadyClock::instance());
+  tracker.note_context(ctx_);
+  // The driver's own launch: only this tracker may hold the service back.
+  const auto real_launch = hooks::real<hooks::HookId::cuLaunchKernel>();
+  ASSERT_NE(real_launch, nullptr);
+  const auto spin = [&](std::uint64_t ns) {
+    void* params[] = {&ns};
+    return real_launch(spin_, 1, 1, 1, 32, 1, 1, 0, stream_, params, nullptr);
+  };
+  std::uint64_t waits_after_warmup = 0;
+  for (int step = 0; step < 60; ++step) {
+    if (step == 20) waits_after_warmup = tracker.stats().bound_waits;
+    const int slice_at = static_cast<int>((step * 7919) % 30);
+    for (int i = 0; i < 30; ++i) {
+      if (i == slice_at) ASSERT_EQ(spin(2'500'000), CUDA_SUCCESS);  // the other context's slice
+      ASSERT_EQ(spin(100'000), CUDA_SUCCESS);
+      tracker.submitted(ctx_, stream_);
+    }
+    ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
+  }
+  const cuda::TrackerStats stats = tracker.stats();
+  EXPECT_EQ(stats.disagreements, 0u) << stats.lessons << " lessons";
+  EXPECT_TRUE(stats.tau_trusted) << "tau " << stats.gpu_ns_per_submission << " ns";
+  EXPECT_EQ(stats.bound_waits - waits_after_warmup, 0u)
+      << stats.bound_waits << " waits in all, " << stats.markers << " markers, tau "
+      << stats.gpu_ns_per_submission << " ns";
+}
+
 // GPU-bound work of short kernels (0.1 ms, queued far ahead): its waits agree with the estimate
 // (within a factor of two, or within the slack a wake-up takes on a real GPU), so tau becomes
 // trusted and the queue may grow to the bound instead of staying at two markers of a few kernels.

@@ -56,8 +56,29 @@ void after_fork_in_child() {
   t_cache = ThreadCache{nullptr, 0, nullptr};
 }
 
-void install_fork_handler() {
+// At exit, at debug level: how each GPU's work tracker saw the process (how often its threads
+// waited at the drain bound and why), for whoever tunes the bound against a workload.
+void log_trackers_at_exit() {
+  DeviceRegistry* registry = g_registry.load(std::memory_order_acquire);
+  if (registry == nullptr) return;
+  for (CUdevice ordinal = 0; ordinal < kMaxDevices; ++ordinal) {
+    const DeviceState* device = registry->find(ordinal);
+    if (device == nullptr) continue;
+    const TrackerStats s = device->tracker.stats();
+    NVSHARE_DEBUG(
+        "%s: %llu submissions, %llu markers, %llu waits at the bound (%.1f ms counted as pace), "
+        "tau %.1f us (%s), %llu lessons, %llu disagreed",
+        device->identity.gpu_uuid.c_str(), static_cast<unsigned long long>(s.submissions),
+        static_cast<unsigned long long>(s.markers), static_cast<unsigned long long>(s.bound_waits),
+        to_ms(device->tracker.bound_waited()), s.gpu_ns_per_submission / 1e3,
+        s.tau_trusted ? "trusted" : "not trusted", static_cast<unsigned long long>(s.lessons),
+        static_cast<unsigned long long>(s.disagreements));
+  }
+}
+
+void install_process_handlers() {
   on_fork(ProcessStage::kDevices, ForkHandlers{nullptr, nullptr, &after_fork_in_child});
+  on_exit(ProcessStage::kDevices, &log_trackers_at_exit);
 }
 
 bool device_uuid(CUdevice ordinal, CUuuid* uuid) {
@@ -144,7 +165,7 @@ DeviceState* DeviceRegistry::create(CUdevice ordinal) {
   state->backing.probe();
   const MemoryMode mode = state->supported_mode(config.memory_mode.value_or(MemoryMode::kDevice));
   state->memory_mode.store(mode, std::memory_order_relaxed);
-  install_fork_handler();
+  install_process_handlers();
   // Starts the registration and returns at once; get() waits for it once create_mu_ is released.
   state->link = &link_device(state->identity, state->agent);
   NVSHARE_INFO("device %d %s (%s): memory limit %s, device allocations %s", ordinal,

@@ -225,16 +225,25 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
   const double ratio = elapsed_ns / estimated;
   const double keep = 0.75 + 0.25 * ratio;
   if (kernels > 0) {
+    ++kernel_lessons_;
     tau_ns_ *= keep;
     // A short span is measured no better than a wake-up's latency: within kAgreeSlack it does not
     // disagree, but a span shorter than the slack (tiny start-up kernels) confirms nothing either.
     const double slack = static_cast<double>(kAgreeSlack.count());
-    const bool close = std::abs(elapsed_ns - estimated) < slack;
-    if (close || (ratio >= 0.5 && ratio <= 2)) {
+    const bool longer = std::abs(elapsed_ns - estimated) >= slack && ratio > 2;
+    if (!longer) {
+      // Within the agreement, or shorter than estimated: the estimates were not low.
       if (std::max(elapsed_ns, estimated) >= slack) agreed_ = std::min(agreed_ + 1, kConfirmations);
       spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
+    } else if (elapsed_ns <= static_cast<double>(drain_bound_.count()) * kShortSpanOfBound) {
+      // Longer than tau says, but the whole span was short: another context's time slice on a
+      // shared GPU looks like this, and so do kernels a little longer. Trust stays as it was, and
+      // until it is confirmed markers are no wider than keeps two of them within the bound even if
+      // every submission took as long as this whole span.
+      spacing_limit_ = std::min(spacing_limit_, spacing_for(elapsed_ns));
     } else {
       // The work changed length: dense markers again until the new tau is confirmed.
+      ++disagreements_;
       agreed_ = 0;
       spacing_limit_ = kFirstMarkerEvery;
     }
@@ -532,6 +541,8 @@ TrackerStats WorkTracker::stats() const {
   s.tau_trusted = trusted();
   s.markers = markers_;
   s.bound_waits = bound_waits_.load(std::memory_order_relaxed);
+  s.lessons = kernel_lessons_;
+  s.disagreements = disagreements_;
   s.captures_open = capturing_.size();
   s.contexts = contexts_.size();
   s.graph_replays = graph_replays_;

@@ -18,23 +18,27 @@
 // older than the bound, and whenever more than kMaxPendingMarkers markers of unknown length are
 // pending. Until tau is trusted every marker is of unknown length: before it is measured (at most
 // two submissions of unknown length are queued before the first measurement), and after, until
-// kConfirmations lessons in a row agree with it (within a factor of two or kAgreeSlack; a span
-// shorter than kAgreeSlack confirms nothing). Meanwhile markers start dense and their spacing
-// doubles only on evidence: a wait that did not disagree, or a marker point where every marker had
-// completed and the newest span seen complete shows submissions short enough for twice the
-// spacing (its submissions were made after it opened and had run by then); a span seen complete
-// also narrows the spacing to what it shows. A marker complete only because the application
-// synchronized and paused therefore never widens it, and when the link thread sees the process
-// idle, markers start dense again. So tiny start-up kernels, a synchronize, then a loop of long
-// kernels queue two of them before a wait measures them, not a marker spacing fitted to the tiny
-// ones; a lesson that disagrees makes tau untrusted again. When the link thread's idle check finds
-// a marker older than the bound still pending, the next submission is a marker point (kernels that
-// became longer than tau says, submitted slowly, are caught within an idle check; work queued at
-// CPU speed is caught only at the next marker point, at most kMarkerEvery submissions on; the same
-// holds for a trusted tau, which alone spaces markers, when long kernels follow short ones with no
-// idle period between). So but for those cases a revoke's drain waits for about the bound at most,
-// for short and long kernels alike, while launch-bound work (tiny kernels the GPU keeps up with)
-// never waits. The pace (bound_waited) counts only waits that had more than the bound queued.
+// kConfirmations lessons agree with it (within a factor of two or kAgreeSlack, or shorter than it
+// says; a span shorter than kAgreeSlack confirms nothing) with none in between that found the work
+// longer over a span of more than kShortSpanOfBound of the bound (a shorter span that took longer
+// than tau says may be another context's time slice: it only narrows the spacing to what keeps two
+// markers within the bound were every submission as long as the span). Meanwhile markers start
+// dense and their spacing doubles only on evidence: a wait that found the work no longer than tau
+// says, or a marker point where every marker had completed and the newest span seen complete shows
+// submissions short enough for twice the spacing (its submissions were made after it opened and had
+// run by then); a span seen complete also narrows the spacing to what it shows. A marker complete
+// only because the application synchronized and paused therefore never widens it, and when the link
+// thread sees the process idle, markers start dense again. So tiny start-up kernels, a synchronize,
+// then a loop of long kernels queue two of them before a wait measures them, not a marker spacing
+// fitted to the tiny ones; a lesson that disagrees makes tau untrusted again. When the link
+// thread's idle check finds a marker older than the bound still pending, the next submission is a
+// marker point (kernels that became longer than tau says, submitted slowly, are caught within an
+// idle check; work queued at CPU speed is caught only at the next marker point, at most
+// kMarkerEvery submissions on; the same holds for a trusted tau, which alone spaces markers, when
+// long kernels follow short ones with no idle period between). So but for those cases a revoke's
+// drain waits for about the bound at most, for short and long kernels alike, while launch-bound
+// work (tiny kernels the GPU keeps up with) never waits. The pace (bound_waited) counts only waits
+// that had more than the bound queued.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
@@ -96,6 +100,11 @@ inline constexpr std::size_t kMaxPendingMarkersMeasured = 1024;  // only a memor
 // estimate: a wait's wake-up alone can double a short span) before it is trusted.
 inline constexpr int kConfirmations = 3;
 inline constexpr Duration kAgreeSlack = std::chrono::milliseconds(1);
+// A lesson longer than tau says disagrees only when its whole span took more than this share of the
+// drain bound. A shorter one (another context's time slice inside a span of a few short kernels,
+// on a GPU two jobs share) neither confirms tau nor undoes its trust; it narrows the spacing so
+// that two markers stay within the bound even if every submission took as long as that span.
+inline constexpr double kShortSpanOfBound = 0.25;
 inline constexpr std::size_t kMaxGraphCosts = 512;  // executable graphs whose GPU time is kept
 inline constexpr Duration kCaptureWaitBound = std::chrono::seconds(5);
 
@@ -105,6 +114,8 @@ struct TrackerStats {
   bool tau_trusted = false;           // measured and confirmed (kConfirmations)
   std::uint64_t markers = 0;          // marker events recorded
   std::uint64_t bound_waits = 0;      // times a submitting thread waited for the drain bound
+  std::uint64_t lessons = 0;          // waits and drains that measured plain submissions
+  std::uint64_t disagreements = 0;    // of which tau was off by more than the agreement allows
   std::uint64_t captures_open = 0;    // streams capturing now
   std::uint64_t contexts = 0;         // contexts known on this GPU
   std::uint64_t graph_replays = 0;    // cuGraphLaunch calls seen (outside captures)
@@ -267,6 +278,8 @@ class WorkTracker {
   std::vector<GraphCost> graph_costs_;  // at most kMaxGraphCosts
   std::uint64_t graph_replays_ = 0;
   std::uint64_t lessons_ = 0;  // corrections learn_locked has applied
+  std::uint64_t kernel_lessons_ = 0;
+  std::uint64_t disagreements_ = 0;
   std::atomic<std::uint64_t> bound_waits_{0};
   std::atomic<std::int64_t> bound_waited_ns_{0};
 };
