@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -680,6 +681,25 @@ TEST_F(GpuTest, ADrainTeachesWhatASubmissionTakes) {
   // 100 ms; the margins leave room for a loaded machine.
   EXPECT_GT(tracker.stats().gpu_ns_per_submission, 60e6);
   EXPECT_LT(tracker.stats().gpu_ns_per_submission, 400e6);
+}
+
+// What the library logs at exit never waits for a tracker another thread holds: a drain holds it
+// for as long as the GPU takes to finish what is queued.
+TEST_F(GpuTest, StatsIfFreeNeverWaitsForADrain) {
+  cuda::WorkTracker tracker(50ms, SteadyClock::instance());
+  tracker.note_context(ctx_);
+  ASSERT_EQ(launch(1'000'000'000, stream_), CUDA_SUCCESS);
+  tracker.submitted(ctx_, stream_);
+  std::thread drain([&] {
+    if (cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) tracker.drain();
+  });
+  std::this_thread::sleep_for(100ms);  // the drain is synchronizing now, for most of a second
+  // A call that waited would return the figures once the drain is over.
+  EXPECT_FALSE(tracker.stats_if_free().has_value());
+  drain.join();
+  const std::optional<cuda::TrackerStats> after = tracker.stats_if_free();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->submissions, 1u);
 }
 
 TEST_F(GpuTest, IdleOnlyWhenAllWorkIsComplete) {

@@ -58,13 +58,16 @@ void after_fork_in_child() {
 
 // At exit, at debug level: how each GPU's work tracker saw the process (how often its threads
 // waited at the drain bound and why), for whoever tunes the bound against a workload.
+// Never waits for a tracker another thread holds.
 void log_trackers_at_exit() {
   DeviceRegistry* registry = g_registry.load(std::memory_order_acquire);
-  if (registry == nullptr) return;
+  if (registry == nullptr || !log_enabled(LogLevel::kDebug)) return;
   for (CUdevice ordinal = 0; ordinal < kMaxDevices; ++ordinal) {
     const DeviceState* device = registry->find(ordinal);
     if (device == nullptr) continue;
-    const TrackerStats s = device->tracker.stats();
+    const std::optional<TrackerStats> stats = device->tracker.stats_if_free();
+    if (!stats) continue;
+    const TrackerStats& s = *stats;
     NVSHARE_DEBUG(
         "%s: %llu submissions, %llu markers, %llu waits at the bound (%.1f ms counted as pace), "
         "tau %.1f us (%s), %llu lessons, %llu disagreed",

@@ -535,6 +535,16 @@ bool WorkTracker::with_any_context(const std::function<void(CUcontext, CUstream)
 
 TrackerStats WorkTracker::stats() const {
   std::lock_guard lock(mu_);
+  return stats_locked();
+}
+
+std::optional<TrackerStats> WorkTracker::stats_if_free() const {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  return stats_locked();
+}
+
+TrackerStats WorkTracker::stats_locked() const {
   TrackerStats s;
   s.submissions = submissions_.load(std::memory_order_relaxed);
   s.gpu_ns_per_submission = tau_ns_;

@@ -72,6 +72,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "client/hooks/cuda_api.h"
@@ -181,6 +182,9 @@ class WorkTracker {
   bool with_any_context(const std::function<void(CUcontext, CUstream)>& fn) noexcept;
 
   TrackerStats stats() const;
+  // The same, but never waits: nullopt while another thread holds the tracker (at exit a drain may
+  // hold it for as long as the GPU takes to finish what is queued).
+  std::optional<TrackerStats> stats_if_free() const;
   // Time submitting threads have spent waiting for the drain bound so far while more than the bound
   // was queued (a thread that queues faster than the GPU runs its work waits here: the pace the
   // scheduler is told, pace_meter.h). Waits that turn out to have covered less are not counted.
@@ -246,6 +250,7 @@ class WorkTracker {
   // Learns from `elapsed` GPU time spent on markers [first, last) (all complete).
   void learn_locked(std::deque<Marker>::const_iterator first,
                     std::deque<Marker>::const_iterator last, double elapsed_ns);
+  TrackerStats stats_locked() const;
   // Keeps a completed marker event for reuse (never throws: it is destroyed when that fails).
   static void recycle(ContextWork& work, CUevent event) noexcept;
   // Pops completed markers (keeping the evidence short_ns of the newest cleanly completed one);
