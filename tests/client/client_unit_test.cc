@@ -564,6 +564,37 @@ TEST_F(GpuTest, DrainBoundHoldsForLongKernelsAfterTinyStartUpKernels) {
   EXPECT_GT(device_->tracker.stats().gpu_ns_per_submission, 5e6) << "tau was not relearnt";
 }
 
+// A trusted time stays trusted after a lesson over a short span that found the work longer (another
+// context's time slice): that must not let work that really became longer pile up. Short kernels
+// (0.1 ms) queued far ahead make tau trusted; then kernels 20 times longer come back to back from a
+// thread that never synchronizes, with no idle period between. Their first lesson covers what was
+// queued meanwhile, more than a quarter of the bound, so it disagrees as any lesson did: what is
+// queued stays near the bound.
+TEST_F(GpuTest, KernelsThatBecomeLongerWithoutAPauseStayBounded) {
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(launch(100'000, stream_), CUDA_SUCCESS);
+  ASSERT_TRUE(device_->tracker.stats().tau_trusted);
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::thread loop([&] {
+    if (cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return;
+    while (!stop.load() && sent.load() < 2000) {
+      if (launch(2'000'000, stream_) != CUDA_SUCCESS) return;
+      sent++;
+    }
+  });
+  std::this_thread::sleep_for(600ms);
+  stop = true;
+  loop.join();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const auto drained = std::chrono::steady_clock::now() - t0;
+  // Unbounded, a marker every 250 submissions by the old tau: 0.5 s of the long kernels per marker
+  // queued at CPU speed. The margin leaves room for a loaded machine.
+  EXPECT_LT(drained, 300ms) << sent.load() << " kernels of 2 ms sent in 600 ms, "
+                            << device_->tracker.stats().disagreements << " lessons disagreed";
+  EXPECT_GT(device_->tracker.stats().disagreements, 0u);
+}
+
 // The start-up of a compute-bound job (PyTorch's `randn`s, one warm-up matmul, a synchronize, a
 // pause until the job's loop starts), then its loop queueing 20 ms kernels at CPU speed. The
 // synchronize completes every marker, which says nothing of how long the loop's kernels are: a
