@@ -59,6 +59,8 @@ int floor_pthread_mutexattr_destroy(pthread_mutexattr_t*);
 int floor_pthread_mutexattr_setpshared(pthread_mutexattr_t*, int);
 int floor_pthread_mutexattr_setrobust(pthread_mutexattr_t*, int);
 int floor_pthread_mutex_consistent(pthread_mutex_t*);
+// In libpthread only before glibc 2.34 (std::unique_lock's try_to_lock reaches it).
+int floor_pthread_mutex_trylock(pthread_mutex_t*);
 // Read-write locks: libstdc++'s memory resources (std::from_chars of a double reaches them).
 int floor_pthread_rwlock_rdlock(pthread_rwlock_t*);
 int floor_pthread_rwlock_wrlock(pthread_rwlock_t*);
@@ -78,6 +80,7 @@ FLOOR_OLD(floor_pthread_mutexattr_destroy, pthread_mutexattr_destroy, FLOOR_BASE
 FLOOR_OLD(floor_pthread_mutexattr_setpshared, pthread_mutexattr_setpshared, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_mutexattr_setrobust, pthread_mutexattr_setrobust, FLOOR_2_12);
 FLOOR_OLD(floor_pthread_mutex_consistent, pthread_mutex_consistent, FLOOR_2_12);
+FLOOR_OLD(floor_pthread_mutex_trylock, pthread_mutex_trylock, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_rwlock_rdlock, pthread_rwlock_rdlock, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_rwlock_wrlock, pthread_rwlock_wrlock, FLOOR_BASE);
 FLOOR_OLD(floor_pthread_rwlock_unlock, pthread_rwlock_unlock, FLOOR_BASE);
@@ -122,6 +125,9 @@ FLOOR_HIDDEN int pthread_mutexattr_setrobust(pthread_mutexattr_t* attr, int robu
 }
 FLOOR_HIDDEN int pthread_mutex_consistent(pthread_mutex_t* mutex) {
   return floor_pthread_mutex_consistent(mutex);
+}
+FLOOR_HIDDEN int pthread_mutex_trylock(pthread_mutex_t* mutex) {
+  return floor_pthread_mutex_trylock(mutex);
 }
 FLOOR_HIDDEN int pthread_rwlock_rdlock(pthread_rwlock_t* lock) {
   return floor_pthread_rwlock_rdlock(lock);
