@@ -330,6 +330,19 @@ class Bench:
                         native_ns=n, nvshare_ns=v, gate_active=gated,
                         ctx_get_current_ns=[r.get("ctx_get_current_ns") for r, _ in rounds])
 
+        # In-process pairs (see launch_bench.cc): the linked launch against the driver's own in
+        # the same process; in nvshare processes that is the library's whole launch path, in native
+        # ones the same function twice (the method's own noise).
+        shared_pairs = [x for _, r in rounds if r.get("inproc_interposed")
+                        for x in r.get("inproc_ratios", [])]
+        native_pairs = [x for r, _ in rounds for x in r.get("inproc_ratios", [])]
+        ratio = median(shared_pairs) if shared_pairs else None
+        self.metric("launch_inproc_time_per_launch_ratio", ratio,
+                    "(no goal; reported: the library's launch path against the driver's, "
+                    "same process)", None, "x driver", native=median(native_pairs)
+                    if native_pairs else None, pairs=len(shared_pairs),
+                    nvshare_ratios=shared_pairs, native_ratios=native_pairs)
+
     MODES = ("auto", "exclusive")
 
     def makespan_per_mode(self, name, jobs):

@@ -10,6 +10,13 @@
 //   marked: as async, with an event recorded every kMarkEvery launches and the previous one
 //          queried, as the library's drain-bound markers do: beside async in the same process it
 //          shows what such markers cost (native runs have no library to add them).
+//   inproc: async loops alternating between the cuLaunchKernel the program links (under
+//          libnvshare.so: the library's, gate and tracker included) and the driver's own function
+//          looked up on libcuda with glibc's dlsym (the library's dlsym answers a hooked name with
+//          its wrapper), order swapped each pair; each pair's ratio linked / driver. Both loops run
+//          in the same process on the same CPU and context, so what differs from one process to the
+//          next cancels out; natively both are the driver's function and the ratio is the method's
+//          own noise.
 // It also reports the cost of single driver calls the library makes: cuCtxGetCurrent (every gated
 // call), cuEventRecord after a launch (each marker) and cuEventQuery.
 // Each is repeated --repeats times and the best (least disturbed) repetition reported, with all of
@@ -19,6 +26,7 @@
 // Like nvshare-trainer it is written against the driver API only (PTX kernel; the simulated driver
 // runs it too) and links no CUDA runtime.
 #include <cuda.h>
+#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -64,11 +72,12 @@ double now_s() {
     if (CUresult r_ = (call); r_ != CUDA_SUCCESS) fail(r_, #call); \
   } while (0)
 
-std::string join(const std::vector<double>& values) {
+std::string join(const std::vector<double>& values, int decimals = 1) {
   std::string out;
   char buf[32];
   for (double v : values) {
-    std::snprintf(buf, sizeof buf, "%s%.1f", out.empty() ? "" : ",", v);
+    if (!out.empty()) out += ',';
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
     out += buf;
   }
   return out;
@@ -106,6 +115,22 @@ double event_query_ns(CUstream stream) {
   const double ns = (now_s() - t0) * 1e9 / kQueries;
   CHECK(cuEventDestroy(event));
   return ns;
+}
+
+using LaunchFn = decltype(&cuLaunchKernel);
+using DlsymFn = void* (*)(void*, const char*);
+
+// The driver's own cuLaunchKernel: glibc's dlsym found by version (dlvsym skips an unversioned
+// dlsym such as a preloaded library's), asked on libcuda's handle.
+LaunchFn driver_launch() {
+  DlsymFn real_dlsym = nullptr;
+  for (const char* version : {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"}) {
+    real_dlsym = reinterpret_cast<DlsymFn>(dlvsym(RTLD_DEFAULT, "dlsym", version));
+    if (real_dlsym != nullptr) break;
+  }
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (real_dlsym == nullptr || cuda == nullptr) return nullptr;
+  return reinterpret_cast<LaunchFn>(real_dlsym(cuda, "cuLaunchKernel"));
 }
 
 }  // namespace
@@ -192,6 +217,31 @@ int main(int argc, char** argv) {
     }
     call_ns.push_back(in_calls * 1e9 / static_cast<double>(bursts * kBurst));
   }
+  // In-process pairs: the linked cuLaunchKernel against the driver's own, alternating.
+  std::vector<double> inproc_ratios;
+  const LaunchFn direct = driver_launch();
+  if (direct != nullptr) {
+    auto timed_loop = [&](LaunchFn fn) {
+      const double t0 = now_s();
+      for (long i = 0; i < launches; ++i)
+        CHECK(fn(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+      CHECK(cuStreamSynchronize(stream));
+      return (now_s() - t0) * 1e9 / static_cast<double>(launches);
+    };
+    for (int p = 0; p < 2 * repeats; ++p) {
+      double linked_ns = 0;
+      double direct_ns = 0;
+      if (p % 2 == 0) {
+        linked_ns = timed_loop(&cuLaunchKernel);
+        direct_ns = timed_loop(direct);
+      } else {
+        direct_ns = timed_loop(direct);
+        linked_ns = timed_loop(&cuLaunchKernel);
+      }
+      inproc_ratios.push_back(linked_ns / direct_ns);
+    }
+  }
+  const bool interposed = direct != nullptr && direct != &cuLaunchKernel;
   // The cost of one cuCtxGetCurrent, which the library's launch path makes on every launch to find
   // the calling thread's GPU (reported so the gate's share of a launch can be told apart).
   const long ctx_calls = 1000000;
@@ -212,13 +262,15 @@ int main(int argc, char** argv) {
       "{\"ctx_get_current_ns\":%.1f,\"event_record_ns\":%.1f,\"event_record_plain_ns\":%.1f,"
       "\"event_query_ns\":%.1f,\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
       "\"sync_ns_per_launch\":%.1f,\"call_ns_per_launch\":%.1f,"
+      "\"inproc_interposed\":%s,\"inproc_ratios\":[%s],"
       "\"marked_ns_all\":[%s],\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"call_ns_all\":[%s],"
       "\"result\":\"ok\"}\n",
       ctx_ns, marker_ns, plain_record_ns, query_ns, launches, repeats,
       *std::min_element(async_ns.begin(), async_ns.end()),
       *std::min_element(sync_ns.begin(), sync_ns.end()),
-      *std::min_element(call_ns.begin(), call_ns.end()), join(marked_ns).c_str(),
-      join(async_ns).c_str(), join(sync_ns).c_str(), join(call_ns).c_str());
+      *std::min_element(call_ns.begin(), call_ns.end()), interposed ? "true" : "false",
+      join(inproc_ratios, 4).c_str(), join(marked_ns).c_str(), join(async_ns).c_str(),
+      join(sync_ns).c_str(), join(call_ns).c_str());
   for (CUevent mark : marks) CHECK(cuEventDestroy(mark));
   CHECK(cuStreamDestroy(stream));
   CHECK(cuModuleUnload(module));

@@ -46,6 +46,7 @@ ROWS = [
     ("ddp_memory_limit_seen_gib", "DDP: total memory each rank sees under a 16Gi limit (GiB)"),
     ("single_matmul_time_ratio", "single compute-bound job, time / native"),
     ("launch_call_time_per_launch_ratio", "launch call alone (CPU time, the GPU keeping up) / native"),
+    ("launch_inproc_time_per_launch_ratio", "launch path in-process (library / driver, same process; native column: the same function twice)"),
     ("launch_sync_time_per_launch_ratio", "launch then synchronize, time / native"),
     ("release_to_grant_p50_ms", "release -> next grant at quantum ends, p50 (ms)"),
     ("revoke_to_release_p50_ms", "revoke -> release (drain), p50 (ms)"),
