@@ -84,7 +84,7 @@ void encode_payload(ByteWriter& w, const Revoke& m) {
 }
 void decode_payload(ByteReader& r, Revoke& m, bool& valid) {
   m.epoch = r.u64();
-  m.reason = read_enum<RevokeReason>(r, static_cast<std::uint8_t>(RevokeReason::kYield), valid);
+  m.reason = read_enum<RevokeReason>(r, static_cast<std::uint8_t>(RevokeReason::kPriority), valid);
   m.swap_out = read_bool(r, valid);
 }
 
@@ -117,7 +117,7 @@ void decode_payload(ByteReader& r, SetLimits& m, bool& valid) {
 
 void encode_payload(ByteWriter& w, const Wait& m) { w.u8(static_cast<std::uint8_t>(m.reason)); }
 void decode_payload(ByteReader& r, Wait& m, bool& valid) {
-  m.reason = read_enum<WaitReason>(r, static_cast<std::uint8_t>(WaitReason::kQuota), valid);
+  m.reason = read_enum<WaitReason>(r, static_cast<std::uint8_t>(WaitReason::kPriority), valid);
 }
 
 void encode_payload(ByteWriter& w, const Ping& m) { w.u64(m.nonce); }
@@ -145,9 +145,22 @@ void decode_payload(ByteReader& r, IpcAnswer& m, bool&) {
   m.error = r.str(kMaxNameLength);
 }
 
+// Reasons version 7 added are turns to older peers (they act on one the same way).
+template <typename M>
+M for_version_6(const M& m) {
+  M older = m;
+  if constexpr (std::is_same_v<M, Revoke>) {
+    if (older.reason == RevokeReason::kPriority) older.reason = RevokeReason::kTurn;
+  } else if constexpr (std::is_same_v<M, Wait>) {
+    if (older.reason == WaitReason::kPriority) older.reason = WaitReason::kTurn;
+  }
+  return older;
+}
+
 // Fields later versions append at the end of a payload: version 2 gives limits a flags byte,
 // version 3 gives usage its deep-queue share, version 4 its refused allocations, version 5 the
-// sessions its link lost, version 6 its pinned bytes and the memory mode of limits.
+// sessions its link lost, version 6 its pinned bytes and the memory mode of limits, version 7 the
+// priority class of limits.
 void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
   if (version < 2) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
@@ -160,8 +173,19 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (version < 6) return;
   if (const auto* usage = std::get_if<Usage>(&message)) w.u64(usage->pinned_bytes);
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->limits.memory_mode);
+  if (version < 7) return;
+  if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->limits.priority);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
+  if (version < 7) {
+    // The priority reasons are version 7's.
+    if (const auto* revoke = std::get_if<Revoke>(&message)) {
+      if (revoke->reason == RevokeReason::kPriority) valid = false;
+    }
+    if (const auto* wait = std::get_if<Wait>(&message)) {
+      if (wait->reason == WaitReason::kPriority) valid = false;
+    }
+  }
   if (version < 2) return;
   if (auto* limits = std::get_if<SetLimits>(&message)) {
     limits->flags = r.u8();
@@ -184,6 +208,13 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
     limits->limits.memory_mode = r.u8();
     if (limits->limits.memory_mode != Limits::kNoMemoryMode &&
         !memory_mode_of(limits->limits.memory_mode)) {
+      valid = false;
+    }
+  }
+  if (version < 7) return;
+  if (auto* limits = std::get_if<SetLimits>(&message)) {
+    limits->limits.priority = r.u8();
+    if (limits->limits.priority != Limits::kNoPriority && !priority_of(limits->limits.priority)) {
       valid = false;
     }
   }
@@ -237,7 +268,19 @@ std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b) {
 Limits stricter(const Limits& a, const Limits& b) {
   return Limits{stricter_memory(a.memory_bytes, b.memory_bytes),
                 std::min(a.core_percent, b.core_percent),
-                a.memory_mode != Limits::kNoMemoryMode ? a.memory_mode : b.memory_mode};
+                a.memory_mode != Limits::kNoMemoryMode ? a.memory_mode : b.memory_mode,
+                a.priority != Limits::kNoPriority ? a.priority : b.priority};
+}
+
+std::uint8_t priority_code(Priority priority) { return static_cast<std::uint8_t>(priority) + 1; }
+
+std::optional<Priority> priority_of(std::uint8_t code) {
+  if (code == Limits::kNoPriority || code > priority_code(Priority::kHigh)) return std::nullopt;
+  return static_cast<Priority>(code - 1);
+}
+
+Priority effective_priority(std::uint8_t code) {
+  return priority_of(code).value_or(Priority::kNormal);
 }
 
 std::uint8_t memory_mode_code(MemoryMode mode) { return static_cast<std::uint8_t>(mode) + 1; }
@@ -297,6 +340,8 @@ std::string_view to_string(RevokeReason reason) {
       return "admin";
     case RevokeReason::kYield:
       return "yield";
+    case RevokeReason::kPriority:
+      return "priority";
   }
   return "unknown";
 }
@@ -309,6 +354,8 @@ std::string_view to_string(WaitReason reason) {
       return "turn";
     case WaitReason::kQuota:
       return "quota";
+    case WaitReason::kPriority:
+      return "priority";
   }
   return "unknown";
 }
@@ -335,7 +382,11 @@ Status encode_to(const Message& message, std::vector<std::uint8_t>& out, std::ui
   w.u16(version);
   w.u16(static_cast<std::uint16_t>(type_of(message)));
   w.u32(0);  // length, patched below
-  std::visit([&w](const auto& m) { encode_payload(w, m); }, message);
+  if (version < 7) {
+    std::visit([&w](const auto& m) { encode_payload(w, for_version_6(m)); }, message);
+  } else {
+    std::visit([&w](const auto& m) { encode_payload(w, m); }, message);
+  }
   encode_extension(w, message, version);
   const std::size_t length = out.size() - header_at - kHeaderSize;
   for (int i = 0; i < 4; ++i) out[header_at + 8 + i] = static_cast<std::uint8_t>(length >> (8 * i));

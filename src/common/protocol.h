@@ -29,13 +29,14 @@
 #include <vector>
 
 #include "common/memory_mode.h"
+#include "common/priority.h"
 #include "common/result.h"
 
 namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 6;
+inline constexpr std::uint16_t kMaxVersion = 7;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -69,9 +70,12 @@ enum class RevokeReason : std::uint8_t {
   kQuota = 2,
   kMemory = 3,
   kAdmin = 4,
-  kYield = 5
+  kYield = 5,
+  kPriority = 6  // a client of a higher class waits (version 7; a turn to older peers)
 };
-enum class WaitReason : std::uint8_t { kMemory = 1, kTurn = 2, kQuota = 3 };
+// kPriority: a client of a higher class holds the GPU or waits ahead (version 7; a turn to older
+// peers).
+enum class WaitReason : std::uint8_t { kMemory = 1, kTurn = 2, kQuota = 3, kPriority = 4 };
 
 // Capability bits a peer announces in hello/welcome; unknown bits are ignored.
 namespace capability {
@@ -88,9 +92,13 @@ struct Limits {
   // 0 none (the process's own choice), else MemoryMode + 1. Only limits frames carry it (version
   // 6).
   static constexpr std::uint8_t kNoMemoryMode = 0;
+  // The priority class (common/priority.h), as a wire code: 0 none (normal), else Priority + 1.
+  // Only limits frames carry it (version 7).
+  static constexpr std::uint8_t kNoPriority = 0;
   std::uint64_t memory_bytes = 0;
   std::uint8_t core_percent = 100;
   std::uint8_t memory_mode = kNoMemoryMode;
+  std::uint8_t priority = kNoPriority;
   bool operator==(const Limits&) const = default;
 };
 
@@ -98,8 +106,15 @@ struct Limits {
 std::uint8_t memory_mode_code(MemoryMode mode);
 std::optional<MemoryMode> memory_mode_of(std::uint8_t code);
 
+// The wire code of a priority class and back (nullopt for kNoPriority or a code out of range), and
+// the class a code gives (kNoPriority: normal; an unknown code: normal).
+std::uint8_t priority_code(Priority priority);
+std::optional<Priority> priority_of(std::uint8_t code);
+Priority effective_priority(std::uint8_t code);
+
 // The stricter of two memory limits (0 is none, the loosest), and of two limits field by field
-// (the memory mode, which is not a bound, is a's where a names one, else b's).
+// (the memory mode and the priority class, which are not bounds, are a's where a names one, else
+// b's).
 std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b);
 Limits stricter(const Limits& a, const Limits& b);
 

@@ -97,6 +97,13 @@ Scenario random_scenario(std::uint64_t seed) {
       c.later_pace = levels[paces.range(0, 4)];
     }
   }
+  // Priority classes from their own stream too: a third of the scenarios mix classes.
+  Rng classes(seed ^ 0xc1a55e5ULL);
+  if (classes.chance(1.0 / 3)) {
+    for (ClientSpec& c : s.clients) {
+      c.limits.priority = static_cast<std::uint8_t>(classes.range(0, 3));  // 0: none (normal)
+    }
+  }
   if (rng.chance(0.5)) s.limit_change_every = rng.between(1s, 8s);
   s.stale_releases = rng.chance(0.5);
   return s;
@@ -128,6 +135,68 @@ std::vector<Scenario> saturating_cases() {
       for (int i = 0; i < saturating; ++i) s.clients.push_back(client(1000));
       for (int i = 0; i < interactive; ++i) s.clients.push_back(client(0, 2ms));
       all.push_back(s);
+    }
+  }
+  return all;
+}
+
+std::vector<PriorityCase> priority_cases() {
+  std::vector<PriorityCase> all;
+  auto base = [](std::string name, Mode mode) {
+    Scenario s;
+    s.name = std::move(name);
+    s.seed = 1;
+    s.config.mode = mode;
+    s.config.capacity_bytes = 16 * kGiB;
+    s.length = 30s;
+    return s;
+  };
+  auto client = [](Priority priority, std::uint64_t working_set, Duration step) {
+    ClientSpec c;
+    c.behaviour = Behaviour::kComputeBound;
+    c.working_set = working_set;
+    c.step = step;
+    c.limits.priority = protocol::priority_code(priority);
+    // A low client's queued work is held to a short drain bound (what its library does).
+    if (priority == Priority::kLow) c.max_drain = 2ms;
+    return c;
+  };
+  for (Mode mode : {Mode::kAuto, Mode::kExclusive}) {
+    const std::string m = mode == Mode::kAuto ? " (auto)" : " (exclusive)";
+    {  // A service in 5 ms steps with short gaps beside a trainer that never idles: the service
+       // waits at most the trainer's drain; the trainer runs in the gaps.
+      PriorityCase c;
+      c.scenario = base("high service beside low trainer" + m, mode);
+      c.scenario.clients = {client(Priority::kHigh, 2 * kGiB, 5ms),
+                            client(Priority::kLow, 2 * kGiB, 0s)};
+      c.high_wait_bound = 2ms + 1us;
+      c.low_per_window = 0.05;
+      all.push_back(c);
+    }
+    {  // Two trainers that do not fit together: the high one is never swapped out for the low one,
+       // which waits while the high one has work and runs once it is gone.
+      PriorityCase c;
+      c.scenario = base("high trainer, low trainer, not fitting" + m, mode);
+      ClientSpec high = client(Priority::kHigh, 10 * kGiB, 0s);
+      high.behaviour = Behaviour::kCrashing;
+      high.crash_at = 10s;
+      high.start = 100ms;  // the low one runs first and is preempted
+      c.scenario.clients = {high, client(Priority::kLow, 10 * kGiB, 0s)};
+      c.high_wait_bound = 2ms + 1us + std::chrono::milliseconds(1'500);  // drain + swap-out
+      c.low_waits_until = 10s;
+      c.low_before = 0.2;
+      c.low_per_window = 4.5;
+      c.low_runs_from = 11s;
+      all.push_back(c);
+    }
+    {  // Normal between high and low: the high service preempts both, normal preempts low.
+      PriorityCase c;
+      c.scenario = base("high service, normal and low trainers" + m, mode);
+      c.scenario.clients = {client(Priority::kHigh, 2 * kGiB, 5ms),
+                            client(Priority::kNormal, 2 * kGiB, 20ms),
+                            client(Priority::kLow, 2 * kGiB, 0s)};
+      c.high_wait_bound = 50ms + 1us;  // the normal trainer drains in up to 50 ms
+      all.push_back(c);
     }
   }
   return all;

@@ -90,4 +90,18 @@ std::vector<Scenario> fair_turn_cases();
 // some not, some switching between the two, for 60 s from t = 0.
 std::vector<Scenario> saturating_cases();
 
+// Priority classes (mode auto and exclusive): a `high` client beside `low` ones, each case with
+// what the test expects of it.
+struct PriorityCase {
+  Scenario scenario;
+  Duration high_wait_bound{0};  // the high client's longest wait for a grant
+  // The low client's GPU time in each whole 5 s window from low_runs_from on, at least (0: no
+  // check), and before low_waits_until (0: no check) at most low_before.
+  double low_per_window = 0;
+  Duration low_runs_from{0};
+  Duration low_waits_until{0};
+  double low_before = 0;
+};
+std::vector<PriorityCase> priority_cases();
+
 }  // namespace nvshare::sim

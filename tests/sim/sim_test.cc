@@ -366,5 +366,54 @@ TEST(Simulation, TheClassFollowsAJobAsItChanges) {
               together(21, 40), together(41, 60));
 }
 
+// Priority classes: a high client waits for a grant no longer than a lower class's drain (and
+// swap-out, when they do not fit together), is never swapped out for a lower class, and a low
+// client runs in the time the higher classes leave; the simulator checks after every event that no
+// lower class runs while a higher one waits and that no grant leaves two classes holding together.
+TEST(Simulation, PriorityClasses) {
+  using namespace std::chrono_literals;
+  for (const PriorityCase& pc : priority_cases()) {
+    const Scenario& s = pc.scenario;
+    const SimResult r = run_checked(s);
+    if (!r.ok) continue;
+    const ConnectionOutcome* high = nullptr;
+    const ConnectionOutcome* low = nullptr;
+    for (const ConnectionOutcome& o : r.connections) {
+      if (o.label.find(", high)") != std::string::npos) high = &o;
+      if (o.label.find(", low)") != std::string::npos) low = &o;
+    }
+    ASSERT_NE(high, nullptr) << s.name;
+    ASSERT_NE(low, nullptr) << s.name;
+    EXPECT_LE(high->worst_wait, pc.high_wait_bound)
+        << s.name << ": the high client waited " << secs(high->worst_wait) << " s";
+    EXPECT_EQ(high->swap_outs, 0u) << s.name << ": the high client was swapped out";
+    auto low_between = [&](Duration from, Duration to) {
+      double sum = 0;
+      for (auto k = from / 1s; k < to / 1s; ++k) {
+        if (static_cast<std::size_t>(k) < low->billed_per_second.size()) {
+          sum += low->billed_per_second[static_cast<std::size_t>(k)];
+        }
+      }
+      return sum;
+    };
+    double worst_window = 1e9;
+    if (pc.low_per_window > 0) {
+      for (Duration from = pc.low_runs_from; from + 5s <= s.length; from += 5s) {
+        const double had = low_between(from, from + 5s);
+        worst_window = std::min(worst_window, had);
+        EXPECT_GE(had, pc.low_per_window) << s.name << ": the low client had " << had
+                                          << " s of GPU in the 5 s from " << secs(from) << " s";
+      }
+    }
+    if (pc.low_waits_until > 0s) {
+      EXPECT_LE(low_between(1s, pc.low_waits_until), pc.low_before)
+          << s.name << ": the low client ran while the high one had work";
+    }
+    std::printf("%s: high waited at most %.2f ms; low had at least %.2f s per 5 s window\n",
+                s.name.c_str(), 1e3 * secs(high->worst_wait),
+                worst_window < 1e9 ? worst_window : 0.0);
+  }
+}
+
 }  // namespace
 }  // namespace nvshare::sim

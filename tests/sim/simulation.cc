@@ -50,7 +50,7 @@ struct SimClient {
   Limits limits;
   // The current wait.
   MonoTime wait_since{};
-  Duration quota_wait{0};
+  Duration excused_wait{0};  // for quota, or for a higher class (no bound applies)
   std::optional<WaitReason> reason;
   MonoTime reason_since{};
   // A limit change on its way to the client.
@@ -217,20 +217,26 @@ class World {
 
   void start_wait(SimClient& c) {
     c.wait_since = now_;
-    c.quota_wait = 0s;
+    c.excused_wait = 0s;
     c.reason.reset();
   }
 
-  // Time spent waiting for turn or memory in the current wait (waiting for quota excluded).
-  Duration non_quota_wait(const SimClient& c) const {
-    Duration quota = c.quota_wait;
-    if (c.reason == WaitReason::kQuota) quota += now_ - c.reason_since;
-    return (now_ - c.wait_since) - quota;
+  static bool excused(std::optional<WaitReason> reason) {
+    return reason == WaitReason::kQuota || reason == WaitReason::kPriority;
   }
 
-  void check_wait(const SimClient& c) {
-    const Duration waited = non_quota_wait(c);
+  // Time spent waiting for turn or memory in the current wait (waiting for quota, or for a higher
+  // class, which has no bound by design, excluded).
+  Duration bounded_wait(const SimClient& c) const {
+    Duration other = c.excused_wait;
+    if (excused(c.reason)) other += now_ - c.reason_since;
+    return (now_ - c.wait_since) - other;
+  }
+
+  void check_wait(SimClient& c) {
+    const Duration waited = bounded_wait(c);
     result_.worst_wait = std::max(result_.worst_wait, waited);
+    c.outcome.worst_wait = std::max(c.outcome.worst_wait, now_ - c.wait_since);
     if (waited > result_.starvation_bound) {
       fail(name(c) + " waited " + std::to_string(seconds(waited)) +
            " s for turn or memory, over the bound of " +
@@ -294,6 +300,7 @@ class World {
     ++result_.revokes;
     result_.quota_revokes += a.reason == policy::RevokeReason::kQuota ? 1 : 0;
     result_.swap_outs += a.swap_out ? 1 : 0;
+    c->outcome.swap_outs += a.swap_out ? 1 : 0;
     c->revoked = true;
     c->revoked_at = now_;
     c->swap_out = a.swap_out;
@@ -341,7 +348,7 @@ class World {
     if (c == nullptr) return fail("wait to unknown client " + std::to_string(a.client));
     if (!c->wants || c->holding) return fail("wait sent to " + name(*c) + ", which does not wait");
     if (c->reason == a.reason) return fail("wait reason repeated without a change");
-    if (c->reason == WaitReason::kQuota) c->quota_wait += now_ - c->reason_since;
+    if (excused(c->reason)) c->excused_wait += now_ - c->reason_since;
     c->reason = a.reason;
     c->reason_since = now_;
   }
@@ -398,6 +405,9 @@ class World {
     int blocking = 0;
     bool capped_holder = false;
     bool grantable_waits = false;
+    int lowest_runner = 3;    // rank of the lowest class running (3: none)
+    int highest_waiter = -1;  // rank of the highest class waiting for turn or memory (-1: none)
+    int holder_ranks = 0;     // bit per class among blocking holders
     for (const policy::ClientView& v : view.clients) {
       const SimClient* c = by_id(v.client);
       if (c == nullptr)
@@ -411,6 +421,11 @@ class World {
         return fail(name(*c) + " is " + std::string(to_string(v.state)) + " in the engine but " +
                     std::string(to_string(expected)) + " in the simulation");
       }
+      const int rank = static_cast<int>(protocol::effective_priority(v.limits.priority));
+      if (v.state == ClientState::kRunning) lowest_runner = std::min(lowest_runner, rank);
+      if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota) {
+        highest_waiter = std::max(highest_waiter, rank);
+      }
       if (v.state == ClientState::kRunning) {
         running_bytes += v.allocated_bytes;
         ++running;
@@ -420,6 +435,7 @@ class World {
         blocking_bytes += v.allocated_bytes;
         ++blocking;
         capped_holder |= v.limits.core_percent < 100;
+        holder_ranks |= 1 << rank;
       }
       if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota)
         grantable_waits = true;
@@ -447,6 +463,14 @@ class World {
       return fail("a grant left a capped client holding beside " + std::to_string(blocking - 1) +
                   " other(s)\n" + dump(view));
     }
+    // Priority classes: a higher class that waits has every lower-class runner revoked at once, and
+    // a grant never leaves two classes holding together.
+    if (highest_waiter > lowest_runner) {
+      return fail("a lower class runs while a higher one waits\n" + dump(view));
+    }
+    if (granted && (holder_ranks & (holder_ranks - 1)) != 0) {
+      return fail("a grant left two classes holding together\n" + dump(view));
+    }
     // Work conservation: nobody holds the GPU while a client that could run waits.
     if (blocking == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");
   }
@@ -460,6 +484,9 @@ class World {
       text += "\n  c" + std::to_string(v.client) + " " + std::string(to_string(v.state)) +
               " epoch " + std::to_string(v.epoch) + " ws " + std::to_string(v.allocated_bytes) +
               " cap " + std::to_string(v.effective_cap_percent);
+      if (const auto p = protocol::priority_of(v.limits.priority)) {
+        text += " class " + std::string(to_string(*p));
+      }
       if (v.waiting_for) text += " waiting for " + std::string(protocol::to_string(*v.waiting_for));
       if (v.budget_left) text += " budget " + std::to_string(seconds(*v.budget_left));
       if (v.turn_ends) text += " turn ends " + fmt_time(*v.turn_ends);
@@ -514,8 +541,10 @@ class World {
     c.allocated = c.spec.working_set;
     c.limits = c.spec.limits;
     c.outcome = ConnectionOutcome{};
+    const std::optional<Priority> priority = protocol::priority_of(c.limits.priority);
     c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +
-                      std::to_string(c.limits.core_percent) + "%)";
+                      std::to_string(c.limits.core_percent) + "%" +
+                      (priority ? ", " + std::string(to_string(*priority)) : "") + ")";
     c.outcome.limits = c.limits;
     feed(policy::Registered{c.id, c.limits}, "register " + name(c));
     report_usage(c, c.allocated, 0, "usage " + name(c));
@@ -617,6 +646,12 @@ class World {
     Limits limits;
     limits.core_percent = rng_.chance(0.4) ? 100 : static_cast<std::uint8_t>(rng_.range(5, 95));
     limits.memory_bytes = rng_.chance(0.5) ? 0 : c.allocated + kGiB;
+    // A scenario that mixes classes changes them too (from a stream of its own, so that the other
+    // draws stay what they were).
+    limits.priority = c.limits.priority;
+    if (mixes_classes_ && class_rng_.chance(0.3)) {
+      limits.priority = static_cast<std::uint8_t>(class_rng_.range(0, 3));
+    }
     c.outcome.cap_changed |= limits.core_percent != c.limits.core_percent;
     c.limits = limits;
     c.pending_limits = limits;
@@ -658,6 +693,9 @@ class World {
 
   const Scenario& s_;
   Rng rng_;
+  Rng class_rng_{s_.seed ^ 0x5e7c1a55ULL};
+  bool mixes_classes_ = std::any_of(s_.clients.begin(), s_.clients.end(),
+                                    [](const ClientSpec& c) { return c.limits.priority != 0; });
   GpuPolicy engine_;
   bool trace_;
   MonoTime now_{};

@@ -28,6 +28,8 @@ struct ConnectionOutcome {
   // The same, per whole second of simulated time since the start: [k] is what it was billed in
   // [k s, k + 1 s) (seconds before it connected are 0).
   std::vector<double> billed_per_second;
+  Duration worst_wait{0};       // its longest wait from a request (or a preemption) to a grant
+  std::uint64_t swap_outs = 0;  // revokes that asked it to move its memory to the host
 };
 
 struct SimResult {

@@ -25,24 +25,26 @@ inline bool holds(ClientState state) {
 
 // The reasons ClientCounters counts, in the order status and metrics list them (a yield is counted
 // apart: it takes nothing back).
-inline constexpr std::array<WaitReason, 3> kWaitReasons = {WaitReason::kMemory, WaitReason::kTurn,
-                                                           WaitReason::kQuota};
-inline constexpr std::array<RevokeReason, 4> kRevokeReasons = {
-    RevokeReason::kTurn, RevokeReason::kQuota, RevokeReason::kMemory, RevokeReason::kAdmin};
+inline constexpr std::array<WaitReason, 4> kWaitReasons = {
+    WaitReason::kMemory, WaitReason::kTurn, WaitReason::kQuota, WaitReason::kPriority};
+inline constexpr std::array<RevokeReason, 5> kRevokeReasons = {
+    RevokeReason::kTurn, RevokeReason::kQuota, RevokeReason::kMemory, RevokeReason::kAdmin,
+    RevokeReason::kPriority};
 
 // What happened to a client since it registered, for monitoring (metrics, status). Counted by the
 // engine as it decides; nothing depends on them.
 struct ClientCounters {
   std::uint64_t grants = 0;
-  std::array<std::uint64_t, 6> revokes{};  // indexed by RevokeReason (kTurn..kAdmin)
+  std::array<std::uint64_t, 7> revokes{};  // indexed by RevokeReason (kTurn..kPriority)
   std::uint64_t yields = 0;                // asked to hand over when idle
   std::uint64_t releases = 0;              // answers to revokes
   std::uint64_t idle_releases = 0;         // released unasked (idle)
   // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before
   // any reason was given (the moment between a request and its grant or first wait reason).
-  std::array<Duration, 4> waited{};
-  static_assert(static_cast<std::size_t>(WaitReason::kQuota) < std::tuple_size_v<decltype(waited)>);
-  static_assert(static_cast<std::size_t>(RevokeReason::kYield) <
+  std::array<Duration, 5> waited{};
+  static_assert(static_cast<std::size_t>(WaitReason::kPriority) <
+                std::tuple_size_v<decltype(waited)>);
+  static_assert(static_cast<std::size_t>(RevokeReason::kPriority) <
                 std::tuple_size_v<decltype(revokes)>);
 
   std::uint64_t revokes_for(RevokeReason r) const { return revokes[static_cast<std::size_t>(r)]; }
@@ -102,6 +104,9 @@ struct ClientRecord {
   bool saturating = false;
 
   bool capped() const { return limits.core_percent < 100; }
+  // Its priority class (normal unless its limits name one); higher ranks first.
+  Priority priority() const { return protocol::effective_priority(limits.priority); }
+  int rank() const { return static_cast<int>(priority()); }
   // The cap in percent, 1..100 (0 never reaches us from the wire; treated as the smallest cap).
   int cap_percent() const { return std::max<int>(1, limits.core_percent); }
   bool holds() const { return policy::holds(state); }

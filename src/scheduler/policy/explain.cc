@@ -138,6 +138,23 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
            fixed(to_go, 1, " s") + waited;
   }
 
+  if (reason_for(c, next) == WaitReason::kPriority) {
+    std::vector<const ClientRecord*> above;
+    for (const ClientRecord* h : holders) {
+      if (h->rank() > c.rank()) above.push_back(h);
+    }
+    const bool holding = !above.empty();
+    if (!holding && next != nullptr) above.push_back(next);
+    const std::string theirs(to_string(above.front()->priority()));
+    return who + " waits for a higher class: it is " + std::string(to_string(c.priority())) +
+           " and client" + (above.size() > 1 ? "s " : " ") + client_list(above) + " (" + theirs +
+           ") " +
+           (holding ? (above.size() > 1 ? "hold the GPU" : "holds the GPU") : "waits ahead of it") +
+           "; it runs in the time the higher classes leave (a holder of a higher class hands "
+           "over at its first idle moment)" +
+           waited;
+  }
+
   if (&c != next) {
     std::size_t position = 0;
     for (ClientId id : queue_) {

@@ -137,7 +137,13 @@ void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
   ClientRecord* c = find(e.client);
   if (c == nullptr) return;
   const bool was_capped = c->capped();
+  const int was_rank = c->rank();
   c->limits = e.limits;
+  if (c->rank() != was_rank && c->state == ClientState::kWaiting) {
+    // A new class: its place in the queue is at the back of that class.
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), c->id), queue_.end());
+    place_in_queue(*c);
+  }
   if (c->capped() != was_capped) {
     // A new bucket either way: an entitlement's balance is not a cap's.
     c->quota.reset();
@@ -174,6 +180,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   revoke_spent_quota(now, out);
   revoke_overflow(now, out);
   revoke_saturating_pairs(now, out);
+  revoke_for_priority(now, out);
   grant_in_order(now, out);
   revoke_fair_turns(now, out);
   revoke_ended_turns(now, out);
@@ -317,11 +324,13 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state == ClientState::kRunning) running.push_back(&c);
   }
-  std::sort(running.begin(), running.end(),
-            [](const ClientRecord* a, const ClientRecord* b) { return a->epoch < b->epoch; });
+  std::sort(running.begin(), running.end(), [](const ClientRecord* a, const ClientRecord* b) {
+    return a->rank() != b->rank() ? a->rank() > b->rank() : a->epoch < b->epoch;
+  });
   std::uint64_t total = 0;
   for (const ClientRecord* c : running) total += c->movable_bytes();
-  // Working sets grew after the grants: the newest grants leave until the older runners fit again.
+  // Working sets grew after the grants: the lowest class leaves first, and within a class the
+  // newest grants, until the others fit again.
   while (running.size() > 1 && !fits(total)) {
     ClientRecord* newest = running.back();
     running.pop_back();
@@ -345,6 +354,28 @@ void GpuPolicy::revoke_saturating_pairs(MonoTime now, std::vector<Action>& out) 
       });
   for (ClientRecord* c : saturating) {
     if (c != *behind) revoke(*c, RevokeReason::kTurn, false, now, out);
+  }
+}
+
+// A client of a higher class waits at the head: every runner of a lower class leaves now, whatever
+// its turn or clock. Memory stays on the device for each leaver that still fits beside the head
+// and what else stays resident, the higher classes' leavers first; the others swap out.
+void GpuPolicy::revoke_for_priority(MonoTime now, std::vector<Action>& out) {
+  const ClientRecord* next = head();
+  if (next == nullptr) return;
+  std::vector<ClientRecord*> leaving;
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning && c.rank() < next->rank()) leaving.push_back(&c);
+  }
+  if (leaving.empty()) return;
+  std::sort(leaving.begin(), leaving.end(), [](const ClientRecord* a, const ClientRecord* b) {
+    return a->rank() != b->rank() ? a->rank() > b->rank() : a->epoch < b->epoch;
+  });
+  std::uint64_t resident = next->movable_bytes() + resident_besides(leaving);
+  for (ClientRecord* r : leaving) {
+    const bool stays_resident = fits(resident + r->movable_bytes());
+    if (stays_resident) resident += r->movable_bytes();
+    revoke(*r, RevokeReason::kPriority, !stays_resident, now, out);
   }
 }
 
@@ -372,7 +403,7 @@ void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
       ++i;
       continue;
     }
-    if (can_run_beside(holders, *c) &&
+    if (c->rank() == blocked->rank() && can_run_beside(holders, *c) &&
         fits(sum_working_sets(holders) + c->movable_bytes() + blocked->movable_bytes())) {
       queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
       grant(*c, now, out);
@@ -394,15 +425,7 @@ void GpuPolicy::revoke_ended_turns(MonoTime now, std::vector<Action>& out) {
   }
   // Memory stays on the device for each leaver that still fits beside the head and whatever else
   // stays resident (runners that stay, revoked holders not swapping out); the others swap out.
-  std::uint64_t resident = next->movable_bytes();
-  for (const ClientRecord& c : clients_) {
-    const bool leaves = std::find(leaving.begin(), leaving.end(), &c) != leaving.end();
-    if (leaves) continue;
-    if ((c.state == ClientState::kRunning && config_.mode == Mode::kAuto) ||
-        (c.state == ClientState::kRevoking && !c.swap_out)) {
-      resident += c.movable_bytes();
-    }
-  }
+  std::uint64_t resident = next->movable_bytes() + resident_besides(leaving);
   for (const ClientRecord* r : leaving) {
     const bool stays_resident = fits(resident + r->movable_bytes());
     if (stays_resident) resident += r->movable_bytes();
@@ -453,6 +476,8 @@ bool GpuPolicy::yield_unsent(const ClientRecord& c) {
 }
 
 MonoTime GpuPolicy::yield_time(const ClientRecord& holder, const ClientRecord& next) const {
+  // A higher class hands its idle moments to a lower one at once, whatever the clocks.
+  if (holder.rank() > next.rank()) return now_;
   // The slack keeps a holder that is a little behind (a short burst, then idle) from holding an
   // idle GPU until its idle release; a waiting head's clock stands still while the holder's runs
   // at its billing rate.
@@ -467,8 +492,8 @@ void GpuPolicy::revoke_fair_turns(MonoTime now, std::vector<Action>& out) {
   const ClientRecord* next = yield_target();
   if (next == nullptr) return;
   for (ClientRecord& c : clients_) {
-    if (c.state == ClientState::kRunning && takes_turns_with(c, *next) &&
-        fair_turn_end(c, *next) <= now) {
+    if (c.state == ClientState::kRunning && c.rank() <= next->rank() &&
+        takes_turns_with(c, *next) && fair_turn_end(c, *next) <= now) {
       revoke(c, RevokeReason::kTurn, false, now, out);
     }
   }
@@ -531,7 +556,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
     for (const ClientRecord& c : clients_) {
       if (c.state != ClientState::kRunning || !takes_turns_with(c, *next)) continue;
       if (yield_unsent(c)) consider(yield_time(c, *next));
-      consider(fair_turn_end(c, *next));
+      if (c.rank() <= next->rank()) consider(fair_turn_end(c, *next));
     }
   }
   return best;
@@ -562,7 +587,14 @@ void GpuPolicy::enqueue(ClientRecord& c, MonoTime now, bool memory_in_place) {
   // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work; a client
   // preempted with its memory left in place costs none, so any budget left is worth a grant.
   c.throttled = binds(c) && !c.quota->may_enter() && (!memory_in_place || c.quota->spent());
-  queue_.push_back(c.id);
+  place_in_queue(c);
+}
+
+// Class first, then arrival: behind everyone of its class and above, ahead of lower classes.
+void GpuPolicy::place_in_queue(const ClientRecord& c) {
+  const auto below = std::find_if(queue_.begin(), queue_.end(),
+                                  [&](ClientId id) { return find(id)->rank() < c.rank(); });
+  queue_.insert(below, c.id);
 }
 
 void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
@@ -591,6 +623,19 @@ void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, Mono
 }
 
 // ---- memory and turn arithmetic -----------------------------------------------------------------
+
+template <typename Leaver>
+std::uint64_t GpuPolicy::resident_besides(const std::vector<Leaver*>& leaving) const {
+  std::uint64_t resident = 0;
+  for (const ClientRecord& c : clients_) {
+    if (std::find(leaving.begin(), leaving.end(), &c) != leaving.end()) continue;
+    if ((c.state == ClientState::kRunning && config_.mode == Mode::kAuto) ||
+        (c.state == ClientState::kRevoking && !c.swap_out)) {
+      resident += c.movable_bytes();
+    }
+  }
+  return resident;
+}
 
 std::uint64_t GpuPolicy::capacity() const {
   return config_.capacity_bytes.value_or(config_.device_bytes);
@@ -634,6 +679,11 @@ bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
   // little room (it waits, without holding up the queue, until that memory is freed).
   if (staying.empty()) return fits_beside_pinned(head);
   if (one_at_a_time()) return false;
+  // Classes never share the GPU: a lower one would slow a higher one's every kernel.
+  if (std::any_of(staying.begin(), staying.end(),
+                  [&](const ClientRecord* c) { return c->rank() != head.rank(); })) {
+    return false;
+  }
   if (std::any_of(staying.begin(), staying.end(),
                   [&](const ClientRecord* c) { return takes_turns_with(*c, head); })) {
     return false;
@@ -642,7 +692,7 @@ bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
 }
 
 bool GpuPolicy::takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const {
-  return one_at_a_time() || (holder.saturating && next.saturating);
+  return one_at_a_time() || holder.rank() != next.rank() || (holder.saturating && next.saturating);
 }
 
 bool GpuPolicy::waits_only_for_turn(const std::vector<const ClientRecord*>& holders,
@@ -675,8 +725,12 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
                                                 const ClientRecord* head) const {
   if (c.state != ClientState::kWaiting) return std::nullopt;
   if (c.throttled) return WaitReason::kQuota;
-  if (config_.mode == Mode::kExclusive) return WaitReason::kTurn;
   const std::vector<const ClientRecord*> holders = blocking_holders();
+  const auto above = [&](const ClientRecord* o) { return o != nullptr && o->rank() > c.rank(); };
+  if (above(head) || std::any_of(holders.begin(), holders.end(), above)) {
+    return WaitReason::kPriority;
+  }
+  if (config_.mode == Mode::kExclusive) return WaitReason::kTurn;
   if (&c != head && can_run_beside(holders, c)) return WaitReason::kTurn;  // behind the head
   // For its turn when it would fit beside the holders (one at a time while a cap binds, or among
   // saturating clients), else for memory.
@@ -690,9 +744,10 @@ Duration GpuPolicy::quantum_between(const ClientRecord& runner, const ClientReco
 }
 
 std::vector<const ClientRecord*> GpuPolicy::runners_by_turn_end(const ClientRecord& head) const {
+  // A higher class's runners never leave for a lower class's turn.
   std::vector<const ClientRecord*> runners;
   for (const ClientRecord& c : clients_) {
-    if (c.state == ClientState::kRunning) runners.push_back(&c);
+    if (c.state == ClientState::kRunning && c.rank() <= head.rank()) runners.push_back(&c);
   }
   // When the head fits beside all of them, only those it takes turns with have to leave.
   if (fits(sum_working_sets(runners) + head.movable_bytes())) {

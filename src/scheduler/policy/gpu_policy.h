@@ -204,6 +204,8 @@ class GpuPolicy {
   void revoke_overflow(MonoTime now, std::vector<Action>& out);
   // Mode auto: at most one saturating client runs; others that run beside it are revoked.
   void revoke_saturating_pairs(MonoTime now, std::vector<Action>& out);
+  // A higher class waits at the head: every runner of a lower class is revoked (reason priority).
+  void revoke_for_priority(MonoTime now, std::vector<Action>& out);
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
@@ -241,6 +243,7 @@ class GpuPolicy {
   // Queues a client that wants the GPU; throttled by its bucket below the entry level, or, when it
   // was preempted with its memory left on the device, only when its bucket is spent.
   void enqueue(ClientRecord& c, MonoTime now, bool memory_in_place = false);
+  void place_in_queue(const ClientRecord& c);
   void grant(ClientRecord& c, MonoTime now, std::vector<Action>& out);
   void revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
               std::vector<Action>& out);
@@ -248,6 +251,10 @@ class GpuPolicy {
   static void book_wait(ClientRecord& c, MonoTime now);
 
   // Memory and turn arithmetic.
+  // What stays on the device beside the head when `leaving` leave: the runners that stay (mode
+  // auto) and revoked holders that keep their memory there.
+  template <typename Leaver>
+  std::uint64_t resident_besides(const std::vector<Leaver*>& leaving) const;
   std::uint64_t capacity() const;
   std::uint64_t usable() const;
   // Whether `movable` bytes (sums of movable_bytes()) fit beside every client's pinned bytes.

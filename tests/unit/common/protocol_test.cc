@@ -220,7 +220,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 6, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 7, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }
@@ -342,6 +342,48 @@ TEST(Protocol, OutOfRangeFieldsAreRejected) {
   }
   // Wait with reason 4.
   EXPECT_FALSE(decode_frame(raw_frame(kMagic, 1, 9, {4})).ok());
+  // Version 7 adds the priority reasons (revoke 6, wait 4), and no other.
+  std::vector<std::uint8_t> revoke(8, 0);
+  revoke.push_back(6);
+  revoke.push_back(0);
+  EXPECT_TRUE(decode_frame(raw_frame(kMagic, 7, 5, revoke)).ok());
+  revoke[8] = 7;
+  EXPECT_FALSE(decode_frame(raw_frame(kMagic, 7, 5, revoke)).ok());
+  EXPECT_TRUE(decode_frame(raw_frame(kMagic, 7, 9, {4})).ok());
+  EXPECT_FALSE(decode_frame(raw_frame(kMagic, 7, 9, {5})).ok());
+}
+
+// A peer of version 6 knows no priority reasons: a priority revoke or wait reaches it as a turn.
+TEST(Protocol, PriorityReasonsReachOlderPeersAsTurns) {
+  const auto revoke = encode(Revoke{3, RevokeReason::kPriority, true}, 6);
+  ASSERT_TRUE(revoke.ok());
+  auto decoded = decode_frame(revoke.value());
+  ASSERT_TRUE(decoded.ok());
+  ASSERT_TRUE(decoded.value().has_value());
+  EXPECT_EQ(std::get<Revoke>(decoded.value()->frame.message),
+            (Revoke{3, RevokeReason::kTurn, true}));
+  const auto wait = encode(Wait{WaitReason::kPriority}, 6);
+  ASSERT_TRUE(wait.ok());
+  decoded = decode_frame(wait.value());
+  ASSERT_TRUE(decoded.ok());
+  ASSERT_TRUE(decoded.value().has_value());
+  EXPECT_EQ(std::get<Wait>(decoded.value()->frame.message), (Wait{WaitReason::kTurn}));
+  // Version 7 keeps them, and carries the priority class of limits.
+  SetLimits limits;
+  limits.limits.priority = priority_code(Priority::kHigh);
+  const auto seven = encode(limits, 7);
+  ASSERT_TRUE(seven.ok());
+  decoded = decode_frame(seven.value());
+  ASSERT_TRUE(decoded.ok());
+  ASSERT_TRUE(decoded.value().has_value());
+  EXPECT_EQ(std::get<SetLimits>(decoded.value()->frame.message).limits.priority, 3);
+  const auto six = encode(limits, 6);
+  ASSERT_TRUE(six.ok());
+  decoded = decode_frame(six.value());
+  ASSERT_TRUE(decoded.ok());
+  ASSERT_TRUE(decoded.value().has_value());
+  EXPECT_EQ(std::get<SetLimits>(decoded.value()->frame.message).limits.priority,
+            Limits::kNoPriority);
 }
 
 TEST(Protocol, HelloWithInvertedVersionRangeIsRejected) {
