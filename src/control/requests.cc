@@ -143,9 +143,21 @@ Result<FieldChange> decode_memory_mode(const Json* value) {
                     " or \"inherit\"");
 }
 
+// priority: absent (keep), "inherit", or a class word (common/priority.h).
+Result<FieldChange> decode_priority(const Json* value) {
+  if (value == nullptr) return FieldChange{};
+  if (const std::string* text = value->as_string()) {
+    if (*text == "inherit") return FieldChange{FieldChange::Op::kInherit, 0};
+    if (const std::optional<Priority> priority = parse_priority(*text)) {
+      return FieldChange{FieldChange::Op::kSet, protocol::priority_code(*priority)};
+    }
+  }
+  return make_error("priority must be one of " + std::string(kPriorityWords) + " or \"inherit\"");
+}
+
 Result<Request> decode_set_limits(const Json& request) {
   if (Status s = check_members(request, "set-limits",
-                               {"cmd", "selector", "memory", "core", "memory_mode"});
+                               {"cmd", "selector", "memory", "core", "memory_mode", "priority"});
       !s) {
     return s.error();
   }
@@ -157,14 +169,17 @@ Result<Request> decode_set_limits(const Json& request) {
   if (!core) return core.error();
   auto mode = decode_memory_mode(request.find("memory_mode"));
   if (!mode) return mode.error();
+  auto priority = decode_priority(request.find("priority"));
+  if (!priority) return priority.error();
   if (memory.value().op == FieldChange::Op::kKeep && core.value().op == FieldChange::Op::kKeep &&
-      mode.value().op == FieldChange::Op::kKeep &&
+      mode.value().op == FieldChange::Op::kKeep && priority.value().op == FieldChange::Op::kKeep &&
       !(selector.value().pod_uid && selector.value().pod_name)) {
     return make_error(
-        "set-limits changes nothing: give \"memory\", \"core\" and/or \"memory_mode\"");
+        "set-limits changes nothing: give \"memory\", \"core\", \"memory_mode\" and/or "
+        "\"priority\"");
   }
-  return Request(
-      SetLimitsRequest{selector.value(), LimitsChange{memory.value(), core.value(), mode.value()}});
+  return Request(SetLimitsRequest{selector.value(), LimitsChange{memory.value(), core.value(),
+                                                                 mode.value(), priority.value()}});
 }
 
 Result<Request> decode_set_policy(const Json& request) {
@@ -288,6 +303,7 @@ void encode_members(Json& out, const SetLimitsRequest& r) {
   if (auto core = encode_core(r.change.core)) out.set("core", std::move(*core));
   if (auto mode = encode_memory_mode(r.change.memory_mode))
     out.set("memory_mode", std::move(*mode));
+  if (auto priority = encode_priority(r.change.priority)) out.set("priority", std::move(*priority));
 }
 void encode_members(Json& out, const ForgetPodRequest& r) { out.set("pod_uid", r.pod_uid); }
 void encode_members(Json& out, const SetPolicyRequest& r) {
@@ -338,6 +354,12 @@ std::optional<Json> encode_memory_mode(const FieldChange& change) {
   const std::optional<MemoryMode> mode =
       protocol::memory_mode_of(static_cast<std::uint8_t>(change.value));
   return mode ? Json(std::string(to_string(*mode))) : Json("inherit");
+}
+std::optional<Json> encode_priority(const FieldChange& change) {
+  if (change.op != FieldChange::Op::kSet) return encode_field(change, false);
+  const std::optional<Priority> priority =
+      protocol::priority_of(static_cast<std::uint8_t>(change.value));
+  return priority ? Json(std::string(to_string(*priority))) : Json("inherit");
 }
 
 Json encode(const Request& request) {

@@ -48,6 +48,8 @@ struct LimitsChange {
   FieldChange core;
   // With kSet: a protocol::Limits memory mode code (1..3; common/memory_mode.h word + 1).
   FieldChange memory_mode;
+  // With kSet: a protocol::Limits priority code (1..3; common/priority.h class + 1).
+  FieldChange priority;
   bool operator==(const LimitsChange&) const = default;
 };
 
@@ -128,5 +130,6 @@ Result<Request> decode(const Json& request);
 std::optional<Json> encode_memory(const FieldChange& change);
 std::optional<Json> encode_core(const FieldChange& change);
 std::optional<Json> encode_memory_mode(const FieldChange& change);
+std::optional<Json> encode_priority(const FieldChange& change);
 
 }  // namespace nvshare::control

@@ -31,6 +31,11 @@ control::Request ControlCommand::to_request() const {
             ? control::FieldChange{Op::kSet, protocol::memory_mode_code(*limits.memory_mode)}
             : control::FieldChange{Op::kInherit, 0};
   }
+  if (send_priority) {
+    request.change.priority =
+        limits.priority ? control::FieldChange{Op::kSet, protocol::priority_code(*limits.priority)}
+                        : control::FieldChange{Op::kInherit, 0};
+  }
   return request;
 }
 
@@ -54,12 +59,17 @@ std::optional<ControlCommand> LimitsLedger::next_command() const {
       command.send_memory = true;
       command.send_core = true;
       command.send_memory_mode = true;
+      command.send_priority = true;
       return command;
     }
     command.send_memory = pushed->second.memory_bytes != want.limits.memory_bytes;
     command.send_core = pushed->second.core_percent != want.limits.core_percent;
     command.send_memory_mode = pushed->second.memory_mode != want.limits.memory_mode;
-    if (command.send_memory || command.send_core || command.send_memory_mode) return command;
+    command.send_priority = pushed->second.priority != want.limits.priority;
+    if (command.send_memory || command.send_core || command.send_memory_mode ||
+        command.send_priority) {
+      return command;
+    }
   }
   for (const auto& [uid, limits] : pushed_) {
     if (desired_.contains(uid)) continue;
@@ -80,6 +90,7 @@ void LimitsLedger::mark_done(const ControlCommand& command) {
   if (command.send_memory) pushed.memory_bytes = command.limits.memory_bytes;
   if (command.send_core) pushed.core_percent = command.limits.core_percent;
   if (command.send_memory_mode) pushed.memory_mode = command.limits.memory_mode;
+  if (command.send_priority) pushed.priority = command.limits.priority;
 }
 
 void LimitsLedger::mark_all_unpushed() { pushed_.clear(); }

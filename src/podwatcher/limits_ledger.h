@@ -32,6 +32,7 @@ struct ControlCommand {
   bool send_memory = false;
   bool send_core = false;
   bool send_memory_mode = false;
+  bool send_priority = false;
   PodLimits limits;
 
   // The control-socket request (docs/control-api.md).

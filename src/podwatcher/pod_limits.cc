@@ -72,7 +72,8 @@ Result<PodView> parse_pod(const Json& pod, std::string_view resource_name) {
       annotations != nullptr && annotations->is_object()) {
     for (auto [key, field] : {std::pair{kMemoryLimitAnnotation, &view.memory_annotation},
                               std::pair{kCoreLimitAnnotation, &view.core_annotation},
-                              std::pair{kMemoryModeAnnotation, &view.memory_mode_annotation}}) {
+                              std::pair{kMemoryModeAnnotation, &view.memory_mode_annotation},
+                              std::pair{kPriorityAnnotation, &view.priority_annotation}}) {
       const Json* value = annotations->find(key);
       if (value == nullptr) continue;
       // Annotation values are strings in the API; anything else is shown as written.
@@ -131,6 +132,21 @@ LimitsDecision decide_limits(const PodView& pod, const PodLimits& previous) {
                   "; keeping the previous mode (" +
                   (previous.memory_mode ? std::string(to_string(*previous.memory_mode)) : "none") +
                   ")";
+      decision.problems.push_back(std::move(p));
+    }
+  }
+  if (pod.priority_annotation) {
+    const std::string& text = *pod.priority_annotation;
+    if (const std::optional<Priority> priority = parse_priority(text)) {
+      decision.limits.priority = *priority;
+    } else {
+      decision.limits.priority = previous.priority;
+      const std::string kept =
+          previous.priority ? std::string(to_string(*previous.priority)) : "normal";
+      AnnotationProblem p =
+          problem(kPriorityAnnotation, text, "not one of " + std::string(kPriorityWords), kept);
+      p.message = "invalid " + p.annotation + " \"" + text + "\": " + p.reason +
+                  "; keeping the previous class (" + kept + ")";
       decision.problems.push_back(std::move(p));
     }
   }

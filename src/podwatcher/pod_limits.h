@@ -18,6 +18,7 @@
 
 #include "common/json.h"
 #include "common/memory_mode.h"
+#include "common/priority.h"
 #include "common/result.h"
 
 namespace nvshare::podwatcher {
@@ -25,6 +26,7 @@ namespace nvshare::podwatcher {
 inline constexpr std::string_view kMemoryLimitAnnotation = "nvshare.com/gpu-memory-limit";
 inline constexpr std::string_view kCoreLimitAnnotation = "nvshare.com/gpu-core-limit";
 inline constexpr std::string_view kMemoryModeAnnotation = "nvshare.com/gpu-memory-mode";
+inline constexpr std::string_view kPriorityAnnotation = "nvshare.com/gpu-priority";
 
 struct PodView {
   std::string uid;
@@ -38,6 +40,7 @@ struct PodView {
   std::optional<std::string> memory_annotation;  // raw value; nullopt when absent
   std::optional<std::string> core_annotation;
   std::optional<std::string> memory_mode_annotation;
+  std::optional<std::string> priority_annotation;
 
   // Finished pods hold no GPU any more: Succeeded and Failed are terminal phases.
   bool finished() const { return phase == "Succeeded" || phase == "Failed"; }
@@ -52,6 +55,7 @@ struct PodLimits {
   std::optional<std::uint64_t> memory_bytes;
   std::optional<int> core_percent;
   std::optional<MemoryMode> memory_mode;  // how its processes' device allocations are backed
+  std::optional<Priority> priority;       // its processes' priority class
   bool operator==(const PodLimits&) const = default;
 };
 

@@ -13,7 +13,10 @@ struct LimitsLayer {
   // A protocol::Limits memory mode code (1..3); nullopt: inherit. Not a bound: a client's own
   // layer cannot hold one (the process's own choice is NVSHARE_MEMORY_MODE).
   std::optional<std::uint8_t> memory_mode;
-  bool empty() const { return !memory_bytes && !core_percent && !memory_mode; }
+  // A protocol::Limits priority code (1..3); nullopt: inherit. Not a bound either, but a claim on
+  // others' GPU time: a client's own layer holds one only when the scheduler trusts clients.
+  std::optional<std::uint8_t> priority;
+  bool empty() const { return !memory_bytes && !core_percent && !memory_mode && !priority; }
   bool operator==(const LimitsLayer&) const = default;
 };
 

@@ -58,12 +58,19 @@ Json memory_mode_json(std::uint8_t code) {
   return mode ? Json(std::string(to_string(*mode))) : Json();
 }
 
+// A priority code as status shows it: its word, or null for none.
+Json priority_json(std::uint8_t code) {
+  const std::optional<Priority> priority = protocol::priority_of(code);
+  return priority ? Json(std::string(to_string(*priority))) : Json();
+}
+
 Json layer_json(const LimitsLayer& layer) {
   Json out = Json::object();
   out.set("memory_limit_bytes", layer.memory_bytes ? Json(*layer.memory_bytes) : Json());
   out.set("core_limit_percent",
           layer.core_percent ? Json(static_cast<int>(*layer.core_percent)) : Json());
   out.set("memory_mode", memory_mode_json(layer.memory_mode.value_or(0)));
+  out.set("priority", priority_json(layer.priority.value_or(0)));
   return out;
 }
 
@@ -126,6 +133,9 @@ protocol::Limits Scheduler::effective_limits(const Client& client, std::string* 
     }
     if (limits.memory_mode == protocol::Limits::kNoMemoryMode && layer->memory_mode) {
       limits.memory_mode = *layer->memory_mode;
+    }
+    if (limits.priority == protocol::Limits::kNoPriority && layer->priority) {
+      limits.priority = *layer->priority;
     }
     if (contributed) used += used.empty() ? kNames[i] : std::string("+") + kNames[i];
   }
@@ -398,6 +408,12 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
     return make_error("memory mode code " + std::to_string(change.memory_mode.value) +
                       " is not one of " + std::string(kMemoryModeWords));
   }
+  if (change.priority.op == FieldChange::Op::kSet &&
+      (change.priority.value > 255 ||
+       !protocol::priority_of(static_cast<std::uint8_t>(change.priority.value)))) {
+    return make_error("priority code " + std::to_string(change.priority.value) + " is not one of " +
+                      std::string(kPriorityWords));
+  }
 
   SetLimitsOutcome outcome;
   std::vector<ClientId> affected;
@@ -417,6 +433,7 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       apply_change(change.memory, client.own.memory_bytes);
       apply_change(change.core, client.own.core_percent);
       apply_change(change.memory_mode, client.own.memory_mode);
+      apply_change(change.priority, client.own.priority);
       remember_process(client);
     }
   } else {
@@ -451,6 +468,7 @@ Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const L
       apply_change(change.memory, pod.limits.memory_bytes);
       apply_change(change.core, pod.limits.core_percent);
       apply_change(change.memory_mode, pod.limits.memory_mode);
+      apply_change(change.priority, pod.limits.priority);
       state_dirty_ = true;
       outcome.remembered_pods.push_back(uid);
       for (auto& [id, client] : clients_) {
@@ -733,6 +751,7 @@ Json to_json(const StatusSnapshot& snapshot) {
             c.limits.memory_bytes != 0 ? Json(c.limits.memory_bytes) : Json());
       j.set("core_limit_percent", static_cast<int>(c.limits.core_percent));
       j.set("memory_mode", memory_mode_json(c.limits.memory_mode));
+      j.set("priority", std::string(to_string(protocol::effective_priority(c.limits.priority))));
       j.set("limits_source", c.limits_source);
       j.set("effective_cap_percent", tenths(c.view.effective_cap_percent));
       j.set("share_percent", tenths(c.view.share_percent));

@@ -28,6 +28,11 @@ void put_limits(Json& out, const LimitsLayer& limits) {
       out.set("memory_mode", std::string(to_string(*mode)));
     }
   }
+  if (limits.priority) {
+    if (const auto priority = protocol::priority_of(*limits.priority)) {
+      out.set("priority", std::string(to_string(*priority)));
+    }
+  }
 }
 
 Result<LimitsLayer> get_limits(const Json& in) {
@@ -48,6 +53,12 @@ Result<LimitsLayer> get_limits(const Json& in) {
     const std::optional<MemoryMode> parsed = word ? parse_memory_mode(*word) : std::nullopt;
     if (!parsed) return make_error("memory_mode must be one of " + std::string(kMemoryModeWords));
     limits.memory_mode = protocol::memory_mode_code(*parsed);
+  }
+  if (const Json* priority = in.find("priority")) {
+    const std::string* word = priority->as_string();
+    const std::optional<Priority> parsed = word ? parse_priority(*word) : std::nullopt;
+    if (!parsed) return make_error("priority must be one of " + std::string(kPriorityWords));
+    limits.priority = protocol::priority_code(*parsed);
   }
   return limits;
 }

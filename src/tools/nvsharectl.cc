@@ -46,12 +46,12 @@ Commands:
                                     over each interval, then status; refreshed every S
                                     seconds (default 1; N = 0: forever)
   set-limits SELECTOR [--memory Q|none|inherit] [--core P|none|inherit]
-             [--memory-mode device|unified|plain|inherit]
+             [--memory-mode device|unified|plain|inherit] [--priority high|normal|low|inherit]
         SELECTOR: --client ID | --pid PID | --pod-uid UID [--pod NS/NAME] | --pod NS/NAME
                                     limits for a client, a process or a pod (remembered for
                                     the pod's later processes); none removes a limit, inherit
                                     drops an override; the memory mode applies to allocations
-                                    made from then on
+                                    made from then on; the priority class at once
   forget-pod UID                    forget a pod's remembered limits (the pod is gone)
   set-policy [--gpu UUID] [--mode M] [--quantum S|auto] [--quota-window MS] [--capacity Q]
              [--reserve P] [--quantum-k K] [--quantum-min S] [--quantum-max S]
@@ -261,8 +261,8 @@ Json limit_value(const std::string& text, bool core) {
 }
 
 int cmd_set_limits(const Global& global, std::vector<std::string> rest) {
-  Args args(std::move(rest), {"client", "pid", "pod-uid", "pod", "memory", "core", "memory-mode"},
-            {});
+  Args args(std::move(rest),
+            {"client", "pid", "pod-uid", "pod", "memory", "core", "memory-mode", "priority"}, {});
   if (auto error = args.parse()) return usage_error(*error);
   if (!args.positionals().empty()) return usage_error("set-limits takes no positional arguments");
   Json selector = Json::object();
@@ -291,8 +291,9 @@ int cmd_set_limits(const Global& global, std::vector<std::string> rest) {
   const auto memory = args.value("memory");
   const auto core = args.value("core");
   const auto mode = args.value("memory-mode");
-  if (!memory && !core && !mode) {
-    return usage_error("set-limits needs --memory, --core and/or --memory-mode");
+  const auto priority = args.value("priority");
+  if (!memory && !core && !mode && !priority) {
+    return usage_error("set-limits needs --memory, --core, --memory-mode and/or --priority");
   }
   Json request = Json::object();
   request.set("cmd", "set-limits");
@@ -300,6 +301,7 @@ int cmd_set_limits(const Global& global, std::vector<std::string> rest) {
   if (memory) request.set("memory", limit_value(*memory, false));
   if (core) request.set("core", limit_value(*core, true));
   if (mode) request.set("memory_mode", *mode);
+  if (priority) request.set("priority", *priority);
   // The flags' values are checked by the protocol's own decoder, so nvsharectl accepts exactly
   // what the scheduler does, and refuses the rest as it would (exit 1).
   auto typed = nvshare::control::decode(request);

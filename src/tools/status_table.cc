@@ -109,10 +109,11 @@ std::map<std::int64_t, const Json*> clients_by_id(const Json& status) {
 }
 
 struct PodRow {
-  double held_ms = 0, memory_ms = 0, turn_ms = 0, quota_ms = 0, out_bytes = 0, in_bytes = 0;
+  double held_ms = 0, memory_ms = 0, turn_ms = 0, quota_ms = 0, priority_ms = 0, out_bytes = 0,
+         in_bytes = 0;
   bool rates = true;  // every client had a previous sample
   double allocated = 0, resident = 0;
-  std::string cap = "none", limit = "none";
+  std::string cap = "none", limit = "none", priority = "normal";
   int clients = 0;
 };
 
@@ -147,6 +148,9 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
       if (limit && !limit->is_null()) row.limit = bytes_of(limit);
       const Json* core = c.find("core_limit_percent");
       if (core && core->as_int64() != 100) row.cap = percent_of(core);
+      if (const Json* priority = c.find("priority"); priority && priority->is_string()) {
+        row.priority = *priority->as_string();
+      }
       const auto id = id_of(c);
       const auto was = id ? before.find(*id) : before.end();
       if (was == before.end()) {
@@ -162,6 +166,7 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
       row.memory_ms += waited(c, "memory") - waited(p, "memory");
       row.turn_ms += waited(c, "turn") - waited(p, "turn");
       row.quota_ms += waited(c, "quota") - waited(p, "quota");
+      row.priority_ms += waited(c, "priority") - waited(p, "priority");
       row.out_bytes +=
           number_of(c.find("swapped_out_bytes")) - number_of(p.find("swapped_out_bytes"));
       row.in_bytes += number_of(c.find("swapped_in_bytes")) - number_of(p.find("swapped_in_bytes"));
@@ -169,14 +174,16 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
   }
   if (pods.empty()) return "no clients\n";
   std::vector<Row> rows;
-  rows.push_back({"POD", "GPU", "PROCS", "SHARE", "CAP", "WAIT MEM", "WAIT TURN", "WAIT QUOTA",
-                  "MEMORY (ALLOC/ON GPU/LIMIT)", "SWAP OUT", "SWAP IN"});
+  rows.push_back({"POD", "GPU", "PROCS", "CLASS", "SHARE", "CAP", "WAIT MEM", "WAIT TURN",
+                  "WAIT QUOTA", "WAIT CLASS", "MEMORY (ALLOC/ON GPU/LIMIT)", "SWAP OUT",
+                  "SWAP IN"});
   for (const auto& [key, r] : pods) {
     const bool known = r.rates && previous != nullptr;
     rows.push_back(
-        {key.first, key.second, std::to_string(r.clients), rate_percent(r.held_ms, seconds, known),
-         r.cap, rate_percent(r.memory_ms, seconds, known), rate_percent(r.turn_ms, seconds, known),
-         rate_percent(r.quota_ms, seconds, known),
+        {key.first, key.second, std::to_string(r.clients), r.priority,
+         rate_percent(r.held_ms, seconds, known), r.cap, rate_percent(r.memory_ms, seconds, known),
+         rate_percent(r.turn_ms, seconds, known), rate_percent(r.quota_ms, seconds, known),
+         rate_percent(r.priority_ms, seconds, known),
          format_bytes(static_cast<std::uint64_t>(r.allocated)) + " / " +
              format_bytes(static_cast<std::uint64_t>(r.resident)) + " / " + r.limit,
          rate_bytes(r.out_bytes, seconds, known), rate_bytes(r.in_bytes, seconds, known)});
@@ -204,7 +211,7 @@ std::string render_status_table(const Json& status) {
              "\n";
       std::vector<Row> rows;
       rows.push_back({"CLIENT", "PID", "POD", "PROCESS", "STATE", "WAITING", "MEMORY (ALLOC/LIMIT)",
-                      "CORE (CAP/SHARE)"});
+                      "CORE (CAP/SHARE)", "CLASS"});
       const Json* clients = gpu.find("clients");
       if (clients && clients->as_array()) {
         for (const Json& c : *clients->as_array()) {
@@ -213,11 +220,11 @@ std::string render_status_table(const Json& status) {
               (limit == nullptr || limit->is_null()) ? "none" : bytes_of(limit);
           const Json* core = c.find("core_limit_percent");
           const std::string cap = (core && core->as_int64() == 100) ? "none" : percent_of(core);
-          rows.push_back({text_of(c.find("id")), text_of(c.find("pid")), pod_of(c),
-                          text_of(c.find("process")), text_of(c.find("state")),
-                          text_of(c.find("waiting_for")),
-                          bytes_of(c.find("allocated_bytes")) + " / " + memory_limit,
-                          cap + " / " + percent_of(c.find("share_percent"))});
+          rows.push_back(
+              {text_of(c.find("id")), text_of(c.find("pid")), pod_of(c), text_of(c.find("process")),
+               text_of(c.find("state")), text_of(c.find("waiting_for")),
+               bytes_of(c.find("allocated_bytes")) + " / " + memory_limit,
+               cap + " / " + percent_of(c.find("share_percent")), text_of(c.find("priority"))});
         }
       }
       if (rows.size() == 1) {
@@ -231,7 +238,7 @@ std::string render_status_table(const Json& status) {
   if (pods && pods->as_array() && !pods->as_array()->empty()) {
     out += "\nPods with limits set through the control API:\n";
     std::vector<Row> rows;
-    rows.push_back({"POD UID", "NAME", "MEMORY LIMIT", "CORE LIMIT", "CLIENTS"});
+    rows.push_back({"POD UID", "NAME", "MEMORY LIMIT", "CORE LIMIT", "CLASS", "CLIENTS"});
     for (const Json& pod : *pods->as_array()) {
       const Json* ns = pod.find("namespace");
       const Json* name = pod.find("name");
@@ -245,7 +252,10 @@ std::string render_status_table(const Json& status) {
         memory_text = memory->as_int64() == 0 ? "none" : bytes_of(memory);
       std::string core_text = "-";
       if (core && !core->is_null()) core_text = core->as_int64() == 100 ? "none" : percent_of(core);
-      rows.push_back({text_of(pod.find("pod_uid")), display, memory_text, core_text,
+      const Json* priority = pod.find("priority");
+      const std::string class_text =
+          priority && priority->is_string() ? *priority->as_string() : "-";
+      rows.push_back({text_of(pod.find("pod_uid")), display, memory_text, core_text, class_text,
                       text_of(pod.find("clients"))});
     }
     render_rows(rows, out, "  ");

@@ -800,6 +800,23 @@ TEST_F(GpuTest, LowerLimitFailsLaterAllocationsOnly) {
   EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
+// A low client holds its queued work to the short drain bound, so a higher class gets the GPU
+// quickly; another class brings the configured bound back.
+TEST_F(GpuTest, ALowClassShortensTheDrainBound) {
+  const Duration configured = device_->tracker.drain_bound();
+  ASSERT_GT(configured, cuda::kLowDrainBound);
+  protocol::Limits limits;
+  limits.priority = protocol::priority_code(Priority::kLow);
+  agent_->apply_limits(limits);
+  EXPECT_EQ(device_->tracker.drain_bound(), cuda::kLowDrainBound);
+  limits.priority = protocol::priority_code(Priority::kHigh);
+  agent_->apply_limits(limits);
+  EXPECT_EQ(device_->tracker.drain_bound(), configured);
+  limits.priority = protocol::Limits::kNoPriority;
+  agent_->apply_limits(limits);
+  EXPECT_EQ(device_->tracker.drain_bound(), configured);
+}
+
 TEST_F(GpuTest, DestroyedContextsAreForgotten) {
   const std::uint64_t contexts = device_->tracker.stats().contexts;
   CUcontext extra = nullptr;

@@ -86,6 +86,21 @@ void GpuAgent::apply_limits(const protocol::Limits& limits) {
   }
   device_.ledger.set_limit(limits.memory_bytes);
   apply_memory_mode(limits.memory_mode);
+  apply_priority(limits.priority);
+}
+
+// A low client keeps at most kLowDrainBound of GPU work queued (the configured bound if that is
+// shorter): a higher class that asks for the GPU waits no longer than that for the hand-over.
+void GpuAgent::apply_priority(std::uint8_t code) {
+  const Priority priority = protocol::effective_priority(code);
+  const Duration configured = client_config().drain_bound;
+  const Duration bound =
+      priority == Priority::kLow ? std::min(configured, kLowDrainBound) : configured;
+  const Duration before = device_.tracker.drain_bound();
+  if (bound == before) return;
+  device_.tracker.set_drain_bound(bound);
+  NVSHARE_INFO("%s: priority %s, drain bound %.1f ms", device_.identity.gpu_uuid.c_str(),
+               std::string(to_string(priority)).c_str(), static_cast<double>(bound.count()) / 1e6);
 }
 
 void GpuAgent::apply_memory_mode(std::uint8_t code) {

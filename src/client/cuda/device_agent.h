@@ -25,6 +25,9 @@ namespace nvshare::client::cuda {
 
 struct DeviceState;
 
+// The drain bound of a `low` client (at most; a shorter configured bound stays).
+inline constexpr Duration kLowDrainBound = std::chrono::milliseconds(2);
+
 class GpuAgent final : public DeviceAgent {
  public:
   explicit GpuAgent(DeviceState& device) : device_(device) {}
@@ -40,6 +43,8 @@ class GpuAgent final : public DeviceAgent {
   // process chose its own (NVSHARE_MEMORY_MODE); no word from the scheduler means device. What
   // is already allocated stays as it is.
   void apply_memory_mode(std::uint8_t code);
+  // The priority class (a protocol::Limits code): a low client's drain bound is kLowDrainBound.
+  void apply_priority(std::uint8_t code);
 
  private:
   std::uint64_t move(bool to_host);

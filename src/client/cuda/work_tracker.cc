@@ -37,7 +37,7 @@ class ScopedCurrent {
 }  // namespace
 
 WorkTracker::WorkTracker(Duration drain_bound, const Clock& clock)
-    : drain_bound_(drain_bound), clock_(clock), last_activity_(clock.now()) {}
+    : drain_bound_ns_(drain_bound.count()), clock_(clock), last_activity_(clock.now()) {}
 
 void WorkTracker::end_capture(CUstream stream) noexcept {
   std::lock_guard lock(mu_);
@@ -132,7 +132,7 @@ bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_
 }
 
 std::uint64_t WorkTracker::spacing_for(double ns_per_submission) const {
-  const double fit = static_cast<double>(drain_bound_.count()) / (2 * ns_per_submission);
+  const double fit = static_cast<double>(drain_bound().count()) / (2 * ns_per_submission);
   return fit < 1 ? 1 : std::min(kMarkerEvery, static_cast<std::uint64_t>(fit));
 }
 
@@ -235,7 +235,7 @@ void WorkTracker::learn_locked(std::deque<Marker>::const_iterator first,
       // Within the agreement, or shorter than estimated: the estimates were not low.
       if (std::max(elapsed_ns, estimated) >= slack) agreed_ = std::min(agreed_ + 1, kConfirmations);
       spacing_limit_ = std::min(kMarkerEvery, 2 * spacing_limit_);
-    } else if (elapsed_ns <= static_cast<double>(drain_bound_.count()) * kShortSpanOfBound) {
+    } else if (elapsed_ns <= static_cast<double>(drain_bound().count()) * kShortSpanOfBound) {
       // Longer than tau says, but the whole span was short: another context's time slice on a
       // shared GPU looks like this, and so do kernels a little longer. Trust stays as it was, and
       // until it is confirmed markers are no wider than keeps two of them within the bound even if
@@ -289,10 +289,10 @@ CUevent WorkTracker::over_bound_locked(const ContextWork& work) const {
   };
   if (n > kMaxPendingMarkersMeasured) at_least(n - kMaxPendingMarkersMeasured - 1);
   const MonoTime now = clock_.now();
-  for (std::size_t i = 0; i < n && now - work.pending[i].recorded > drain_bound_; ++i) at_least(i);
+  for (std::size_t i = 0; i < n && now - work.pending[i].recorded > drain_bound(); ++i) at_least(i);
   // From the newest back: the GPU time estimated after marker i, and how many markers of unknown
   // length are newer. Launch-bound work (tiny kernels the GPU keeps up with) never waits.
-  const double bound = static_cast<double>(drain_bound_.count());
+  const double bound = static_cast<double>(drain_bound().count());
   double after = 0;
   std::size_t unknowns = 0;
   for (std::size_t i = n; i-- > 0;) {
@@ -399,7 +399,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   // right after an idle period, must not look like a trainer that queues ahead.
   const Duration waited = done - started;
   if (static_cast<double>(waited.count()) + queued_after >
-      static_cast<double>(drain_bound_.count())) {
+      static_cast<double>(drain_bound().count())) {
     bound_waited_ns_.fetch_add(waited.count(), std::memory_order_relaxed);
   }
 }
@@ -484,7 +484,7 @@ Duration WorkTracker::idle_for() noexcept {
       if (current.ok()) record_locked(work, nullptr, submitted, /*context_wide=*/true);
       reap_locked(work);
       behind =
-          behind || (!work.pending.empty() && now - work.pending.front().recorded > drain_bound_);
+          behind || (!work.pending.empty() && now - work.pending.front().recorded > drain_bound());
     }
     marked_ = submitted;
     // Application threads look at the bound at marker points spaced by the time a submission was

@@ -126,6 +126,15 @@ struct TrackerStats {
 class WorkTracker {
  public:
   WorkTracker(Duration drain_bound, const Clock& clock);
+
+  // The bound on queued GPU time; set_drain_bound() changes it from the next marker point on (the
+  // library holds a `low` client to a shorter one, so that a higher class gets the GPU quickly).
+  Duration drain_bound() const noexcept {
+    return Duration(drain_bound_ns_.load(std::memory_order_relaxed));
+  }
+  void set_drain_bound(Duration bound) noexcept {
+    drain_bound_ns_.store(bound.count(), std::memory_order_relaxed);
+  }
   WorkTracker(const WorkTracker&) = delete;
   WorkTracker& operator=(const WorkTracker&) = delete;
 
@@ -263,7 +272,8 @@ class WorkTracker {
   // tau from them.
   void waited_locked(CUcontext ctx, CUevent event, MonoTime done);
 
-  const Duration drain_bound_;
+  // The drain bound in nanoseconds: set at start, changed by set_drain_bound() (a class change).
+  std::atomic<Duration::rep> drain_bound_ns_;
   const Clock& clock_;
   alignas(64) std::atomic<std::uint64_t> submissions_{0};
   std::atomic<std::uint64_t> next_marker_{kFirstMarkerEvery};
