@@ -124,6 +124,13 @@ class Scheduler:
                            capture_output=True, text=True, timeout=10)
         return r.stdout
 
+    def ctl(self, args):
+        r = subprocess.run([self.bench.ctl, "--control-socket", self.control, *args],
+                           capture_output=True, text=True, timeout=10)
+        if r.returncode != 0:
+            raise RuntimeError(f"nvsharectl {' '.join(args)}: {r.stdout} {r.stderr}")
+        return r.stdout
+
     def __exit__(self, *exc):
         self.sampling = False
         for pid, seen in self.paces.items():
@@ -611,6 +618,87 @@ class Bench:
                 self.metric(f"latency_{key}_ratio_{mode}", f[key], goal, met, "x alone",
                             native=nat[key], starvation_free=starve, alone=base, figures=figures)
 
+    def priority(self):
+        """Priority classes: the service (serve) `high` beside the compute-bound trainer (matmul)
+        `low`, and the same pair natively (time-sliced by the driver). Two shapes of service: one
+        that waits for requests between steps as long as a step takes alone (it leaves about half
+        the GPU idle: the goals' case), and one that never idles. Reported: the service's steps/s
+        and p99 step latency over alone, the trainer's rate over alone, and the hand-over: how long
+        the service waited from its request for the GPU (after an idle moment) to its grant
+        (grant trace, p50 and p99). Classes come from pod records set through the control API,
+        as the device plugin sets them from the pod annotation."""
+        name = "priority"
+        self.scenario_dir(name)
+        window = self.job_seconds
+        train = self.torch_job("matmul", seconds=window)
+        alone_serve = self.torch_job("serve", seconds=window)
+        base = {"serve": [], "p99": [], "p50": [], "train": []}
+        for _ in range(self.repeats):
+            r = self.run_jobs(name, [(alone_serve, None)])[0]
+            if r.get("result") == "ok":
+                base["serve"].append(r["rate"])
+                base["p99"].append(r["p99_ms"])
+                base["p50"].append(r["p50_ms"])
+            r = self.run_jobs(name, [(train, None)])[0]
+            if r.get("result") == "ok":
+                base["train"].append(r["rate"])
+        if not base["p50"] or not base["train"]:
+            return
+        think = median(base["p50"])
+        shapes = {"half_idle": think, "busy": 0.0}
+        pods = {"high": "bench0000-0000-4000-8000-00000000000a",
+                "low": "bench0000-0000-4000-8000-00000000000b"}
+        for shape, think_ms in shapes.items():
+            serve = alone_serve + (["--think-ms", f"{think_ms:.3f}"] if think_ms else [])
+            alone = base if not think_ms else None
+            if think_ms:
+                # The service alone with its idle time: the reference for its steps/s and p99.
+                alone = {"serve": [], "p99": [], "train": base["train"]}
+                for _ in range(self.repeats):
+                    r = self.run_jobs(name, [(serve, None)])[0]
+                    if r.get("result") == "ok":
+                        alone["serve"].append(r["rate"])
+                        alone["p99"].append(r["p99_ms"])
+            ref = {k: median(v) for k, v in alone.items() if k in ("serve", "p99", "train") and v}
+            runs = {"native": [], "priority": []}
+            waits = []
+            for _ in range(self.repeats):
+                runs["native"].append(self.run_jobs(name, [(serve, None), (train, None)]))
+                d = self.raw / name / f"{shape}-{len(runs['priority'])}"
+                d.mkdir(parents=True, exist_ok=True)
+                with Scheduler(self, d, []) as s:
+                    for cls, uid in pods.items():
+                        s.ctl(["set-limits", "--pod-uid", uid, "--priority", cls])
+                    res = self.run_jobs(name, [(serve, {"NVSHARE_POD_UID": pods["high"]}),
+                                               (train, {"NVSHARE_POD_UID": pods["low"]})],
+                                        env=s.env())
+                    runs["priority"].append(res)
+                    if res and res[0].get("pid"):
+                        waits += request_to_grant_ms(s.trace_events(), res[0]["pid"])
+            figures = {}
+            for key, rs in runs.items():
+                good = [r for r in rs if self.ok(r)]
+                figures[key] = {
+                    "serve_steps": median([r[0]["rate"] / ref["serve"] for r in good]) if good else None,
+                    "serve_p99": median([r[0]["p99_ms"] / ref["p99"] for r in good]) if good else None,
+                    "trainer": median([r[1]["rate"] / ref["train"] for r in good]) if good else None,
+                }
+            f, nat = figures["priority"], figures["native"]
+            goals = {"serve_steps": (">= 0.95 of alone", lambda v: v >= 0.95),
+                     "serve_p99": ("<= 1.10 x alone", lambda v: v <= 1.10),
+                     "trainer": (">= 0.50 of alone (service half idle)", lambda v: v >= 0.50)}
+            for key, (goal, test) in goals.items():
+                value = f[key]
+                met = test(value) if value is not None and shape == "half_idle" else None
+                self.metric(f"priority_{shape}_{key}_ratio", value,
+                            goal if shape == "half_idle" else "(no goal; reported)", met,
+                            "x alone", native=nat[key], think_ms=think_ms, alone=ref,
+                            figures=figures)
+            self.metric(f"priority_{shape}_handover_p99_ms", percentile(waits, 99) if waits else None,
+                        "<= 2 ms (p99)" if shape == "half_idle" else "(no goal; reported)",
+                        (percentile(waits, 99) <= 2.0) if waits and shape == "half_idle" else None,
+                        "ms", p50_ms=percentile(waits, 50) if waits else None, samples=len(waits))
+
     def capdeep(self):
         """A deep queue under a 30% cap: about 3 s of GPU work queued, then one synchronize, as
         plain kernels (8192² matmuls) and as CUDA-graph replays (10 matmuls a graph). The share is
@@ -846,6 +934,20 @@ def handoff_latencies(events):
     return drains, gaps
 
 
+def request_to_grant_ms(events, pid):
+    """Each wait of `pid` from a request to its next grant, in ms (grant trace)."""
+    out, asked = [], None
+    for e in events:
+        if e.get("pid") != pid:
+            continue
+        if e["event"] == "request":
+            asked = e["t"]
+        elif e["event"] == "grant" and asked is not None:
+            out.append((e["t"] - asked) * 1000.0)
+            asked = None
+    return out
+
+
 def machine_info():
     def sh(cmd):
         try:
@@ -867,7 +969,7 @@ def machine_info():
 # Groups of scenarios that fit in one call of a few minutes each.
 PHASES = {
     "overhead": ["single", "launch", "handoff"],
-    "together": ["pair_fit", "idle3", "caps_auto", "latency"],
+    "together": ["pair_fit", "idle3", "caps_auto", "latency", "priority"],
     "turns": ["notfit", "caps", "capdeep"],
     "memory": ["swap", "alloc"],
     "multi": ["multi", "multi_notfit", "ddp", "ddp_cap"],

@@ -36,6 +36,8 @@ def parse_args():
     ap.add_argument("--side", type=int, default=0, help="matrix side (default per kind)")
     ap.add_argument("--host-ms", type=float, default=20.0, help="idle: host work per iteration")
     ap.add_argument("--batch", type=int, default=256, help="serve: rows per forward pass")
+    ap.add_argument("--think-ms", type=float, default=0.0,
+                    help="serve: host time between steps (a service waiting for requests)")
     ap.add_argument("--graph-kernels", type=int, default=10, help="graph: kernels per graph")
     ap.add_argument("--ready", default="")
     ap.add_argument("--go", default="")
@@ -143,6 +145,8 @@ def main() -> int:
             sync()
             step_ms.append((time.monotonic() - t_step) * 1000.0)
             step_at.append(t_step - t1)
+            if args.think_ms > 0:
+                time.sleep(args.think_ms / 1000.0)
         elif args.kind == "idle":
             sync()
             time.sleep(host_s)
