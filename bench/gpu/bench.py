@@ -646,8 +646,8 @@ class Bench:
             return
         think = median(base["p50"])
         shapes = {"half_idle": think, "busy": 0.0}
-        pods = {"high": "bench0000-0000-4000-8000-00000000000a",
-                "low": "bench0000-0000-4000-8000-00000000000b"}
+        pods = {"high": "be0c0000-0000-4000-8000-00000000000a",
+                "low": "be0c0000-0000-4000-8000-00000000000b"}
         for shape, think_ms in shapes.items():
             serve = alone_serve + (["--think-ms", f"{think_ms:.3f}"] if think_ms else [])
             alone = base if not think_ms else None
