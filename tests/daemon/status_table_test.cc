@@ -63,11 +63,11 @@ TEST(StatusTable, PodTableShowsRatesBetweenTwoSamples) {
   const std::string line = text.substr(row, text.find('\n', row) - row);
   std::istringstream words(line);
   std::vector<std::string> cells{std::istream_iterator<std::string>(words), {}};
-  ASSERT_GE(cells.size(), 8u) << text;
-  // POD GPU PROCS SHARE CAP WAIT-MEM WAIT-TURN WAIT-QUOTA
-  EXPECT_EQ(std::vector<std::string>(cells.begin(), cells.begin() + 8),
-            (std::vector<std::string>{"ml/trainer", "GPU-1", "2", "30.0%", "30%", "0.0%", "0.0%",
-                                      "70.0%"}))
+  ASSERT_GE(cells.size(), 10u) << text;
+  // POD GPU PROCS CLASS SHARE CAP WAIT-MEM WAIT-TURN WAIT-QUOTA WAIT-CLASS
+  EXPECT_EQ(std::vector<std::string>(cells.begin(), cells.begin() + 10),
+            (std::vector<std::string>{"ml/trainer", "GPU-1", "2", "normal", "30.0%", "30%", "0.0%",
+                                      "0.0%", "70.0%", "0.0%"}))
       << text;
   EXPECT_NE(line.find("2Gi / 1Gi / 2Gi"), std::string::npos) << text;
   EXPECT_NE(line.find("512Mi/s"), std::string::npos) << text;

@@ -22,7 +22,7 @@ void read_pod(const nvshare::Json& object) {
   auto pod = pw::parse_pod(object, "nvshare.com/gpu");
   if (!pod.ok()) return;
   check(!pod.value().uid.empty());
-  const pw::PodLimits previous{std::uint64_t{1} << 30, 30, std::nullopt};
+  const pw::PodLimits previous{std::uint64_t{1} << 30, 30, std::nullopt, std::nullopt};
   const pw::LimitsDecision decision = pw::decide_limits(pod.value(), previous);
   for (const pw::AnnotationProblem& problem : decision.problems) {
     check(!problem.message.empty());

@@ -43,6 +43,7 @@ struct SimClient {
   bool revoked = false;
   MonoTime revoked_at{};
   bool swap_out = false;
+  policy::RevokeReason revoke_reason = policy::RevokeReason::kTurn;
   bool unresponsive = false;
   bool hanging = false;
   int revokes_answered = 0;
@@ -304,6 +305,7 @@ class World {
     c->revoked = true;
     c->revoked_at = now_;
     c->swap_out = a.swap_out;
+    c->revoke_reason = a.reason;
     const int index = static_cast<int>(c - clients_.data());
     if (c->behaviour == Behaviour::kHung && c->revokes_answered >= c->spec.hang_after_revokes &&
         !c->outcome.hung) {
@@ -408,6 +410,7 @@ class World {
     int lowest_runner = 3;    // rank of the lowest class running (3: none)
     int highest_waiter = -1;  // rank of the highest class waiting for turn or memory (-1: none)
     int holder_ranks = 0;     // bit per class among blocking holders
+    int holding = 0;          // blocking holders, those draining for a higher class included
     for (const policy::ClientView& v : view.clients) {
       const SimClient* c = by_id(v.client);
       if (c == nullptr)
@@ -433,9 +436,16 @@ class World {
       }
       if (v.state == ClientState::kRunning || v.state == ClientState::kRevoking) {
         blocking_bytes += v.allocated_bytes;
-        ++blocking;
-        capped_holder |= v.limits.core_percent < 100;
-        holder_ranks |= 1 << rank;
+        ++holding;
+        // A lower class revoked for priority with its memory in place drains beside the higher
+        // class it made way for: its memory counts, its presence does not.
+        const bool drains = v.state == ClientState::kRevoking &&
+                            c->revoke_reason == policy::RevokeReason::kPriority && !c->swap_out;
+        if (!drains) {
+          ++blocking;
+          capped_holder |= v.limits.core_percent < 100;
+          holder_ranks |= 1 << rank;
+        }
       }
       if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota)
         grantable_waits = true;
@@ -446,7 +456,7 @@ class World {
         return fail("runners use " + std::to_string(running_bytes) + " bytes of " +
                     std::to_string(view.usable_bytes) + " usable");
       }
-      if (granted && blocking > 1 && blocking_bytes > view.usable_bytes) {
+      if (granted && holding > 1 && blocking_bytes > view.usable_bytes) {
         return fail("a grant put holders over usable memory");
       }
     } else if (blocking > 1) {
@@ -472,7 +482,7 @@ class World {
       return fail("a grant left two classes holding together\n" + dump(view));
     }
     // Work conservation: nobody holds the GPU while a client that could run waits.
-    if (blocking == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");
+    if (holding == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");
   }
 
   // The engine's view, for failure reports.

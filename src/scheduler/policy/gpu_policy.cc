@@ -678,17 +678,32 @@ bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
   // An idle GPU takes the head however large, unless memory other clients pinned leaves it too
   // little room (it waits, without holding up the queue, until that memory is freed).
   if (staying.empty()) return fits_beside_pinned(head);
+  // A lower class revoked for the head's, its memory left in place, gives the GPU up at once: its
+  // gate is closed, and the kernels it still has in flight (one kernel cannot be taken back) are
+  // time-sliced by the GPU beside the head's instead of making the head wait for them. Its memory
+  // still counts.
+  std::vector<const ClientRecord*> blocking;
+  for (const ClientRecord* c : staying) {
+    if (!drains_for(*c, head)) blocking.push_back(c);
+  }
+  if (blocking.empty()) return fits(sum_working_sets(staying) + head.movable_bytes());
   if (one_at_a_time()) return false;
-  // Classes never share the GPU: a lower one would slow a higher one's every kernel.
-  if (std::any_of(staying.begin(), staying.end(),
+  // Classes never run side by side: a lower one would slow a higher one's every kernel.
+  if (std::any_of(blocking.begin(), blocking.end(),
                   [&](const ClientRecord* c) { return c->rank() != head.rank(); })) {
     return false;
   }
-  if (std::any_of(staying.begin(), staying.end(),
+  if (std::any_of(blocking.begin(), blocking.end(),
                   [&](const ClientRecord* c) { return takes_turns_with(*c, head); })) {
     return false;
   }
   return fits(sum_working_sets(staying) + head.movable_bytes());
+}
+
+bool GpuPolicy::drains_for(const ClientRecord& holder, const ClientRecord& head) {
+  return holder.state == ClientState::kRevoking &&
+         holder.revoke_reason == RevokeReason::kPriority && !holder.swap_out &&
+         holder.rank() < head.rank();
 }
 
 bool GpuPolicy::takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const {

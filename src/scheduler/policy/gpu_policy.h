@@ -65,6 +65,12 @@
 //    window: QuotaLedger::set_cycle). Time held after
 //    the revoke (the drain) is billed too, so overshoot carries forward. An uncapped client is
 //    charged only while it is held to an entitlement.
+//  - Priority classes (limits.priority: high, normal, low): the queue is ordered by class, then
+//    arrival; a head of a higher class has every lower-class runner revoked at once (reason
+//    priority), and is granted beside those that leave their memory in place (they drain beside it:
+//    their gates are closed); otherwise classes never run side by side; a higher-class holder
+//    yields to a waiting lower class at its first idle moment and never loses a turn or a swap to
+//    it.
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
 //    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
@@ -270,6 +276,9 @@ class GpuPolicy {
   // Whether `next` waits for `holder`'s turn to end rather than running beside it: one runner at a
   // time, or (mode auto) both are saturating.
   bool takes_turns_with(const ClientRecord& holder, const ClientRecord& next) const;
+  // A holder of a lower class than `head`, revoked for priority with its memory left in place: it
+  // drains beside the head instead of before it.
+  static bool drains_for(const ClientRecord& holder, const ClientRecord& head);
   // `head` fits beside the holders' memory but takes turns with some of them: a hand-off to it
   // moves nothing (yields and fair turns apply). Without a cap binding, that is a turn among
   // saturating clients, and clients behind it that run beside the holders may pass it.

@@ -92,14 +92,14 @@ TEST(DecideLimits, ValidAnnotationsSetBothFields) {
 }
 
 TEST(DecideLimits, AbsentAnnotationsSetNothing) {
-  auto decision =
-      decide_limits(view(std::nullopt, std::nullopt), PodLimits{1024, 50, std::nullopt});
+  auto decision = decide_limits(view(std::nullopt, std::nullopt),
+                                PodLimits{1024, 50, std::nullopt, std::nullopt});
   EXPECT_EQ(decision.limits, PodLimits{});
   EXPECT_TRUE(decision.problems.empty());
 }
 
 TEST(DecideLimits, InvalidAnnotationsKeepThePreviousValueAndSayWhy) {
-  const PodLimits previous{4ull << 30, 30, std::nullopt};
+  const PodLimits previous{4ull << 30, 30, std::nullopt, std::nullopt};
   auto decision = decide_limits(view("4GB", "150"), previous);
   EXPECT_EQ(decision.limits, previous);
   ASSERT_EQ(decision.problems.size(), 2u);
@@ -137,7 +137,7 @@ TEST(DecideLimits, TheMemoryModeAnnotationSetsTheModeOrKeepsThePreviousOne) {
 
 TEST(LimitsLedger, AChangedMemoryModeIsPushedAlone) {
   LimitsLedger ledger;
-  PodLimits limits{1ull << 30, std::nullopt, std::nullopt};
+  PodLimits limits{1ull << 30, std::nullopt, std::nullopt, std::nullopt};
   ledger.set_desired("u1", "ml", "p", limits);
   ledger.mark_done(*ledger.next_command());
   limits.memory_mode = MemoryMode::kUnified;
@@ -152,18 +152,59 @@ TEST(LimitsLedger, AChangedMemoryModeIsPushedAlone) {
 }
 
 TEST(DecideLimits, ZeroMemoryIsInvalid) {
-  auto decision =
-      decide_limits(view("0", std::nullopt), PodLimits{1 << 20, std::nullopt, std::nullopt});
+  auto decision = decide_limits(view("0", std::nullopt),
+                                PodLimits{1 << 20, std::nullopt, std::nullopt, std::nullopt});
   EXPECT_EQ(decision.limits.memory_bytes, 1u << 20);
   ASSERT_EQ(decision.problems.size(), 1u);
   EXPECT_NE(decision.problems[0].reason.find("greater than zero"), std::string::npos);
 }
 
 TEST(DecideLimits, OneInvalidFieldLeavesTheOtherValid) {
-  auto decision = decide_limits(view("2Gi", "abc"), PodLimits{1 << 20, 40, std::nullopt});
+  auto decision =
+      decide_limits(view("2Gi", "abc"), PodLimits{1 << 20, 40, std::nullopt, std::nullopt});
   EXPECT_EQ(decision.limits.memory_bytes, 2ull << 30);
   EXPECT_EQ(decision.limits.core_percent, 40);
   EXPECT_EQ(decision.problems.size(), 1u);
+}
+
+// nvshare.com/gpu-priority: a class word sets the pod's class; anything else keeps the previous
+// class and says why; no annotation sets none (normal).
+TEST(DecideLimits, PriorityAnnotation) {
+  PodView pod = view(std::nullopt, std::nullopt);
+  pod.priority_annotation = "high";
+  EXPECT_EQ(decide_limits(pod, {}).limits.priority, Priority::kHigh);
+  pod.priority_annotation = "urgent";
+  PodLimits previous;
+  previous.priority = Priority::kLow;
+  const LimitsDecision bad = decide_limits(pod, previous);
+  EXPECT_EQ(bad.limits.priority, Priority::kLow);
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_EQ(bad.problems[0].message,
+            "invalid nvshare.com/gpu-priority \"urgent\": not one of `high`, `normal`, `low`; "
+            "keeping the previous class (low)");
+  pod.priority_annotation.reset();
+  EXPECT_EQ(decide_limits(pod, previous).limits.priority, std::nullopt);
+}
+
+// The class travels to the scheduler with the pod's other limits, and only when it changes.
+TEST(LimitsLedger, PriorityIsPushedWhenItChanges) {
+  LimitsLedger ledger;
+  PodLimits limits;
+  limits.priority = Priority::kLow;
+  ledger.set_desired("u1", "ml", "p", limits);
+  auto first = ledger.next_command();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_NE(control::encode(first->to_request()).dump().find(R"("priority":"low")"),
+            std::string::npos);
+  ledger.mark_done(*first);
+  EXPECT_FALSE(ledger.next_command().has_value());
+  limits.priority = Priority::kHigh;
+  ledger.set_desired("u1", "ml", "p", limits);
+  auto second = ledger.next_command();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(
+      control::encode(second->to_request()).dump(),
+      R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},"priority":"high"})");
 }
 
 TEST(LineSplitter, JoinsPiecesAndSplitsLines) {
@@ -235,16 +276,18 @@ TEST(PodListParse, NeedsAResourceVersion) {
 TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
   LimitsLedger ledger;
   EXPECT_FALSE(ledger.next_command().has_value());
-  ledger.set_desired("u1", "ml", "p", PodLimits{4ull << 30, std::nullopt, std::nullopt});
+  ledger.set_desired("u1", "ml", "p",
+                     PodLimits{4ull << 30, std::nullopt, std::nullopt, std::nullopt});
   auto first = ledger.next_command();
   ASSERT_TRUE(first.has_value());
-  EXPECT_EQ(control::encode(first->to_request()).dump(),
-            R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},)"
-            R"("memory":4294967296,"core":"inherit","memory_mode":"inherit"})");
+  EXPECT_EQ(
+      control::encode(first->to_request()).dump(),
+      R"({"cmd":"set-limits","selector":{"pod_uid":"u1","namespace":"ml","name":"p"},)"
+      R"("memory":4294967296,"core":"inherit","memory_mode":"inherit","priority":"inherit"})");
   ledger.mark_done(*first);
   EXPECT_FALSE(ledger.next_command().has_value());
 
-  ledger.set_desired("u1", "ml", "p", PodLimits{4ull << 30, 30, std::nullopt});
+  ledger.set_desired("u1", "ml", "p", PodLimits{4ull << 30, 30, std::nullopt, std::nullopt});
   auto second = ledger.next_command();
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(
@@ -253,7 +296,7 @@ TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
   ledger.mark_done(*second);
 
   // Removing the memory annotation: "inherit" (this layer no longer sets it).
-  ledger.set_desired("u1", "ml", "p", PodLimits{std::nullopt, 30, std::nullopt});
+  ledger.set_desired("u1", "ml", "p", PodLimits{std::nullopt, 30, std::nullopt, std::nullopt});
   auto third = ledger.next_command();
   ASSERT_TRUE(third.has_value());
   EXPECT_EQ(
@@ -263,9 +306,9 @@ TEST(LimitsLedger, FirstPushCarriesBothFieldsThenOnlyChanges) {
 
 TEST(LimitsLedger, AChangeDuringAPushIsSentNext) {
   LimitsLedger ledger;
-  ledger.set_desired("u1", "ml", "p", PodLimits{1 << 20, std::nullopt, std::nullopt});
+  ledger.set_desired("u1", "ml", "p", PodLimits{1 << 20, std::nullopt, std::nullopt, std::nullopt});
   auto in_flight = ledger.next_command();
-  ledger.set_desired("u1", "ml", "p", PodLimits{2 << 20, std::nullopt, std::nullopt});
+  ledger.set_desired("u1", "ml", "p", PodLimits{2 << 20, std::nullopt, std::nullopt, std::nullopt});
   ledger.mark_done(*in_flight);
   auto next = ledger.next_command();
   ASSERT_TRUE(next.has_value());
@@ -279,7 +322,7 @@ TEST(LimitsLedger, RemovedPodsAreForgottenOnlyWhenPushed) {
   ledger.remove("never");
   EXPECT_FALSE(ledger.next_command().has_value());
 
-  ledger.set_desired("u1", "ml", "p", PodLimits{1 << 20, 50, std::nullopt});
+  ledger.set_desired("u1", "ml", "p", PodLimits{1 << 20, 50, std::nullopt, std::nullopt});
   ledger.mark_done(*ledger.next_command());
   EXPECT_EQ(ledger.memory_limits(), (std::map<std::string, std::uint64_t>{{"u1", 1u << 20}}));
   EXPECT_EQ(ledger.core_limits(), (std::map<std::string, int>{{"u1", 50}}));
@@ -294,8 +337,8 @@ TEST(LimitsLedger, RemovedPodsAreForgottenOnlyWhenPushed) {
 
 TEST(LimitsLedger, AllUnpushedSendsEverythingAgainAndDropsForgets) {
   LimitsLedger ledger;
-  ledger.set_desired("a", "ml", "a", PodLimits{1 << 20, std::nullopt, std::nullopt});
-  ledger.set_desired("b", "ml", "b", PodLimits{std::nullopt, 20, std::nullopt});
+  ledger.set_desired("a", "ml", "a", PodLimits{1 << 20, std::nullopt, std::nullopt, std::nullopt});
+  ledger.set_desired("b", "ml", "b", PodLimits{std::nullopt, 20, std::nullopt, std::nullopt});
   for (auto command = ledger.next_command(); command; command = ledger.next_command()) {
     ledger.mark_done(*command);
   }
