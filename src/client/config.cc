@@ -91,6 +91,17 @@ Status apply_memory_mode(std::string_view value, ClientConfig& config) {
   return Status::Ok();
 }
 
+Status apply_priority(std::string_view value, ClientConfig& config) {
+  if (value.empty()) {
+    config.declared_limits.priority = protocol::Limits::kNoPriority;
+    return Status::Ok();
+  }
+  const std::optional<Priority> priority = parse_priority(value);
+  if (!priority) return make_error("not one of " + std::string(kPriorityWords));
+  config.declared_limits.priority = protocol::priority_code(*priority);
+  return Status::Ok();
+}
+
 Status apply_reconnect_max(std::string_view value, ClientConfig& config) {
   auto parsed = parse_milliseconds(value, 50, 600'000);
   if (!parsed) return parsed.error();
@@ -119,7 +130,7 @@ Status apply_trace_file(std::string_view value, ClientConfig& config) {
   return Status::Ok();
 }
 
-constexpr std::array<ClientKnob, 12> kKnobs = {{
+constexpr std::array<ClientKnob, 13> kKnobs = {{
     {"enable", "1", "`1`, `0` (also `true`/`false`, `yes`/`no`, `on`/`off`, any letter case)",
      "`0` makes the library a pure pass-through: no gating, no scheduler connection, no memory "
      "virtualization. Ignored in a container whose settings file enforces (`/etc/nvshare`).",
@@ -154,6 +165,11 @@ constexpr std::array<ClientKnob, 12> kKnobs = {{
      "the mode the scheduler gives (the pod's `nvshare.com/gpu-memory-mode` annotation or the "
      "scheduler's `memory-mode`), else `device`.",
      apply_memory_mode},
+    {"priority", "", "empty, `high`, `normal`, `low`",
+     "Priority class the process declares for itself (docs/scheduling.md, \"Priority classes\"), "
+     "honoured only by a scheduler that trusts client limits (nvshare-run's). On Kubernetes the "
+     "pod's nvshare.com/gpu-priority annotation gives the class.",
+     apply_priority},
     {"reconnect-max-ms", "2000", "50..600000 (milliseconds)",
      "Longest wait between attempts to reach the scheduler again; attempts start at 50 ms and "
      "double up to this. In a container whose settings file enforces, the file's.",

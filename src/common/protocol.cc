@@ -175,6 +175,7 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->limits.memory_mode);
   if (version < 7) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->limits.priority);
+  if (const auto* usage = std::get_if<Usage>(&message)) w.u8(usage->declared_priority);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 7) {
@@ -215,6 +216,12 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
   if (auto* limits = std::get_if<SetLimits>(&message)) {
     limits->limits.priority = r.u8();
     if (limits->limits.priority != Limits::kNoPriority && !priority_of(limits->limits.priority)) {
+      valid = false;
+    }
+  }
+  if (auto* usage = std::get_if<Usage>(&message)) {
+    usage->declared_priority = r.u8();
+    if (usage->declared_priority != Limits::kNoPriority && !priority_of(usage->declared_priority)) {
       valid = false;
     }
   }

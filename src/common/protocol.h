@@ -180,6 +180,10 @@ struct Usage {
   // Version 6: bytes of allocated_bytes that stay on the GPU when the client swaps out (memory
   // another process has mapped through CUDA IPC); 0 from older peers.
   std::uint64_t pinned_bytes = 0;
+  // Version 7: the priority class the process declares for itself (NVSHARE_PRIORITY; a
+  // protocol::Limits priority code, 0 for none), honoured only by a scheduler that trusts client
+  // limits. The hello cannot carry it (it is always encoded in version 1).
+  std::uint8_t declared_priority = Limits::kNoPriority;
   bool operator==(const Usage&) const = default;
 };
 

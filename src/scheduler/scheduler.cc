@@ -347,10 +347,20 @@ void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime no
   if (it == clients_.end()) return;
   count_swap(it->second, usage);
   count_resumed(it->second, usage);
+  declare_priority(it->second, usage.declared_priority, now);
   feed(it->second.gpu,
        policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
                              usage.swap_bytes_per_s, pace_of(usage), usage.pinned_bytes},
        now);
+}
+
+// The class a process declares (NVSHARE_PRIORITY, with its usage): its own layer's, in local mode
+// only, like its declared limits.
+void Scheduler::declare_priority(Client& client, std::uint8_t code, MonoTime now) {
+  if (!config_.trust_client_limits || !protocol::priority_of(code)) return;
+  if (client.declared.priority == code) return;
+  client.declared.priority = code;
+  refresh_limits(client, now);
 }
 
 void Scheduler::disconnect(ClientId client, MonoTime now) {

@@ -254,6 +254,7 @@ class Scheduler {
   // Recomputes a client's effective limits and tells the policy (and so the client) when they
   // change.
   void refresh_limits(Client& client, MonoTime now);
+  void declare_priority(Client& client, std::uint8_t code, MonoTime now);
   void feed(const std::string& gpu, const policy::Event& event, MonoTime now);
   void route(const std::vector<policy::Action>& actions);
   void send_limits_if_needed(Client& client);

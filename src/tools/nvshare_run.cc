@@ -2,7 +2,7 @@
 // local scheduler when none is running.
 //
 //   nvshare-run [--gpu UUID|INDEX] [--memory-limit Q] [--core-limit P] [--memory-mode M]
-//               [--socket PATH] -- CMD...
+//               [--priority C] [--socket PATH] -- CMD...
 //
 // What it does, in order:
 //  1. finds libnvshare.so: $NVSHARE_LIBRARY, else next to this executable (../lib, its own
@@ -18,7 +18,8 @@
 //     5 s) until it accepts; a lock file next to the socket keeps two nvshare-runs from
 //     starting two schedulers;
 //  4. runs the command with LD_PRELOAD (the library first), NVSHARE_SOCKET, and the declared limits
-//     (NVSHARE_MEMORY_LIMIT, NVSHARE_CORE_LIMIT), the memory mode (NVSHARE_MEMORY_MODE) and
+//     (NVSHARE_MEMORY_LIMIT, NVSHARE_CORE_LIMIT), the memory mode (NVSHARE_MEMORY_MODE), the
+//     priority class (NVSHARE_PRIORITY) and
 //     CUDA_VISIBLE_DEVICES when asked; SIGINT,
 //     SIGTERM, SIGHUP and SIGQUIT sent to nvshare-run are passed on to the command.
 //
@@ -48,6 +49,7 @@
 #include "common/default_paths.h"
 #include "common/knob_parse.h"
 #include "common/memory_mode.h"
+#include "common/priority.h"
 #include "common/quantity.h"
 #include "common/result.h"
 #include "common/shared_knobs.h"
@@ -84,6 +86,8 @@ Options:
   --memory-mode M        how device allocations are backed: device (the default: swapped by
                          copies), unified (managed memory: one job larger than its GPU) or plain
                          (never swapped) (NVSHARE_MEMORY_MODE)
+  --priority C           priority class: high, normal or low (NVSHARE_PRIORITY; the local
+                         scheduler honours it, docs/scheduling.md)
   --socket PATH          the scheduler's client socket (default: $NVSHARE_SOCKET; else
                          /var/run/nvshare/scheduler.sock as root, otherwise
                          $XDG_RUNTIME_DIR/nvshare/scheduler.sock or
@@ -111,6 +115,7 @@ struct Options {
   std::optional<std::string> memory_limit;
   std::optional<std::string> core_limit;
   std::optional<std::string> memory_mode;
+  std::optional<std::string> priority;
   std::optional<std::string> socket;
   std::vector<std::string> command;
   bool help = false;
@@ -169,6 +174,8 @@ Result<Options> parse_arguments(int argc, char** argv) {
       slot = &options.core_limit;
     } else if (name == "--memory-mode") {
       slot = &options.memory_mode;
+    } else if (name == "--priority") {
+      slot = &options.priority;
     } else if (name == "--socket") {
       slot = &options.socket;
     } else {
@@ -195,6 +202,10 @@ Result<Options> parse_arguments(int argc, char** argv) {
   if (options.memory_mode && !nvshare::parse_memory_mode(*options.memory_mode)) {
     return make_error("--memory-mode: " + *options.memory_mode + " is not one of " +
                       std::string(nvshare::kMemoryModeWords));
+  }
+  if (options.priority && !nvshare::parse_priority(*options.priority)) {
+    return make_error("--priority: " + *options.priority + " is not one of " +
+                      std::string(nvshare::kPriorityWords));
   }
   return options;
 }
@@ -562,6 +573,7 @@ int main(int argc, char** argv) {
   if (options.memory_limit) set_env("NVSHARE_MEMORY_LIMIT", *options.memory_limit);
   if (options.core_limit) set_env("NVSHARE_CORE_LIMIT", *options.core_limit);
   if (options.memory_mode) set_env("NVSHARE_MEMORY_MODE", *options.memory_mode);
+  if (options.priority) set_env("NVSHARE_PRIORITY", *options.priority);
   if (options.gpu) set_env("CUDA_VISIBLE_DEVICES", *options.gpu);
   return run_command(options.command);
 }

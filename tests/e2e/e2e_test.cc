@@ -740,6 +740,26 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   EXPECT_NE(table.find("low"), std::string::npos) << "status shows no class:\n" << table;
 }
 
+// The class a process declares (NVSHARE_PRIORITY, what nvshare-run --priority sets) is its own in
+// local mode; a scheduler that does not trust clients ignores it.
+TEST_F(E2eTest, ADeclaredClassCountsOnlyInLocalMode) {
+  for (const bool trusted : {true, false}) {
+    ASSERT_NO_FATAL_FAILURE(start_scheduler(
+        trusted ? std::vector<std::string>{"--trust-client-limits"} : std::vector<std::string>{}));
+    Trainer& t = start_trainer({trusted ? "trusted" : "untrusted",
+                                {"--bytes", "64Mi", "--kernels", "40", "--kernel-us", "20000"},
+                                {{"NVSHARE_PRIORITY", "low"}}});
+    std::string seen;
+    while (t.running() && seen.empty()) {
+      auto status = poll_status();
+      if (status.ok()) seen = json_string(find_client(status.value(), t.pid()), "priority");
+      sleep_s(0.02);
+    }
+    finish(t);
+    EXPECT_EQ(seen, trusted ? "low" : "normal") << (trusted ? "local mode" : "cluster mode");
+  }
+}
+
 // The limit the process declares (NVSHARE_MEMORY_LIMIT; honoured in local mode).
 TEST_F(MemoryLimitTest, ExactDeclared) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));

@@ -623,7 +623,8 @@ void GrantSession::send_usage(MonoTime now, bool force) {
       pace_permille_,
       static_cast<std::uint32_t>(std::min<std::uint64_t>(usage.refused_allocations, UINT32_MAX)),
       sessions_lost_,
-      usage.pinned_bytes};
+      usage.pinned_bytes,
+      config_.declared.priority};
   if (!force && usage_sent_ && message == last_usage_) return;
   usage_sent_ = true;
   last_usage_ = message;

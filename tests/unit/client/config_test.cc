@@ -54,13 +54,26 @@ TEST(ClientConfig, EnvironmentNamesDeriveFromKnobNames) {
   std::vector<std::string> names;
   for (const ClientKnob& knob : client_knobs()) names.push_back(client_env_name(knob));
   const std::vector<std::string> expected = {
-      "NVSHARE_ENABLE",           "NVSHARE_SOCKET",       "NVSHARE_IDLE_RELEASE_MS",
-      "NVSHARE_DRAIN_BOUND_MS",   "NVSHARE_MEMORY_LIMIT", "NVSHARE_CORE_LIMIT",
-      "NVSHARE_POD_UID",          "NVSHARE_MEMORY_MODE",  "NVSHARE_RECONNECT_MAX_MS",
-      "NVSHARE_REGISTER_WAIT_MS", "NVSHARE_LOG_LEVEL",    "NVSHARE_TRACE_FILE"};
+      "NVSHARE_ENABLE",           "NVSHARE_SOCKET",           "NVSHARE_IDLE_RELEASE_MS",
+      "NVSHARE_DRAIN_BOUND_MS",   "NVSHARE_MEMORY_LIMIT",     "NVSHARE_CORE_LIMIT",
+      "NVSHARE_POD_UID",          "NVSHARE_MEMORY_MODE",      "NVSHARE_PRIORITY",
+      "NVSHARE_RECONNECT_MAX_MS", "NVSHARE_REGISTER_WAIT_MS", "NVSHARE_LOG_LEVEL",
+      "NVSHARE_TRACE_FILE"};
   EXPECT_EQ(names, expected);
   ASSERT_NE(find_client_knob("core-limit"), nullptr);
   EXPECT_EQ(find_client_knob("cores"), nullptr);
+}
+
+// NVSHARE_PRIORITY: a class word becomes the declared limits' class; anything else is refused.
+TEST(ClientConfig, PriorityIsDeclared) {
+  EXPECT_EQ(parse({{"NVSHARE_PRIORITY", "low"}}).config.declared_limits.priority,
+            protocol::priority_code(Priority::kLow));
+  EXPECT_EQ(parse({}).config.declared_limits.priority, protocol::Limits::kNoPriority);
+  const ClientKnob* knob = find_client_knob("priority");
+  ASSERT_NE(knob, nullptr);
+  ClientConfig config;
+  EXPECT_FALSE(knob->apply("urgent", config).ok());
+  EXPECT_EQ(config.declared_limits.priority, protocol::Limits::kNoPriority);
 }
 
 TEST(ClientConfig, ValidValuesAreApplied) {

@@ -136,7 +136,7 @@ TEST_F(NvshareRunTest, GivesTheCommandTheLibraryTheSocketAndTheDeclaredLimits) {
   const std::string sock = socket();
   const ProcessResult result =
       run({"--gpu", "1", "--memory-limit", "4Gi", "--core-limit", "30", "--memory-mode", "unified",
-           "--socket", sock, "--", "env"},
+           "--priority", "low", "--socket", sock, "--", "env"},
           {{"LD_PRELOAD", "libexisting.so"}, {"NVSHARE_MEMORY_LIMIT", "1Gi"}});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const std::string library = std::filesystem::canonical(NVSHARE_TEST_PRELOAD).string();
@@ -146,6 +146,7 @@ TEST_F(NvshareRunTest, GivesTheCommandTheLibraryTheSocketAndTheDeclaredLimits) {
   EXPECT_NE(result.out.find("\nNVSHARE_MEMORY_LIMIT=4Gi\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("\nNVSHARE_CORE_LIMIT=30\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("\nNVSHARE_MEMORY_MODE=unified\n"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("\nNVSHARE_PRIORITY=low\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("\nCUDA_VISIBLE_DEVICES=1\n"), std::string::npos) << result.out;
 }
 
@@ -195,6 +196,10 @@ TEST_F(NvshareRunTest, UsageErrors) {
   const ProcessResult mode = run({"--memory-mode", "managed", "--socket", sock, "true"});
   EXPECT_EQ(mode.exit_code, 2);
   EXPECT_NE(mode.err.find("--memory-mode: managed is not one of"), std::string::npos) << mode.err;
+  const ProcessResult priority = run({"--priority", "urgent", "--socket", sock, "true"});
+  EXPECT_EQ(priority.exit_code, 2);
+  EXPECT_NE(priority.err.find("--priority: urgent is not one of"), std::string::npos)
+      << priority.err;
   const ProcessResult unknown = run({"--cores", "3", "true"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.err.find("unknown option --cores"), std::string::npos) << unknown.err;
