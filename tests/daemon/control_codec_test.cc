@@ -21,7 +21,8 @@ std::vector<Request> examples() {
   by_pod.selector.pod_uid = "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d";
   by_pod.selector.pod_namespace = "ml";
   by_pod.selector.pod_name = "trainer";
-  by_pod.change = {FieldChange{Op::kSet, 4ull << 30}, FieldChange{Op::kInherit, 0}, FieldChange{}};
+  by_pod.change = {FieldChange{Op::kSet, 4ull << 30}, FieldChange{Op::kInherit, 0}, FieldChange{},
+                   FieldChange{}};
   SetLimitsRequest by_client;
   by_client.selector.client = 7;
   by_client.change.core = FieldChange{Op::kSet, 30};
@@ -33,7 +34,8 @@ std::vector<Request> examples() {
   mode_inherited.change.memory_mode = FieldChange{Op::kInherit, 0};
   SetLimitsRequest no_limit;
   no_limit.selector.pid = 4242;
-  no_limit.change = {FieldChange{Op::kSet, 0}, FieldChange{Op::kSet, 100}, FieldChange{}};
+  no_limit.change = {FieldChange{Op::kSet, 0}, FieldChange{Op::kSet, 100}, FieldChange{},
+                     FieldChange{}};
   SetPolicyRequest policy;
   policy.gpu = "GPU-a";
   policy.settings = {{"mode", std::string("exclusive")}, {"quantum", std::nullopt}};
