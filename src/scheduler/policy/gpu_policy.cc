@@ -19,6 +19,12 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
+// The order in which runners keep the GPU when some must leave: a higher class before a lower
+// one, and within a class the earlier grant first (the last ones in this order leave first).
+bool keeps_longer(const ClientRecord* a, const ClientRecord* b) {
+  return a->rank() != b->rank() ? a->rank() > b->rank() : a->epoch < b->epoch;
+}
+
 }  // namespace
 
 std::string_view to_string(ClientState state) {
@@ -324,9 +330,7 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state == ClientState::kRunning) running.push_back(&c);
   }
-  std::sort(running.begin(), running.end(), [](const ClientRecord* a, const ClientRecord* b) {
-    return a->rank() != b->rank() ? a->rank() > b->rank() : a->epoch < b->epoch;
-  });
+  std::sort(running.begin(), running.end(), keeps_longer);
   std::uint64_t total = 0;
   for (const ClientRecord* c : running) total += c->movable_bytes();
   // Working sets grew after the grants: the lowest class leaves first, and within a class the
@@ -368,9 +372,7 @@ void GpuPolicy::revoke_for_priority(MonoTime now, std::vector<Action>& out) {
     if (c.state == ClientState::kRunning && c.rank() < next->rank()) leaving.push_back(&c);
   }
   if (leaving.empty()) return;
-  std::sort(leaving.begin(), leaving.end(), [](const ClientRecord* a, const ClientRecord* b) {
-    return a->rank() != b->rank() ? a->rank() > b->rank() : a->epoch < b->epoch;
-  });
+  std::sort(leaving.begin(), leaving.end(), keeps_longer);
   std::uint64_t resident = next->movable_bytes() + resident_besides(leaving);
   for (ClientRecord* r : leaving) {
     const bool stays_resident = fits(resident + r->movable_bytes());
