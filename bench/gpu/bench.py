@@ -625,27 +625,36 @@ class Bench:
         the GPU idle: the goals' case), and one that never idles. Reported: the service's steps/s
         and p99 step latency over alone, the trainer's rate over alone, and the hand-over: how long
         the service waited from its request for the GPU (after an idle moment) to its grant
-        (grant trace, p50 and p99). Classes come from pod records set through the control API,
-        as the device plugin sets them from the pod annotation."""
+        (grant trace, p50 and p99), and the trainer's fewest iterations in any 5 s of its run.
+        A third shape runs the half-idle pair on a GPU too small for both (virtual capacity
+        1.2 x the larger job's memory): the service is never swapped out for the trainer.
+        Classes come from pod records set through the control API, as the device plugin sets
+        them from the pod annotation."""
         name = "priority"
         self.scenario_dir(name)
         window = self.job_seconds
         train = self.torch_job("matmul", seconds=window)
         alone_serve = self.torch_job("serve", seconds=window)
         base = {"serve": [], "p99": [], "p50": [], "train": []}
+        memory = []
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(alone_serve, None)])[0]
             if r.get("result") == "ok":
                 base["serve"].append(r["rate"])
                 base["p99"].append(r["p99_ms"])
                 base["p50"].append(r["p50_ms"])
+                memory.append(r.get("reserved_bytes", 0))
             r = self.run_jobs(name, [(train, None)])[0]
             if r.get("result") == "ok":
                 base["train"].append(r["rate"])
+                memory.append(r.get("reserved_bytes", 0))
         if not base["p50"] or not base["train"]:
             return
         think = median(base["p50"])
-        shapes = {"half_idle": think, "busy": 0.0}
+        # Each job's memory as its allocator reserved it, plus what the library and the context
+        # add; 1.2 x the larger one fits either alone, not both.
+        capacity = int(1.2 * max(memory)) + (512 << 20)
+        shapes = {"half_idle": think, "busy": 0.0, "oversubscribed": think}
         pods = {"high": "be0c0000-0000-4000-8000-00000000000a",
                 "low": "be0c0000-0000-4000-8000-00000000000b"}
         for shape, think_ms in shapes.items():
@@ -662,11 +671,13 @@ class Bench:
             ref = {k: median(v) for k, v in alone.items() if k in ("serve", "p99", "train") and v}
             runs = {"native": [], "priority": []}
             waits = []
+            swaps_of_high = 0
+            knobs = ["--capacity", str(capacity)] if shape == "oversubscribed" else []
             for _ in range(self.repeats):
                 runs["native"].append(self.run_jobs(name, [(serve, None), (train, None)]))
                 d = self.raw / name / f"{shape}-{len(runs['priority'])}"
                 d.mkdir(parents=True, exist_ok=True)
-                with Scheduler(self, d, []) as s:
+                with Scheduler(self, d, knobs) as s:
                     for cls, uid in pods.items():
                         s.ctl(["set-limits", "--pod-uid", uid, "--priority", cls])
                     res = self.run_jobs(name, [(serve, {"NVSHARE_POD_UID": pods["high"]}),
@@ -675,6 +686,8 @@ class Bench:
                     runs["priority"].append(res)
                     if res and res[0].get("pid"):
                         waits += request_to_grant_ms(s.trace_events(), res[0]["pid"])
+                    if shape == "oversubscribed" and res and res[0].get("pid"):
+                        swaps_of_high += swap_outs_of(s.trace_events(), res[0]["pid"])
             figures = {}
             for key, rs in runs.items():
                 good = [r for r in rs if self.ok(r)]
@@ -684,6 +697,21 @@ class Bench:
                     "trainer": median([r[1]["rate"] / ref["train"] for r in good]) if good else None,
                 }
             f, nat = figures["priority"], figures["native"]
+            # The trainer's fewest iterations in any 5 whole seconds of its window, under nvshare
+            # (goal: never 0 while the service leaves half the GPU idle).
+            fewest = [min_window(r[1].get("iters_by_s", []), 5) for r in runs["priority"]
+                      if self.ok(r)]
+            fewest = [v for v in fewest if v is not None]
+            native_fewest = [min_window(r[1].get("iters_by_s", []), 5) for r in runs["native"]
+                             if self.ok(r)]
+            native_fewest = [v for v in native_fewest if v is not None]
+            self.metric(f"priority_{shape}_trainer_min_5s_iters", min(fewest) if fewest else None,
+                        "> 0 (any 5 s)" if shape == "half_idle" else "(no goal; reported)",
+                        (min(fewest) > 0) if fewest and shape == "half_idle" else None,
+                        "iterations", per_run=fewest, native=min(native_fewest, default=None))
+            if shape == "oversubscribed":
+                self.metric("priority_oversubscribed_high_swap_outs", swaps_of_high, "0", swaps_of_high == 0,
+                            "swap-outs", capacity_bytes=capacity, memory_bytes=memory)
             goals = {"serve_steps": (">= 0.95 of alone", lambda v: v >= 0.95),
                      "serve_p99": ("<= 1.10 x alone", lambda v: v <= 1.10),
                      "trainer": (">= 0.50 of alone (service half idle)", lambda v: v >= 0.50)}
@@ -946,6 +974,19 @@ def request_to_grant_ms(events, pid):
             out.append((e["t"] - asked) * 1000.0)
             asked = None
     return out
+
+
+def swap_outs_of(events, pid):
+    """How many of `pid`'s releases moved memory to the host (grant trace)."""
+    return sum(1 for e in events if e.get("pid") == pid and e["event"] == "release" and
+               e.get("swap_bytes", 0) > 0)
+
+
+def min_window(per_s, width):
+    """The smallest sum of `width` consecutive entries of `per_s`; None when it is shorter."""
+    if len(per_s) < width:
+        return None
+    return min(sum(per_s[i:i + width]) for i in range(len(per_s) - width + 1))
 
 
 def machine_info():

@@ -130,6 +130,7 @@ def main() -> int:
     iters = 0
     step_ms = []  # serve: each step's latency
     step_at = []  # serve: when each step began, seconds into the loop
+    done_at = []  # --seconds: when each synchronized batch of iterations was done, into the loop
     skip_mark = None  # (time, iterations) at the first completion after --skip-s
     t1 = time.monotonic()
     deadline = t1 + args.seconds if args.seconds > 0 else None
@@ -152,6 +153,7 @@ def main() -> int:
             time.sleep(host_s)
         elif deadline is not None and iters % batch == 0:
             sync()
+            done_at.append((time.monotonic() - t1, iters))
         if skip_mark is None and args.skip_s > 0 and deadline is not None:
             now = time.monotonic()
             if now - t1 >= args.skip_s and iters % batch == 0:
@@ -175,6 +177,17 @@ def main() -> int:
         out["p99_by_s_ms"] = [round(sorted(v)[min(len(v) - 1, int(0.99 * len(v)))], 3)
                               for _, v in sorted(by_s.items())]
         out["steps_by_s"] = [len(v) for _, v in sorted(by_s.items())]
+
+    if done_at:
+        # Iterations finished in each whole second of the loop (the last partial second left out).
+        per_s, last = [], 0
+        for at, n in done_at:
+            while len(per_s) <= int(at):
+                per_s.append(0)
+            per_s[int(at)] += n - last
+            last = n
+        out["iters_by_s"] = per_s[:int(done_at[-1][0])] if len(per_s) > 1 else per_s
+    out["reserved_bytes"] = sum(torch.cuda.memory_reserved(dev) for dev in devices)
 
     ok = True
     for tensors in state:

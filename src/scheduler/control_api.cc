@@ -47,6 +47,8 @@ Json config_json(const DaemonConfig& config) {
   c.set("quantum_max_s", to_seconds(config.policy.quantum_max));
   c.set("turn_slice_s", to_seconds(config.policy.turn_slice));
   c.set("cap_cycle_s", to_seconds(config.policy.cap_cycle));
+  c.set("priority_interference_percent", config.policy.priority_interference * 100);
+  c.set("priority_floor_s", to_seconds(config.policy.priority_floor));
   c.set("quota_window_ms", ms(config.policy.quota_window));
   c.set("revoke_grace_s", to_seconds(config.policy.revoke_grace));
   c.set("swap_bandwidth_bytes_per_s", config.policy.default_swap_bytes_per_s);

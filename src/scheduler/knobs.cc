@@ -222,6 +222,25 @@ const Knob kKnobs[] = {
        return store(parse_seconds(v, 0.01, kMaxSeconds),
                     [&](Duration d) { c.policy.cap_cycle = d; });
      }},
+    {"priority-interference", "0.5", "0..100 (percent)",
+     "Priority classes: how much of the time a lower class's kernels, still running after it was "
+     "preempted for a higher class, may delay the higher class's steps. A delay within a tenth of "
+     "the higher class's step is free; longer ones are charged against a budget refilled at this "
+     "rate, and a lower class out of budget does not run in the higher classes' idle moments.",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_decimal(v, 0, 100, " percent"),
+                    [&](double p) { c.policy.priority_interference = p / 100; });
+     }},
+    {"priority-floor", "4", "0.01..86400 (seconds)",
+     "The longest a lower class out of interference budget is held back from the higher classes' "
+     "idle moments: it runs again at least this often. Also the budget's burst (this many seconds "
+     "of priority-interference).",
+     KnobScope::kPolicy, false,
+     [](std::string_view v, DaemonConfig& c) -> Status {
+       return store(parse_seconds(v, 0.01, kMaxSeconds),
+                    [&](Duration d) { c.policy.priority_floor = d; });
+     }},
     {"quota-window", "2000", "10..3600000 (milliseconds)",
      "Window of the compute caps: the depth of each capped client's token bucket and the period "
      "over which the effective share is shown.",

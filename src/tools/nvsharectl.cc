@@ -55,7 +55,8 @@ Commands:
   forget-pod UID                    forget a pod's remembered limits (the pod is gone)
   set-policy [--gpu UUID] [--mode M] [--quantum S|auto] [--quota-window MS] [--capacity Q]
              [--reserve P] [--quantum-k K] [--quantum-min S] [--quantum-max S]
-             [--turn-slice S] [--cap-cycle S] [--revoke-grace S] [--swap-allowance-max S]
+             [--turn-slice S] [--cap-cycle S] [--priority-interference P]
+             [--priority-floor S] [--revoke-grace S] [--swap-allowance-max S]
              [--swap-bandwidth B] [--swap-bandwidth-floor B]
                                     change policy knobs for one GPU or all
                                     (see nvshare-scheduler --help)
@@ -341,6 +342,8 @@ int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
       {"quantum-max", "quantum_max"},
       {"turn-slice", "turn_slice"},
       {"cap-cycle", "cap_cycle"},
+      {"priority-interference", "priority_interference"},
+      {"priority-floor", "priority_floor"},
       {"revoke-grace", "revoke_grace"},
       {"swap-allowance-max", "swap_allowance_max"},
       {"swap-bandwidth", "swap_bandwidth"},

@@ -673,10 +673,11 @@ double median_of(const std::vector<double>& sorted) {
 }
 
 // Priority classes from pod records (the way the plugin's annotation arrives): a `high` service
-// (steps of 10 kernels of 1 ms, synchronized, then 10 ms idle) beside a `low` trainer that never
+// (steps of 80 kernels of 1 ms, synchronized, then 80 ms idle) beside a `low` trainer that never
 // idles. The simulated GPU shares itself equally among the contexts with work, as time-slicing
-// does, so running beside the trainer would double the service's step (about 20 ms); with the
-// classes it waits only for the low trainer's drain (its bound is 2 ms) at each step, and the
+// does, so running beside the trainer would double the service's step (about 160 ms); with the
+// classes the trainer only drains beside it (its bound is 2 ms of work, a few ms time-sliced beside
+// the service: within a tenth of the service's step, free of the interference budget), and the
 // trainer runs in the service's idle time.
 TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
@@ -691,8 +692,8 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   ASSERT_OK(bad);
   EXPECT_NE(bad.value().exit_code, 0) << "an unknown class was accepted";
   const std::vector<std::string> service = {
-      "--bytes",     "64Mi", "--kernels",  "100",   "--kernels-per-iter", "10",
-      "--kernel-us", "1000", "--sleep-us", "10000", "--progress"};
+      "--bytes",     "64Mi", "--kernels",  "10",    "--kernels-per-iter", "80",
+      "--kernel-us", "1000", "--sleep-us", "80000", "--progress"};
   Trainer& alone = start_trainer({"service alone", service, {{"NVSHARE_POD_UID", high_pod}}});
   finish(alone);
   const std::vector<double> steps_alone = step_times(alone.progress());
@@ -705,7 +706,7 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   Trainer& high = start_trainer({"service", service, {{"NVSHARE_POD_UID", high_pod}}});
   std::string table;
   while (high.running()) {
-    if (table.empty() && high.progress().size() > 10) {
+    if (table.empty() && high.progress().size() > 3) {
       auto out = scheduler_->ctl({"status"});
       if (out.ok()) table = out.value().out;
     }
@@ -721,7 +722,7 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   measure("service step alone, median", 1e3 * median_of(steps_alone), "ms");
   measure("service step beside the low trainer, median", 1e3 * median_of(steps), "ms");
   // The hand-over costs the low trainer's drain (at most its 2 ms bound and the kernel it runs)
-  // and a few round trips; sharing the GPU would cost the whole step again (10 ms).
+  // and a few round trips; sharing the GPU would cost the whole step again (80 ms).
   EXPECT_LT(median_of(steps), median_of(steps_alone) + 0.005)
       << "the high service's steps slowed down beside the low trainer";
   // The low trainer used the service's idle time.

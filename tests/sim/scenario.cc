@@ -1,6 +1,7 @@
 #include "scenario.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "rng.h"
 
@@ -163,15 +164,59 @@ std::vector<PriorityCase> priority_cases() {
   };
   for (Mode mode : {Mode::kAuto, Mode::kExclusive}) {
     const std::string m = mode == Mode::kAuto ? " (auto)" : " (exclusive)";
-    {  // A service in 5 ms steps with short gaps beside a trainer that never idles: the service
-       // gets the GPU at once (the trainer drains beside it); the trainer runs in the gaps.
+    // What a lower class's drains may overlap the high client's steps over the run: the budget's
+    // rate and burst, and one drain of at most `drain` per floor (the floor's grants).
+    auto shared_bound = [](const Scenario& s, Duration drain) {
+      const PolicyConfig& p = s.config;
+      const double floors = std::ceil(to_seconds(s.length) / to_seconds(p.priority_floor)) + 1;
+      return p.priority_interference * (to_seconds(s.length) + to_seconds(p.priority_floor)) +
+             floors * to_seconds(drain) + 0.001;
+    };
+    {  // A service in 5 ms steps with short gaps beside a trainer that never idles and drains in
+       // up to 2 ms: the service gets the GPU at once (the trainer drains beside it); the drains
+       // take more than a tenth of its steps, so the trainer runs in the gaps only within the
+       // interference budget, and at least once per floor.
       PriorityCase c;
       c.scenario = base("high service beside low trainer" + m, mode);
       c.scenario.clients = {client(Priority::kHigh, 2 * kGiB, 5ms),
                             client(Priority::kLow, 2 * kGiB, 0s)};
       c.high_wait_bound = 0s;
-      c.low_per_window = 0.05;
+      c.low_per_window = 0.0005;
+      c.high_shared_max = shared_bound(c.scenario, 2ms);
       all.push_back(c);
+    }
+    {  // The same service beside a trainer of long kernels (each drain up to 20 ms): held to the
+       // budget, it delays the service's steps for at most about 0.5% of the time.
+      PriorityCase c;
+      c.scenario = base("high service beside low trainer of long kernels" + m, mode);
+      ClientSpec low = client(Priority::kLow, 2 * kGiB, 0s);
+      low.max_drain = 20ms;
+      c.scenario.clients = {client(Priority::kHigh, 2 * kGiB, 5ms), low};
+      c.high_wait_bound = 0s;
+      c.low_per_window = 0.0005;
+      c.high_shared_max = shared_bound(c.scenario, 20ms);
+      all.push_back(c);
+    }
+    {  // A trainer whose drains are short (up to 100 us, within a tenth of the service's steps)
+       // costs the service nothing worth charging: it takes the service's gaps freely. One whose
+       // kernels become short after 15 s (drains of 20 ms, then 100 us) takes them from then on.
+      for (bool changes : {false, true}) {
+        PriorityCase c;
+        c.scenario = base(std::string("high service beside low trainer of short kernels") +
+                              (changes ? ", after long ones" : "") + m,
+                          mode);
+        ClientSpec low = client(Priority::kLow, 2 * kGiB, 0s);
+        low.max_drain = changes ? 20ms : 100us;
+        if (changes) {
+          low.pace_change_at = 15s;
+          low.later_max_drain = 100us;
+        }
+        c.scenario.clients = {client(Priority::kHigh, 2 * kGiB, 20ms), low};
+        c.high_wait_bound = 0s;
+        c.low_per_window = 0.2;
+        c.low_runs_from = changes ? 20s : 0s;
+        all.push_back(c);
+      }
     }
     {  // Two trainers that do not fit together: the high one is never swapped out for the low one,
        // which waits while the high one has work and runs once it is gone.

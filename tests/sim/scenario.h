@@ -54,6 +54,9 @@ struct ClientSpec {
   std::optional<std::uint16_t> pace;
   Duration pace_change_at{0};
   std::optional<std::uint16_t> later_pace;
+  // From pace_change_at on, its drains take up to this instead of max_drain (its kernels changed
+  // length).
+  std::optional<Duration> later_max_drain;
   bool lies() const { return reported_bytes != 0 || reported_swap_bytes_per_s != 0; }
 };
 
@@ -101,6 +104,9 @@ struct PriorityCase {
   Duration low_runs_from{0};
   Duration low_waits_until{0};
   double low_before = 0;
+  // The time the high client held the GPU while a lower class also held it (its kernels still
+  // draining beside the high client's steps), at most (negative: no check).
+  double high_shared_max = -1;
 };
 std::vector<PriorityCase> priority_cases();
 

@@ -155,6 +155,13 @@ class World {
     for (SimClient& c : clients_) {
       if (c.connected && c.holding) bill(c.outcome, now_, t, holders);
     }
+    for (SimClient& c : clients_) {
+      if (!c.connected || !c.holding) continue;
+      const bool lower_holds = std::any_of(
+          clients_.begin(), clients_.end(),
+          [&](const SimClient& o) { return o.connected && o.holding && rank(o) < rank(c); });
+      if (lower_holds) c.outcome.shared_with_lower += t - now_;
+    }
     bool someone_waits = false;
     for (const SimClient& c : clients_) someone_waits |= c.connected && c.wants && !c.holding;
     if (holders == 0 && someone_waits) result_.idle_while_waiting += t - now_;
@@ -316,7 +323,7 @@ class World {
       return;
     }
     ++c->revokes_answered;
-    Duration delay = rng_.between(0ms, c->spec.max_drain);
+    Duration delay = rng_.between(0ms, max_drain(*c));
     if (a.swap_out) {
       delay += from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
     }
@@ -338,6 +345,16 @@ class World {
       const int index = static_cast<int>(c - clients_.data());
       schedule(now_ + rng_.between(0ms, c->spec.step) + 200us, What::kRelease, index, a.epoch);
     }
+  }
+
+  static int rank(const SimClient& c) {
+    return static_cast<int>(protocol::effective_priority(c.limits.priority));
+  }
+
+  Duration max_drain(const SimClient& c) const {
+    const bool changed = c.spec.later_max_drain && c.spec.pace_change_at > 0s &&
+                         now_ >= c.connected_at + c.spec.pace_change_at;
+    return changed ? *c.spec.later_max_drain : c.spec.max_drain;
   }
 
   static bool stepped(const SimClient& c) {
@@ -407,6 +424,7 @@ class World {
     int blocking = 0;
     bool capped_holder = false;
     bool grantable_waits = false;
+    bool held_back_waits = false;
     int lowest_runner = 3;    // rank of the lowest class running (3: none)
     int highest_waiter = -1;  // rank of the highest class waiting for turn or memory (-1: none)
     int holder_ranks = 0;     // bit per class among blocking holders
@@ -447,8 +465,13 @@ class World {
           holder_ranks |= 1 << rank;
         }
       }
-      if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota)
+      // A lower class held back for a higher one between its steps (the interference budget is
+      // spent) leaves the GPU idle on purpose, for at most the priority floor (below).
+      if (v.state == ClientState::kWaiting && v.waiting_for == WaitReason::kPriority) {
+        held_back_waits = true;
+      } else if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota) {
         grantable_waits = true;
+      }
     }
     if (s_.config.mode == Mode::kAuto) {
       // Never over capacity: runners fit in usable, unless one runs alone.
@@ -483,6 +506,15 @@ class World {
     }
     // Work conservation: nobody holds the GPU while a client that could run waits.
     if (holding == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");
+    if (holding == 0 && held_back_waits) {
+      if (!idle_for_priority_since_) idle_for_priority_since_ = now_;
+      if (now_ - *idle_for_priority_since_ > s_.config.priority_floor + 1ms) {
+        return fail("idle GPU for longer than the priority floor while a lower class waits\n" +
+                    dump(view));
+      }
+    } else {
+      idle_for_priority_since_.reset();
+    }
   }
 
   // The engine's view, for failure reports.
@@ -709,6 +741,8 @@ class World {
   GpuPolicy engine_;
   bool trace_;
   MonoTime now_{};
+  // Since when nobody has held the GPU while a lower class waits for a higher one (held back).
+  std::optional<MonoTime> idle_for_priority_since_;
   std::priority_queue<SimEvent, std::vector<SimEvent>, std::greater<>> queue_;
   std::uint64_t seq_ = 0;
   std::vector<SimClient> clients_;

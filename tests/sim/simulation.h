@@ -30,6 +30,8 @@ struct ConnectionOutcome {
   std::vector<double> billed_per_second;
   Duration worst_wait{0};       // its longest wait from a request (or a preemption) to a grant
   std::uint64_t swap_outs = 0;  // revokes that asked it to move its memory to the host
+  // Time it held the GPU while a client of a lower class held it too (draining beside it).
+  Duration shared_with_lower{0};
 };
 
 struct SimResult {

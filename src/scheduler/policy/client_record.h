@@ -87,6 +87,16 @@ struct ClientRecord {
   std::optional<WaitReason> wait_reason;  // the reason last sent for this wait
   MonoTime wait_reason_since{};           // when it was sent (or the wait began)
   bool throttled = false;  // waits until its quota bucket is back at the resume level
+  // Waits while a higher class is present: the interference budget is spent (GpuPolicy,
+  // hold_back_lower_classes).
+  bool held_back = false;
+  bool floor_grant = false;  // its grant came while lower classes were held back
+  // Its steps, as the scheduler sees them while it hands its idle moments to a lower class: a grant
+  // that followed a release at an idle moment after a yield (step_grant) lasts from the request to
+  // the next such release. step_estimate: their moving average (0: none seen yet).
+  bool stepping = false;
+  bool step_grant = false;
+  Duration step_estimate{0};
   Duration waited_total{0};
   ClientCounters counters;
 

@@ -53,6 +53,12 @@ Status validate(const PolicyConfig& config) {
   if (config.quota_window < std::chrono::milliseconds(10)) {
     return make_error("quota window must be at least 10 ms");
   }
+  if (!(config.priority_interference >= 0 && config.priority_interference <= 1)) {
+    return make_error("priority interference must be within 0..1");
+  }
+  if (config.priority_floor < std::chrono::milliseconds(10)) {
+    return make_error("priority floor must be at least 10 ms");
+  }
   if (config.swap_bandwidth_floor == 0) return make_error("swap bandwidth floor must be positive");
   if (config.revoke_grace <= Duration::zero()) return make_error("revoke grace must be positive");
   if (config.swap_allowance_max < Duration::zero()) {

@@ -56,6 +56,16 @@ struct PolicyConfig {
   // its quantum or its swap allowance.
   std::uint64_t swap_bandwidth_floor = 1'000'000'000;
 
+  // Priority classes: how much of the time a lower class's kernels, still running after it was
+  // preempted for a higher class, may overlap the higher class's steps (the GPU time-slices them,
+  // so the higher class's step is slowed for that long). A delay within kPriorityFreeDelay of the
+  // higher class's step costs nothing; longer ones are charged against a budget that refills at
+  // this fraction of wall time (bursts up to priority_floor's worth). A lower class out of budget
+  // does not run in a higher class's idle moments, unless it has waited priority_floor since its
+  // last grant: it is never held back longer than that.
+  double priority_interference = 0.005;
+  Duration priority_floor = 4s;
+
   // Compute caps: token bucket depth and the window "effective share" is measured over.
   Duration quota_window = 2000ms;
   // A holder that has not released this long after a revoke stops blocking others...

@@ -138,6 +138,19 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
            fixed(to_go, 1, " s") + waited;
   }
 
+  if (c.held_back) {
+    const double repaid = config_.priority_interference > 0
+                              ? -interference_s_ / config_.priority_interference
+                              : to_seconds(config_.priority_floor);
+    const double floor =
+        held_since_ ? to_seconds(*held_since_ + config_.priority_floor - now) : 0.0;
+    return who + " waits for a higher class: it is " + std::string(to_string(c.priority())) +
+           " and its kernels that ran on after it was preempted delayed a higher class's steps " +
+           "past the interference budget (" + millis(interference_s_) + " left of " +
+           millis(interference_burst_s()) + "); it runs in the higher classes' idle moments " +
+           "again in " + fixed(std::max(0.0, std::min(repaid, floor)), 2, " s") + waited;
+  }
+
   if (reason_for(c, next) == WaitReason::kPriority) {
     std::vector<const ClientRecord*> above;
     for (const ClientRecord* h : holders) {

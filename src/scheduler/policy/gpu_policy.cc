@@ -44,7 +44,9 @@ std::string_view to_string(ClientState state) {
 }
 
 GpuPolicy::GpuPolicy(PolicyConfig config)
-    : config_(config), swap_(config_.default_swap_bytes_per_s) {}
+    : config_(config), swap_(config_.default_swap_bytes_per_s) {
+  interference_s_ = interference_burst_s();
+}
 
 ClientRecord* GpuPolicy::find(ClientId client) {
   for (ClientRecord& c : clients_) {
@@ -84,6 +86,7 @@ std::vector<Action> GpuPolicy::reconfigure(const PolicyConfig& config, MonoTime 
   settle(now);
   config_ = config;
   swap_.set_default(config_.default_swap_bytes_per_s);
+  interference_s_ = std::min(interference_s_, interference_burst_s());
   std::vector<Action> out;
   schedule(now, out);
   return out;
@@ -113,11 +116,14 @@ void GpuPolicy::on_requested(const Requested& e, MonoTime now) {
 void GpuPolicy::on_released(const Released& e, MonoTime now) {
   ClientRecord* c = find(e.client);
   if (c == nullptr || !c->holds() || e.epoch != c->epoch) return;  // stale: another grant's release
+  restart_floor(*c, now);
   if (c->state == ClientState::kRunning) {
     ++c->counters.idle_releases;
+    observe_step(*c, now);
     set_state(*c, ClientState::kIdle, now);  // released unasked: idle until it requests again
   } else {
     ++c->counters.releases;
+    charge_interference(*c, now);
     // Answered a revoke: it was preempted and still has work.
     enqueue(*c, now, /*memory_in_place=*/!c->swap_out);
   }
@@ -175,6 +181,11 @@ void GpuPolicy::settle(MonoTime now) {
     if (c.quota) c.quota->settle(now);
     c.usage.settle(now, config_.quota_window);
   }
+  if (now > now_) {
+    interference_s_ =
+        std::min(interference_burst_s(),
+                 interference_s_ + config_.priority_interference * to_seconds(now - now_));
+  }
   now_ = now;
   update_fair_floor();
 }
@@ -183,6 +194,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   update_caps();
   expire_grace(now, out);
   release_throttles();
+  hold_back_lower_classes(now);
   revoke_spent_quota(now, out);
   revoke_overflow(now, out);
   revoke_saturating_pairs(now, out);
@@ -381,13 +393,99 @@ void GpuPolicy::revoke_for_priority(MonoTime now, std::vector<Action>& out) {
   }
 }
 
+// Priority classes: a lower class runs in a higher class's idle moments only while the delays its
+// draining kernels cause the higher class stay within the budget; out of budget it waits until the
+// budget is repaid, or for priority_floor at most.
+void GpuPolicy::hold_back_lower_classes(MonoTime now) {
+  // Present: wants or holds the GPU, or handed it over at an idle moment of its steps less than a
+  // floor ago (its next step is coming: its idle moments are what a lower class runs in).
+  // A client above every holder is not held back either: it takes the GPU from a lower class.
+  int top = -1;
+  int lowest_holder = static_cast<int>(Priority::kHigh) + 1;
+  for (const ClientRecord& c : clients_) {
+    const bool between_steps = c.stepping && now - c.state_since < config_.priority_floor;
+    if (c.active() || between_steps) top = std::max(top, c.rank());
+    if (c.blocks()) lowest_holder = std::min(lowest_holder, c.rank());
+  }
+  hold_top_ = top;
+  const auto holds_back = [&](const ClientRecord& c) {
+    return c.state == ClientState::kWaiting && !c.throttled && c.rank() < top &&
+           c.rank() <= lowest_holder && interference_s_ < 0;
+  };
+  if (std::none_of(clients_.begin(), clients_.end(), holds_back)) {
+    held_since_.reset();
+  } else if (!held_since_) {
+    held_since_ = now;
+  }
+  // The floor lets the lower classes run in their order: a floor after holding back began (or
+  // after the last grant to a lower class), the first of them in the queue that could run (the
+  // highest class, the longest wait) is let through.
+  // One at a time: not while a grant the floor let through is still held.
+  const bool floor_grant_held =
+      std::any_of(clients_.begin(), clients_.end(),
+                  [](const ClientRecord& c) { return c.holds() && c.floor_grant; });
+  const ClientRecord* first = nullptr;
+  if (held_since_ && !floor_grant_held && now - *held_since_ >= config_.priority_floor) {
+    for (ClientId id : queue_) {
+      const ClientRecord* c = find(id);
+      if (holds_back(*c) && fits_beside_pinned(*c)) {
+        first = c;
+        break;
+      }
+    }
+  }
+  for (ClientRecord& c : clients_) c.held_back = holds_back(c) && &c != first;
+}
+
+void GpuPolicy::observe_step(ClientRecord& c, MonoTime now) {
+  const bool yielded = c.yield_epoch == c.epoch;
+  if (yielded && c.step_grant) {
+    const Duration step = now - c.granted_at;
+    c.step_estimate =
+        c.step_estimate == Duration::zero()
+            ? step
+            : std::chrono::duration_cast<Duration>(c.step_estimate * (1 - kStepEstimateWeight) +
+                                                   step * kStepEstimateWeight);
+  }
+  c.stepping = yielded;
+}
+
+void GpuPolicy::charge_interference(const ClientRecord& c, MonoTime now) {
+  if (c.revoke_reason != RevokeReason::kPriority || c.swap_out) return;
+  // The shortest step of a higher class that is present: the one a delay costs most.
+  Duration step{0};
+  for (const ClientRecord& h : clients_) {
+    if (h.rank() > c.rank() && h.active() && h.step_estimate > Duration::zero() &&
+        (step == Duration::zero() || h.step_estimate < step)) {
+      step = h.step_estimate;
+    }
+  }
+  const Duration delay = now - c.revoked_at;
+  if (step > Duration::zero() && to_seconds(delay) <= kPriorityFreeDelay * to_seconds(step)) return;
+  interference_s_ -= to_seconds(delay);
+}
+
+// A lower class's grant while holding back is on starts the next floor once it was used: the
+// client went idle by itself, or had work in flight when it was revoked. A grant revoked before the
+// client could submit anything (the higher class came back at once) leaves the floor passed, so the
+// next idle moment goes to the lower class again.
+void GpuPolicy::restart_floor(const ClientRecord& c, MonoTime now) {
+  if (!held_since_ || !c.floor_grant) return;
+  const bool used = c.state == ClientState::kRunning || now - c.revoked_at >= kFloorGrantUsed;
+  if (used) held_since_ = now;
+}
+
+double GpuPolicy::interference_burst_s() const {
+  return config_.priority_interference * to_seconds(config_.priority_floor);
+}
+
 void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
   const ClientRecord* blocked = nullptr;  // a head that waits only for its turn among saturating
   for (std::size_t i = 0; i < queue_.size();) {
     ClientRecord* c = find(queue_[i]);
     // Waits for its bucket, or for memory others pinned, not for anyone's turn: must not hold up
     // those behind it.
-    if (c->throttled || !fits_beside_pinned(*c)) {
+    if (c->throttled || c->held_back || !fits_beside_pinned(*c)) {
       ++i;
       continue;
     }
@@ -462,6 +560,9 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
     if (yield_unsent(c) && takes_turns_with(c, *next) && yield_time(c, *next) <= now_) {
       c.yield_epoch = c.epoch;
       ++c.counters.yields;
+      // Its release measures a step only when it was asked from its grant on: asked later, the
+      // grant spans the steps it ran while nobody waited.
+      if (c.granted_at != now_) c.step_grant = false;
       out.push_back(SendYield{c.id, c.epoch});
     }
   }
@@ -550,6 +651,16 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
       consider(c.quota->refilled_at());
     }
+    if (c.held_back) {
+      if (*held_since_ + config_.priority_floor > now_) {
+        consider(*held_since_ + config_.priority_floor);
+      }
+      if (config_.priority_interference > 0) {
+        // Rounded up, and a microsecond more: the budget is back at 0 by then, not a hair below.
+        const double s = -interference_s_ / config_.priority_interference;
+        consider(now_ + Duration(static_cast<std::int64_t>(std::ceil(s * 1e9))) + 1us);
+      }
+    }
   }
   if (const ClientRecord* next = head()) {
     if (const std::optional<TurnPlan> plan = turn_plan(*next)) consider(plan->at);
@@ -602,6 +713,9 @@ void GpuPolicy::place_in_queue(const ClientRecord& c) {
 void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   set_state(c, ClientState::kRunning, now);
   ++c.counters.grants;
+  c.step_grant = c.stepping;
+  c.stepping = false;
+  c.floor_grant = held_since_ && c.rank() < hold_top_;
   c.epoch = ++last_epoch_;
   c.granted_at = now;
   c.runs_from = now + swap_in_estimate(c);
@@ -733,7 +847,7 @@ bool GpuPolicy::fits_beside_pinned(const ClientRecord& c) const {
 const ClientRecord* GpuPolicy::head() const {
   for (ClientId id : queue_) {
     const ClientRecord* c = find(id);
-    if (!c->throttled && fits_beside_pinned(*c)) return c;
+    if (!c->throttled && !c->held_back && fits_beside_pinned(*c)) return c;
   }
   return nullptr;
 }
@@ -742,6 +856,7 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
                                                 const ClientRecord* head) const {
   if (c.state != ClientState::kWaiting) return std::nullopt;
   if (c.throttled) return WaitReason::kQuota;
+  if (c.held_back) return WaitReason::kPriority;
   const std::vector<const ClientRecord*> holders = blocking_holders();
   const auto above = [&](const ClientRecord* o) { return o != nullptr && o->rank() > c.rank(); };
   if (above(head) || std::any_of(holders.begin(), holders.end(), above)) {

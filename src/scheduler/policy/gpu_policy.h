@@ -151,6 +151,17 @@ inline constexpr double kTurnLead = 0.5;
 inline constexpr double kYieldSlack = 0.25;
 inline constexpr double kShortestTurn = 0.1;
 
+// A lower class's kernels that still run when a higher class takes the GPU delay the higher class's
+// step by up to their length (the GPU time-slices the two contexts). A delay within this fraction
+// of the higher class's step (step_estimate) is free; a longer one is charged against the
+// interference budget (PolicyConfig::priority_interference). The moving average of steps gives
+// each new step this weight.
+inline constexpr double kPriorityFreeDelay = 0.10;
+inline constexpr double kStepEstimateWeight = 0.25;
+// A lower-class grant counts for the floor when its client drained at least this long after its
+// revoke (it had work in flight) or released by itself.
+inline constexpr Duration kFloorGrantUsed = std::chrono::milliseconds(1);
+
 // What the caps of capped clients may take together while an uncapped client is active: the rest
 // is the uncapped clients' floor, so that caps summing to 100% or more never starve them.
 inline constexpr double kCappedRoomBesideUncapped = 0.9;
@@ -212,6 +223,17 @@ class GpuPolicy {
   void revoke_saturating_pairs(MonoTime now, std::vector<Action>& out);
   // A higher class waits at the head: every runner of a lower class is revoked (reason priority).
   void revoke_for_priority(MonoTime now, std::vector<Action>& out);
+  // A waiting client of a lower class than a present one (waiting, holding, or between its steps)
+  // is held back while the interference budget is spent; a floor after holding back began, or
+  // after the last grant to a lower class, the first of them in the queue runs.
+  void hold_back_lower_classes(MonoTime now);
+  // A released holder: a step of a higher class that ended (its estimate), or a lower class that
+  // drained beside a higher one (its delay, charged to the budget unless free).
+  void observe_step(ClientRecord& c, MonoTime now);
+  void charge_interference(const ClientRecord& c, MonoTime now);
+  void restart_floor(const ClientRecord& c, MonoTime now);
+  // The budget's most (a burst): priority_floor's worth of its rate.
+  double interference_burst_s() const;
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
@@ -337,6 +359,13 @@ class GpuPolicy {
   // The least fair clock among active clients, as last seen: where a client that becomes active
   // starts at the earliest.
   double fair_floor_s_ = 0;
+  // The interference budget (seconds; below 0 while a charge is repaid): lower classes run in a
+  // higher class's idle moments while it is not negative.
+  double interference_s_ = 0;
+  // Since when lower classes are held back without a grant to any of them (the floor counts from
+  // here), and the class they are held back for.
+  std::optional<MonoTime> held_since_;
+  int hold_top_ = -1;
   MonoTime now_{};
   std::optional<MonoTime> next_deadline_;
 };
