@@ -654,13 +654,19 @@ class Bench:
         # Each job's memory as its allocator reserved it, plus what the library and the context
         # add; 1.2 x the larger one fits either alone, not both.
         capacity = int(1.2 * max(memory)) + (512 << 20)
-        shapes = {"half_idle": think, "busy": 0.0, "oversubscribed": think}
+        # The service's shapes: idle between steps as long as a step (half idle at a fine grain),
+        # never idle, the half-idle pair not fitting together, and half idle at a coarse grain
+        # (1 s of steps back to back, then 1 s without requests).
+        idle_steps = ["--think-ms", f"{think:.3f}"]
+        shapes = {"half_idle": idle_steps, "busy": [], "oversubscribed": idle_steps,
+                  "bursts": ["--burst-ms", "1000", "--pause-ms", "1000"]}
+        with_goals = ("half_idle", "bursts")
         pods = {"high": "be0c0000-0000-4000-8000-00000000000a",
                 "low": "be0c0000-0000-4000-8000-00000000000b"}
-        for shape, think_ms in shapes.items():
-            serve = alone_serve + (["--think-ms", f"{think_ms:.3f}"] if think_ms else [])
-            alone = base if not think_ms else None
-            if think_ms:
+        for shape, shape_args in shapes.items():
+            serve = alone_serve + shape_args
+            alone = base if not shape_args else None
+            if shape_args:
                 # The service alone with its idle time: the reference for its steps/s and p99.
                 alone = {"serve": [], "p99": [], "train": base["train"]}
                 for _ in range(self.repeats):
@@ -706,8 +712,8 @@ class Bench:
                              if self.ok(r)]
             native_fewest = [v for v in native_fewest if v is not None]
             self.metric(f"priority_{shape}_trainer_min_5s_iters", min(fewest) if fewest else None,
-                        "> 0 (any 5 s)" if shape == "half_idle" else "(no goal; reported)",
-                        (min(fewest) > 0) if fewest and shape == "half_idle" else None,
+                        "> 0 (any 5 s)" if shape in with_goals else "(no goal; reported)",
+                        (min(fewest) > 0) if fewest and shape in with_goals else None,
                         "iterations", per_run=fewest, native=min(native_fewest, default=None))
             if shape == "oversubscribed":
                 self.metric("priority_oversubscribed_high_swap_outs", swaps_of_high, "0", swaps_of_high == 0,
@@ -717,14 +723,14 @@ class Bench:
                      "trainer": (">= 0.50 of alone (service half idle)", lambda v: v >= 0.50)}
             for key, (goal, test) in goals.items():
                 value = f[key]
-                met = test(value) if value is not None and shape == "half_idle" else None
+                met = test(value) if value is not None and shape in with_goals else None
                 self.metric(f"priority_{shape}_{key}_ratio", value,
-                            goal if shape == "half_idle" else "(no goal; reported)", met,
-                            "x alone", native=nat[key], think_ms=think_ms, alone=ref,
+                            goal if shape in with_goals else "(no goal; reported)", met,
+                            "x alone", native=nat[key], shape_args=shape_args, alone=ref,
                             figures=figures)
             self.metric(f"priority_{shape}_handover_p99_ms", percentile(waits, 99) if waits else None,
-                        "<= 2 ms (p99)" if shape == "half_idle" else "(no goal; reported)",
-                        (percentile(waits, 99) <= 2.0) if waits and shape == "half_idle" else None,
+                        "<= 2 ms (p99)" if shape in with_goals else "(no goal; reported)",
+                        (percentile(waits, 99) <= 2.0) if waits and shape in with_goals else None,
                         "ms", p50_ms=percentile(waits, 50) if waits else None, samples=len(waits))
 
     def capdeep(self):

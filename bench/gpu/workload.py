@@ -6,7 +6,8 @@ Kinds:
   idle      a short kernel (a 1024x1024 matmul) then --host-ms of host work (a sleep) per iteration
   graph     a CUDA graph of --graph-kernels matmul kernels (as matmul), one replay per iteration
   serve     a latency-sensitive service: each step is the forward pass of an 8-layer MLP (4096 wide,
-            batch --batch, GELU) then a synchronize; steps back to back; reports p50/p99 step latency
+            batch --batch, GELU) then a synchronize; steps back to back (or --think-ms apart, or in
+            bursts of --burst-ms with --pause-ms between); reports p50/p99 step latency
 
 Work is either a number of iterations (--iters) or a wall-time window (--seconds: as many iterations
 as fit; the rate is what a capped job achieves). --devices runs the loop on several GPUs from one
@@ -38,6 +39,9 @@ def parse_args():
     ap.add_argument("--batch", type=int, default=256, help="serve: rows per forward pass")
     ap.add_argument("--think-ms", type=float, default=0.0,
                     help="serve: host time between steps (a service waiting for requests)")
+    ap.add_argument("--burst-ms", type=float, default=0.0,
+                    help="serve: steps for this long, then --pause-ms without requests, and again")
+    ap.add_argument("--pause-ms", type=float, default=0.0)
     ap.add_argument("--graph-kernels", type=int, default=10, help="graph: kernels per graph")
     ap.add_argument("--ready", default="")
     ap.add_argument("--go", default="")
@@ -133,6 +137,7 @@ def main() -> int:
     done_at = []  # --seconds: when each synchronized batch of iterations was done, into the loop
     skip_mark = None  # (time, iterations) at the first completion after --skip-s
     t1 = time.monotonic()
+    burst_from = t1
     deadline = t1 + args.seconds if args.seconds > 0 else None
     while True:
         if deadline is None and iters >= args.iters:
@@ -148,6 +153,9 @@ def main() -> int:
             step_at.append(t_step - t1)
             if args.think_ms > 0:
                 time.sleep(args.think_ms / 1000.0)
+            if args.burst_ms > 0 and (time.monotonic() - burst_from) * 1000.0 >= args.burst_ms:
+                time.sleep(args.pause_ms / 1000.0)
+                burst_from = time.monotonic()
         elif args.kind == "idle":
             sync()
             time.sleep(host_s)
