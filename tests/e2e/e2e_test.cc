@@ -741,6 +741,56 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   EXPECT_NE(table.find("low"), std::string::npos) << "status shows no class:\n" << table;
 }
 
+// A `low` trainer whose kernels (20 ms) are much longer than a `high` service's idle moments (5 ms
+// steps, 5 ms idle): each kernel it starts in a gap runs on beside the service's next steps, so the
+// scheduler charges its drains to the interference budget and holds it back once the budget is
+// spent. Most of the service's steps see no trainer at all; the trainer still runs now and then.
+TEST_F(E2eTest, ALowTrainerOfLongKernelsIsHeldToTheInterferenceBudget) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const std::string high_pod = "e2e00000-0000-4000-8000-0000000000b1";
+  const std::string low_pod = "e2e00000-0000-4000-8000-0000000000b2";
+  for (const auto& [pod, word] : {std::pair{high_pod, "high"}, std::pair{low_pod, "low"}}) {
+    auto set = scheduler_->ctl({"set-limits", "--pod-uid", pod, "--priority", word});
+    ASSERT_OK(set);
+    ASSERT_EQ(set.value().exit_code, 0) << set.value().out << set.value().err;
+  }
+  const std::vector<std::string> service = {
+      "--bytes",     "64Mi", "--kernels",  "200",  "--kernels-per-iter", "5",
+      "--kernel-us", "1000", "--sleep-us", "5000", "--progress"};
+  Trainer& alone = start_trainer({"service alone", service, {{"NVSHARE_POD_UID", high_pod}}});
+  finish(alone);
+  const std::vector<double> steps_alone = step_times(alone.progress());
+
+  Trainer& low =
+      start_trainer({"low trainer",
+                     {"--bytes", "64Mi", "--kernels", "100", "--kernel-us", "20000", "--progress"},
+                     {{"NVSHARE_POD_UID", low_pod}}});
+  for (int i = 0; i < 200 && low.progress().size() < 3; ++i) sleep_s(0.02);
+  const std::size_t low_before = low.progress().size();
+  Trainer& high = start_trainer({"service", service, {{"NVSHARE_POD_UID", high_pod}}});
+  finish(high);
+  const std::size_t low_during = low.progress().size() - low_before;
+  finish(low);
+  ASSERT_FALSE(HasFailure());
+
+  const std::vector<double> steps = step_times(high.progress());
+  ASSERT_FALSE(steps.empty());
+  ASSERT_FALSE(steps_alone.empty());
+  const auto at = [](const std::vector<double>& sorted, double q) {
+    return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(q * sorted.size()))];
+  };
+  measure("service step alone, p50", 1e3 * median_of(steps_alone), "ms");
+  measure("service step beside the trainer, p50", 1e3 * median_of(steps), "ms");
+  measure("service step beside the trainer, p90", 1e3 * at(steps, 0.9), "ms");
+  measure("trainer kernels finished while the service ran", static_cast<double>(low_during), "");
+  // Each kernel the trainer runs beside the service slows a few of its steps (the simulated GPU
+  // shares itself between the two); without the budget every step would be (about 2 s of
+  // trainer kernels started in the service's gaps over its 2 s).
+  EXPECT_LT(at(steps, 0.9), at(steps_alone, 0.9) + 0.002)
+      << "the trainer's kernels slowed more than a tenth of the service's steps";
+  EXPECT_LT(low_during, 40u) << "the trainer was not held back";
+}
+
 // The class a process declares (NVSHARE_PRIORITY, what nvshare-run --priority sets) is its own in
 // local mode; a scheduler that does not trust clients ignores it.
 TEST_F(E2eTest, ADeclaredClassCountsOnlyInLocalMode) {

@@ -197,7 +197,7 @@ std::vector<PriorityCase> priority_cases() {
       c.high_shared_max = shared_bound(c.scenario, 20ms);
       all.push_back(c);
     }
-    {  // A trainer whose drains are short (up to 100 us, within a tenth of the service's steps)
+    {  // A trainer whose drains are short (up to 500 us, within a tenth of the service's steps)
        // costs the service nothing worth charging: it takes the service's gaps freely. One whose
        // kernels become short after 15 s (drains of 20 ms, then 100 us) takes them from then on.
       for (bool changes : {false, true}) {
@@ -206,10 +206,10 @@ std::vector<PriorityCase> priority_cases() {
                               (changes ? ", after long ones" : "") + m,
                           mode);
         ClientSpec low = client(Priority::kLow, 2 * kGiB, 0s);
-        low.max_drain = changes ? 20ms : 100us;
+        low.max_drain = changes ? 20ms : 500us;
         if (changes) {
           low.pace_change_at = 15s;
-          low.later_max_drain = 100us;
+          low.later_max_drain = 500us;
         }
         c.scenario.clients = {client(Priority::kHigh, 2 * kGiB, 20ms), low};
         c.high_wait_bound = 0s;

@@ -412,18 +412,24 @@ void GpuPolicy::hold_back_lower_classes(MonoTime now) {
     return c.state == ClientState::kWaiting && !c.throttled && c.rank() < top &&
            c.rank() <= lowest_holder && interference_s_ < 0;
   };
-  if (std::none_of(clients_.begin(), clients_.end(), holds_back)) {
-    held_since_.reset();
-  } else if (!held_since_) {
-    held_since_ = now;
-  }
-  // The floor lets the lower classes run in their order: a floor after holding back began (or
-  // after the last grant to a lower class), the first of them in the queue that could run (the
-  // highest class, the longest wait) is let through.
   // One at a time: not while a grant the floor let through is still held.
   const bool floor_grant_held =
       std::any_of(clients_.begin(), clients_.end(),
                   [](const ClientRecord& c) { return c.holds() && c.floor_grant; });
+  if (std::none_of(clients_.begin(), clients_.end(), holds_back)) {
+    // A grant the floor let through keeps the floor's clock until it is released (restart_floor).
+    if (!floor_grant_held) held_since_.reset();
+  } else {
+    if (!held_since_) held_since_ = now;
+    // Nobody asks the holders to yield now: their grants span steps, and their releases measure
+    // none.
+    for (ClientRecord& c : clients_) {
+      if (c.holds()) c.step_grant = false;
+    }
+  }
+  // The floor lets the lower classes run in their order: a floor after holding back began (or
+  // after the release of the last grant it let through, if that grant was used), the first of
+  // them in the queue that could run (the highest class, the longest wait) is let through.
   const ClientRecord* first = nullptr;
   if (held_since_ && !floor_grant_held && now - *held_since_ >= config_.priority_floor) {
     for (ClientId id : queue_) {
@@ -560,9 +566,6 @@ void GpuPolicy::send_yields(std::vector<Action>& out) {
     if (yield_unsent(c) && takes_turns_with(c, *next) && yield_time(c, *next) <= now_) {
       c.yield_epoch = c.epoch;
       ++c.counters.yields;
-      // Its release measures a step only when it was asked from its grant on: asked later, the
-      // grant spans the steps it ran while nobody waited.
-      if (c.granted_at != now_) c.step_grant = false;
       out.push_back(SendYield{c.id, c.epoch});
     }
   }

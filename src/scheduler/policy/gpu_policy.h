@@ -225,7 +225,7 @@ class GpuPolicy {
   void revoke_for_priority(MonoTime now, std::vector<Action>& out);
   // A waiting client of a lower class than a present one (waiting, holding, or between its steps)
   // is held back while the interference budget is spent; a floor after holding back began, or
-  // after the last grant to a lower class, the first of them in the queue runs.
+  // after the last grant the floor let through was used, the first of them in the queue runs.
   void hold_back_lower_classes(MonoTime now);
   // A released holder: a step of a higher class that ended (its estimate), or a lower class that
   // drained beside a higher one (its delay, charged to the budget unless free).
