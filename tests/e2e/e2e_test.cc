@@ -1155,7 +1155,9 @@ TEST_F(TwoGpuTest, EachGpuTakesTurnsOnItsOwn) {
 // A 30% cap on one GPU and a 60% cap on the other, at once: each holds within 2 points.
 TEST_F(TwoGpuTest, CapsOnTwoGpusHoldAtOnce) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
-  const long kernels = 600;
+  // 12 s of GPU work each (20-40 s of wall time): a scheduling hiccup of the host moves the share
+  // by a fraction of a point, not by the tolerance.
+  const long kernels = 1200;
   const double kernel_s = 0.010;
   const int caps[2] = {30, 60};
   std::vector<Trainer*> trainers;
