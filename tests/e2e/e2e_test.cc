@@ -1327,7 +1327,7 @@ TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForMemory) {
 }
 
 // NVSHARE_ENABLE=0 with the library preloaded changes nothing: the same trainer output (apart from
-// timings, compared loosely), the same device-memory accounting in the simulated driver (plain
+// timings, which are reported), the same device-memory accounting in the simulated driver (plain
 // cuMemAlloc bytes, nothing converted to managed memory) and no session with the scheduler. A
 // third run with the library enabled shows that the same checks do see the library when it acts.
 TEST_F(E2eTest, EnableZeroChangesNothing) {
@@ -1369,10 +1369,8 @@ TEST_F(E2eTest, EnableZeroChangesNothing) {
     ASSERT_TRUE(p != nullptr && d != nullptr) << key;
     EXPECT_EQ(p->dump(), d->dump()) << "field " << key << " differs with NVSHARE_ENABLE=0";
   }
-  EXPECT_NEAR(json_number(&disabled.report, "gpu_s") / json_number(&plain.report, "gpu_s"), 1,
-              0.05);
-  EXPECT_NEAR(json_number(&disabled.report, "wall_s") / json_number(&plain.report, "wall_s"), 1,
-              0.15);
+  // Times are reported, not asserted: on a loaded host one run of a second can take a third longer
+  // with or without the library (benchmarks measure speed; bench/gpu's single-job scenario does).
   measure("wall_s without the library", json_number(&plain.report, "wall_s"), "s");
   measure("wall_s with NVSHARE_ENABLE=0", json_number(&disabled.report, "wall_s"), "s");
   measure("wall_s with the library enabled", json_number(&enabled.report, "wall_s"), "s");
