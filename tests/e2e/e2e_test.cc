@@ -673,12 +673,12 @@ double median_of(const std::vector<double>& sorted) {
 }
 
 // Priority classes from pod records (the way the plugin's annotation arrives): a `high` service
-// (steps of 80 kernels of 1 ms, synchronized, then 80 ms idle) beside a `low` trainer that never
-// idles. The simulated GPU shares itself equally among the contexts with work, as time-slicing
-// does, so running beside the trainer would double the service's step (about 160 ms); with the
-// classes the trainer only drains beside it (its bound is 2 ms of work, a few ms time-sliced beside
-// the service: within a tenth of the service's step, free of the interference budget), and the
-// trainer runs in the service's idle time.
+// (steps of 120 kernels of 1 ms, synchronized, then 120 ms idle) beside a `low` trainer of 250 us
+// kernels that never idles. The simulated GPU shares itself equally among the contexts with work,
+// as time-slicing does, so running beside the trainer would double the service's step (about
+// 240 ms); with the classes the trainer only drains beside it (its bound is 2 ms of work, about
+// 5 ms time-sliced beside the service: well within a tenth of the service's step, free of the
+// interference budget), and the trainer runs in the service's idle time.
 TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
   const std::string high_pod = "e2e00000-0000-4000-8000-0000000000a1";
@@ -692,15 +692,15 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   ASSERT_OK(bad);
   EXPECT_NE(bad.value().exit_code, 0) << "an unknown class was accepted";
   const std::vector<std::string> service = {
-      "--bytes",     "64Mi", "--kernels",  "10",    "--kernels-per-iter", "80",
-      "--kernel-us", "1000", "--sleep-us", "80000", "--progress"};
+      "--bytes",     "64Mi", "--kernels",  "10",     "--kernels-per-iter", "120",
+      "--kernel-us", "1000", "--sleep-us", "120000", "--progress"};
   Trainer& alone = start_trainer({"service alone", service, {{"NVSHARE_POD_UID", high_pod}}});
   finish(alone);
   const std::vector<double> steps_alone = step_times(alone.progress());
 
   Trainer& low = start_trainer({"low trainer",
-                                {"--bytes", "64Mi", "--kernels", "400", "--kernels-per-iter", "10",
-                                 "--kernel-us", "1000", "--progress"},
+                                {"--bytes", "64Mi", "--kernels", "400", "--kernels-per-iter", "40",
+                                 "--kernel-us", "250", "--progress"},
                                 {{"NVSHARE_POD_UID", low_pod}}});
   for (int i = 0; i < 200 && low.progress().size() < 5; ++i) sleep_s(0.02);
   Trainer& high = start_trainer({"service", service, {{"NVSHARE_POD_UID", high_pod}}});
@@ -722,7 +722,7 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   measure("service step alone, median", 1e3 * median_of(steps_alone), "ms");
   measure("service step beside the low trainer, median", 1e3 * median_of(steps), "ms");
   // The hand-over costs the low trainer's drain (at most its 2 ms bound and the kernel it runs)
-  // and a few round trips; sharing the GPU would cost the whole step again (80 ms).
+  // and a few round trips; sharing the GPU would cost the whole step again (120 ms).
   EXPECT_LT(median_of(steps), median_of(steps_alone) + 0.005)
       << "the high service's steps slowed down beside the low trainer";
   // The low trainer used the service's idle time.
@@ -732,7 +732,7 @@ TEST_F(E2eTest, AHighServiceKeepsItsStepTimeBesideALowTrainer) {
   double low_busy = 0;  // GPU time of the trainer's iterations done within the window
   for (const Json& p : low.progress()) {
     const double done = json_number(&p, "done_s");
-    if (done > window.begin && done <= window.end) low_busy += 10 * 0.001;
+    if (done > window.begin && done <= window.end) low_busy += 40 * 250e-6;
   }
   const double span = window.end - window.begin;
   measure("low trainer's share of the service's run", 100 * low_busy / span, "%");
