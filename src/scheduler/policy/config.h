@@ -61,8 +61,8 @@ struct PolicyConfig {
   // so the higher class's step is slowed for that long). A delay within kPriorityFreeDelay of the
   // higher class's step costs nothing; longer ones are charged against a budget that refills at
   // this fraction of wall time (bursts up to priority_floor's worth). A lower class out of budget
-  // does not run in a higher class's idle moments, unless it has waited priority_floor since its
-  // last grant: it is never held back longer than that.
+  // does not run in a higher class's idle moments, except that a floor after holding back began
+  // (or after the last floor grant that was used) the first held-back client is let through.
   double priority_interference = 0.005;
   Duration priority_floor = 4s;
 

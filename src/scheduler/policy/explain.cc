@@ -139,9 +139,9 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
   }
 
   if (c.held_back) {
-    const double repaid = config_.priority_interference > 0
-                              ? -interference_s_ / config_.priority_interference
-                              : to_seconds(config_.priority_floor);
+    const std::optional<MonoTime> repaid_at = interference_repaid_at();
+    const double repaid =
+        repaid_at ? to_seconds(*repaid_at - now) : to_seconds(config_.priority_floor);
     const double floor =
         held_since_ ? to_seconds(*held_since_ + config_.priority_floor - now) : 0.0;
     return who + " waits for a higher class: it is " + std::string(to_string(c.priority())) +

@@ -485,6 +485,13 @@ double GpuPolicy::interference_burst_s() const {
   return config_.priority_interference * to_seconds(config_.priority_floor);
 }
 
+std::optional<MonoTime> GpuPolicy::interference_repaid_at() const {
+  if (config_.priority_interference <= 0) return std::nullopt;
+  // Rounded up, and a microsecond more: the budget is back at 0 by then, not a hair below.
+  const double s = std::max(0.0, -interference_s_ / config_.priority_interference);
+  return now_ + Duration(static_cast<std::int64_t>(std::ceil(s * 1e9))) + 1us;
+}
+
 void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
   const ClientRecord* blocked = nullptr;  // a head that waits only for its turn among saturating
   for (std::size_t i = 0; i < queue_.size();) {
@@ -658,11 +665,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
       if (*held_since_ + config_.priority_floor > now_) {
         consider(*held_since_ + config_.priority_floor);
       }
-      if (config_.priority_interference > 0) {
-        // Rounded up, and a microsecond more: the budget is back at 0 by then, not a hair below.
-        const double s = -interference_s_ / config_.priority_interference;
-        consider(now_ + Duration(static_cast<std::int64_t>(std::ceil(s * 1e9))) + 1us);
-      }
+      consider(interference_repaid_at());
     }
   }
   if (const ClientRecord* next = head()) {

@@ -234,6 +234,8 @@ class GpuPolicy {
   void restart_floor(const ClientRecord& c, MonoTime now);
   // The budget's most (a burst): priority_floor's worth of its rate.
   double interference_burst_s() const;
+  // When the spent budget is back at 0 (none while it refills at no rate), rounded up.
+  std::optional<MonoTime> interference_repaid_at() const;
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
@@ -362,8 +364,8 @@ class GpuPolicy {
   // The interference budget (seconds; below 0 while a charge is repaid): lower classes run in a
   // higher class's idle moments while it is not negative.
   double interference_s_ = 0;
-  // Since when lower classes are held back without a grant to any of them (the floor counts from
-  // here), and the class they are held back for.
+  // Since when lower classes are held back without a used floor grant (the floor counts from here),
+  // and the class they are held back for.
   std::optional<MonoTime> held_since_;
   int hold_top_ = -1;
   MonoTime now_{};
