@@ -88,6 +88,7 @@ Result<ClientIdentity> identify_peer(int fd, const std::string& proc_root) {
   if (!pod) return pod.error();
   identity.pod_uid = pod.value().pod_uid;
   identity.container_id = pod.value().container_id;
+  identity.cgroup = pod.value().cgroup;
   identity.start_time = read_start_time(identity.pid, proc_root);
   if (pidfd.valid() && !still_running(pidfd.get())) {
     // The number may name another process now; what was read may be that one's.

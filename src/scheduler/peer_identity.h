@@ -4,7 +4,7 @@
 // exited by the time its session says hello (connect, fork, exit, the child speaks), and its pid
 // may belong to another process by then.
 //  - pid, uid, gid: SO_PEERCRED, the credentials of the connecting process.
-//  - pod and container: that pid's cgroup (pod_identity.h).
+//  - pod, container and cgroup: that pid's cgroup file (pod_identity.h).
 //  - start time: field 22 of /proc/<pid>/stat, so that a limit kept for a process never applies
 //    to a later process that reuses the number.
 // Where the kernel offers SO_PEERPIDFD (Linux 6.5), the peer is pinned by a pidfd while /proc is
@@ -33,6 +33,7 @@ struct ClientIdentity {
   std::uint64_t start_time = 0;        // clock ticks after boot; 0 when unknown
   std::optional<std::string> pod_uid;  // from the cgroup (canonical)
   std::optional<std::string> container_id;
+  std::string cgroup;  // its cgroup's path (pod_identity.h); empty when unknown
 };
 
 Result<ClientIdentity> identify_peer(int fd, const std::string& proc_root = "/proc");

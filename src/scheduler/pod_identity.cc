@@ -132,6 +132,8 @@ std::optional<std::string> canonical_pod_uid(std::string_view text) {
 }
 
 PodIdentity parse_pod_identity(std::string_view cgroup_file) {
+  PodIdentity found;
+  bool unified = false;
   std::size_t start = 0;
   while (start < cgroup_file.size()) {
     std::size_t end = cgroup_file.find('\n', start);
@@ -143,10 +145,20 @@ PodIdentity parse_pod_identity(std::string_view cgroup_file) {
     if (first == std::string_view::npos) continue;
     const std::size_t second = line.find(':', first + 1);
     if (second == std::string_view::npos) continue;
-    PodIdentity identity = parse_path(line.substr(second + 1));
-    if (identity.pod_uid) return identity;
+    const std::string_view path = line.substr(second + 1);
+    const bool is_unified = line.substr(0, second + 1) == "0::";
+    if (!unified && (is_unified || found.cgroup.empty())) {
+      found.cgroup = std::string(path);
+      unified = is_unified;
+    }
+    if (found.pod_uid) continue;
+    PodIdentity identity = parse_path(path);
+    if (identity.pod_uid) {
+      found.pod_uid = std::move(identity.pod_uid);
+      found.container_id = std::move(identity.container_id);
+    }
   }
-  return PodIdentity{};
+  return found;
 }
 
 Result<PodIdentity> read_pod_identity(pid_t pid, const std::string& proc_root) {

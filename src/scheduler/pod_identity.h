@@ -38,6 +38,9 @@ namespace nvshare::scheduler {
 struct PodIdentity {
   std::optional<std::string> pod_uid;       // canonical UID, nullopt when not in a pod
   std::optional<std::string> container_id;  // runtime container ID (hex) when the path names one
+  // The process's cgroup: the unified hierarchy's path (the "0::" line), else the first line's.
+  // What groups the processes of one job off Kubernetes (a container, a systemd scope or service).
+  std::string cgroup;
   bool operator==(const PodIdentity&) const = default;
 };
 
@@ -47,7 +50,8 @@ struct PodIdentity {
 std::optional<std::string> canonical_pod_uid(std::string_view text);
 
 // Parses the text of /proc/<pid>/cgroup (one `hierarchy:controllers:path` per line). The first line
-// naming a pod wins (all lines of a containerized process name the same pod).
+// naming a pod wins (all lines of a containerized process name the same pod); `cgroup` is filled
+// whether or not a pod is named.
 PodIdentity parse_pod_identity(std::string_view cgroup_file);
 
 // Reads <proc_root>/<pid>/cgroup and parses it. Fails only when the file cannot be read (the

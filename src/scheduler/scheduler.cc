@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/quantity.h"
 #include "scheduler/pod_identity.h"
+#include "scheduler/policy/gang.h"
 
 namespace nvshare::scheduler {
 namespace {
@@ -194,6 +195,7 @@ void Scheduler::refresh_limits(Client& client, MonoTime now) {
   NVSHARE_INFO("client %llu: limits now memory %llu bytes, core %u%%",
                static_cast<unsigned long long>(client.id),
                static_cast<unsigned long long>(limits.memory_bytes), limits.core_percent);
+  if (!client.gang.empty()) refresh_gang(client.gang);
   feed(client.gpu, policy::LimitsChanged{client.id, limits}, now);
   // The policy forwards LimitsChanged as SendLimits; this covers it if it chose not to.
   if (auto it = clients_.find(client.id); it != clients_.end()) send_limits_if_needed(it->second);
@@ -203,6 +205,64 @@ void Scheduler::feed(const std::string& gpu, const policy::Event& event, MonoTim
   auto it = gpus_.find(gpu);
   if (it == gpus_.end()) return;
   route(it->second->policy.handle(event, now));
+  align_gangs(now);
+}
+
+std::string Scheduler::gang_of(const Client& client) {
+  if (client.pod_uid) return "pod " + *client.pod_uid;
+  if (client.identity.cgroup.empty()) return {};
+  return "uid " + std::to_string(client.identity.uid) + " cgroup " + client.identity.cgroup;
+}
+
+void Scheduler::refresh_gang(const std::string& gang) {
+  std::erase_if(coupled_gangs_, [&](const auto& entry) { return entry.first.first == gang; });
+  auto it = gangs_.find(gang);
+  if (it == gangs_.end()) return;
+  // Capped members by cap: members with the same cap on several GPUs are coupled.
+  std::map<unsigned, std::vector<ClientId>> by_cap;
+  for (ClientId id : it->second) {
+    const Client& c = clients_.at(id);
+    if (c.effective.core_percent < 100) by_cap[c.effective.core_percent].push_back(id);
+  }
+  for (auto& [cap, ids] : by_cap) {
+    const std::string& first_gpu = clients_.at(ids.front()).gpu;
+    const bool several_gpus = std::any_of(
+        ids.begin(), ids.end(), [&](ClientId id) { return clients_.at(id).gpu != first_gpu; });
+    if (several_gpus && ids.size() <= kMaxGangMembers) {
+      coupled_gangs_[{gang, cap}] = std::move(ids);
+    }
+  }
+}
+
+void Scheduler::align_gangs(MonoTime now) {
+  if (aligning_ || coupled_gangs_.empty()) return;
+  aligning_ = true;
+  for (const auto& [key, ids] : coupled_gangs_) {
+    // A floor can revoke a member, and a revoke changes what the others are told: a few passes
+    // reach the fixed point (each pass that changes something moves a member towards pausing).
+    for (std::size_t pass = 0; pass <= ids.size(); ++pass) {
+      std::vector<policy::GangMember> members;
+      members.reserve(ids.size());
+      for (ClientId id : ids) {
+        const Client& c = clients_.at(id);
+        const std::optional<policy::GangState> state = gpus_.at(c.gpu)->policy.gang_state(id);
+        members.push_back(
+            {c.gpu, id, state ? state->pause_ends : std::nullopt, state && state->draining});
+      }
+      const std::vector<std::optional<MonoTime>> floors = policy::gang_resume_floors(members, now);
+      const std::vector<bool> paused = policy::gang_peers_paused(members);
+      bool changed = false;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        policy::GpuPolicy& gpu = gpus_.at(members[i].gpu)->policy;
+        const std::optional<policy::GangState> state = gpu.gang_state(ids[i]);
+        if (!state || (state->floor == floors[i] && state->peers_paused == paused[i])) continue;
+        changed = true;
+        route(gpu.handle(policy::ResumeNotBefore{ids[i], floors[i], paused[i]}, now));
+      }
+      if (!changed) break;
+    }
+  }
+  aligning_ = false;
 }
 
 void Scheduler::route(const std::vector<policy::Action>& actions) {
@@ -314,8 +374,15 @@ Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
                source.c_str());
   Gpu& gpu = gpu_for(client.gpu, now);
   const policy::Registered event{id, client.effective};
+  client.gang = gang_of(client);
+  const std::string gang = client.gang;
   clients_.emplace(id, std::move(client));
   route(gpu.policy.handle(event, now));
+  if (!gang.empty()) {
+    gangs_[gang].push_back(id);
+    refresh_gang(gang);
+    align_gangs(now);
+  }
   if (auto it = clients_.find(id); it != clients_.end()) send_limits_if_needed(it->second);
   return Status::Ok();
 }
@@ -376,8 +443,14 @@ void Scheduler::disconnect(ClientId client, MonoTime now) {
       processes_.erase(it->second.process()) != 0) {
     state_dirty_ = true;
   }
+  const std::string gang = it->second.gang;
   // The record goes first: frames the policy addresses to the departed client are dropped.
   clients_.erase(it);
+  if (auto g = gangs_.find(gang); g != gangs_.end()) {
+    std::erase(g->second, client);
+    if (g->second.empty()) gangs_.erase(g);
+    refresh_gang(gang);
+  }
   feed(gpu, policy::Disconnected{client}, now);
 }
 
@@ -395,6 +468,7 @@ void Scheduler::run_due(MonoTime now) {
     const auto deadline = gpu->policy.next_deadline();
     if (deadline && *deadline <= now) route(gpu->policy.handle(policy::DeadlineReached{}, now));
   }
+  align_gangs(now);
 }
 
 Result<SetLimitsOutcome> Scheduler::set_limits(const Selector& selector, const LimitsChange& change,

@@ -26,6 +26,10 @@
 // Identity: pid and uid come from SO_PEERCRED and the pod UID from the pid's cgroup; hello.pod_uid
 // is used only when trusted and no cgroup names a pod.
 //
+// Gangs: the processes of one pod (off Kubernetes: of one uid and cgroup) with the same cap on
+// several GPUs pause for their caps together (policy/gang.h): after every event the scheduler gives
+// each member the resume floor (ResumeNotBefore) that the other GPUs' members imply.
+//
 // GPUs: the node's GPUs and their memory come from the device (NVML, the `gpus` knob, the device
 // plugin's inventory through set-gpus, or the state a previous run left). A hello naming another
 // GPU is refused and leaves nothing behind; what a client says about a GPU's memory is ignored.
@@ -221,6 +225,7 @@ class Scheduler {
     std::string gpu;
     ClientIdentity identity;
     std::optional<std::string> pod_uid;  // effective (cgroup, or trusted hello)
+    std::string gang;                    // its job: the pod, or the uid and cgroup; empty: none
     std::string process_name;
     std::uint64_t capabilities = 0;
     LimitsLayer declared;  // only filled when client limits are trusted
@@ -255,7 +260,12 @@ class Scheduler {
   // change.
   void refresh_limits(Client& client, MonoTime now);
   void declare_priority(Client& client, std::uint8_t code, MonoTime now);
+  // Feeds one GPU's policy an event, routes its actions and re-aligns the gangs.
   void feed(const std::string& gpu, const policy::Event& event, MonoTime now);
+  // Gives every capped member of a gang on several GPUs the resume floor its gang implies (only
+  // changes are fed).
+  void align_gangs(MonoTime now);
+  static std::string gang_of(const Client& client);
   void route(const std::vector<policy::Action>& actions);
   void send_limits_if_needed(Client& client);
   static void count_swap(Client& client, const protocol::Usage& usage);
@@ -278,6 +288,16 @@ class Scheduler {
   std::map<std::string, PodRecord> pods_;
   std::map<ProcessKey, LimitsLayer> processes_;
   std::uint64_t resumed_sessions_ = 0;
+  // Recomputes whether a gang's capped members are on several GPUs (after it gains or loses a
+  // member, or a member's cap changes).
+  void refresh_gang(const std::string& gang);
+
+  // Clients by gang, and the gangs whose capped members are on several GPUs (at most
+  // kMaxGangMembers of them: a job has a process or a few per GPU, a node a handful of GPUs).
+  static constexpr std::size_t kMaxGangMembers = 64;
+  std::map<std::string, std::vector<ClientId>> gangs_;
+  std::map<std::pair<std::string, unsigned>, std::vector<ClientId>> coupled_gangs_;  // by gang, cap
+  bool aligning_ = false;  // align_gangs() is feeding (its own feeds do not re-align)
   bool synced_ = false;
   bool state_dirty_ = false;
   ProcessProbe process_alive_;

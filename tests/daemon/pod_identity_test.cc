@@ -141,6 +141,23 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"garbage", "not a cgroup file\n\n::\n:::\n", std::nullopt, std::nullopt}),
     [](const ::testing::TestParamInfo<Case>& test) { return std::string(test.param.name); });
 
+TEST(PodIdentityCgroup, TheUnifiedHierarchyNamesTheCgroup) {
+  // v1 lines first, then the unified one (a hybrid layout): the unified path is the process's.
+  EXPECT_EQ(parse_pod_identity("12:memory:/user.slice\n1:name=systemd:/user.slice/a.scope\n"
+                               "0::/user.slice/user-1000.slice/session-4.scope\n")
+                .cgroup,
+            "/user.slice/user-1000.slice/session-4.scope");
+  // v1 alone: the first line's path.
+  EXPECT_EQ(parse_pod_identity("12:memory:/docker/abc\n11:cpu:/docker/def\n").cgroup, "/docker/abc");
+  EXPECT_EQ(parse_pod_identity("0::/\n").cgroup, "/");
+  // A pod's process: the pod is found and the cgroup is the container's.
+  const PodIdentity pod =
+      parse_pod_identity(std::string("0::/kubepods/burstable/pod") + kUid + "/" + kContainer + "\n");
+  EXPECT_EQ(pod.pod_uid, kUid);
+  EXPECT_EQ(pod.cgroup, std::string("/kubepods/burstable/pod") + kUid + "/" + kContainer);
+  EXPECT_EQ(parse_pod_identity("garbage\n").cgroup, "");
+}
+
 TEST(PodIdentityRead, ReadsAFileUnderAProcRoot) {
   char tmpl[] = "/tmp/nvshare-proc-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

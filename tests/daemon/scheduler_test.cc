@@ -271,6 +271,95 @@ TEST_F(SchedulerTest, DeadlinesRevokeAtTheEndOfATurn) {
   EXPECT_EQ(revokes[0].reason, protocol::RevokeReason::kTurn);
 }
 
+// Drives clients that always want their GPU for `length`: each answers a revoke after its own
+// drain time and asks again at once. Returns the times each was granted.
+std::map<ClientId, std::vector<MonoTime>> drive_always_busy(
+    Scheduler& scheduler, RecordingChannel& channel, MonoTime& now,
+    const std::map<ClientId, Duration>& drains, Duration length) {
+  std::map<ClientId, std::vector<MonoTime>> grants;
+  std::map<ClientId, std::uint64_t> epochs;
+  std::map<ClientId, MonoTime> releases;  // due releases
+  const MonoTime end = now + length;
+  while (now < end) {
+    for (const auto& [id, drain] : drains) {
+      for (const protocol::Grant& g : channel.take<protocol::Grant>(id)) {
+        grants[id].push_back(now);
+        epochs[id] = g.epoch;
+      }
+      for (const protocol::Revoke& r : channel.take<protocol::Revoke>(id)) {
+        if (r.epoch == epochs[id] && r.reason != protocol::RevokeReason::kYield) {
+          releases[id] = now + drain;
+        }
+      }
+    }
+    MonoTime next = end;
+    if (auto d = scheduler.next_deadline()) next = std::min(next, *d);
+    for (const auto& [id, at] : releases) next = std::min(next, at);
+    now = std::max(now, next);
+    for (auto it = releases.begin(); it != releases.end();) {
+      if (it->second <= now) {
+        scheduler.release(it->first, protocol::Released{epochs[it->first], 0, 0}, now);
+        it = releases.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    scheduler.run_due(now);
+  }
+  return grants;
+}
+
+// Grants of `b` within 1 us of one of `a`'s, after the first second.
+int grants_together(const std::vector<MonoTime>& a, const std::vector<MonoTime>& b,
+                    MonoTime after, int* b_total) {
+  int together = 0;
+  *b_total = 0;
+  for (MonoTime t : b) {
+    if (t < after) continue;
+    ++*b_total;
+    for (MonoTime u : a) {
+      if (std::chrono::abs(t - u) <= 1us) {
+        ++together;
+        break;
+      }
+    }
+  }
+  return together;
+}
+
+TEST_F(SchedulerTest, TheCappedProcessesOfOnePodOnTwoGpusResumeTogether) {
+  make();
+  Selector pod;
+  pod.pod_uid = kPod;
+  ASSERT_TRUE(set(pod, std::nullopt, 50).ok());
+  const ClientId a = add("GPU-1", kPod);
+  scheduler_->request(a, now_);
+  now_ += 137ms;  // the other rank starts later, and drains slower
+  const ClientId b = add("GPU-2", kPod, {}, 1001);
+  scheduler_->request(b, now_);
+  const MonoTime start = now_;
+  auto grants = drive_always_busy(*scheduler_, channel_, now_, {{a, 2ms}, {b, 9ms}}, 10s);
+  int total = 0;
+  const int together = grants_together(grants[a], grants[b], start + 1s, &total);
+  EXPECT_GE(total, 15);  // a 0.5 s cycle
+  EXPECT_EQ(together, total) << "every run of the pod's process on GPU-2 starts with GPU-1's";
+
+  // Processes of different pods (or of no pod) on the two GPUs keep their own phases.
+  const ClientId c = add("GPU-1", "11111111-2222-3333-4444-555555555555", {}, 1002);
+  const ClientId d = add("GPU-2", std::nullopt, {}, 1003);
+  ASSERT_TRUE(set(Selector{.client = c}, std::nullopt, 50).ok());
+  ASSERT_TRUE(set(Selector{.client = d}, std::nullopt, 50).ok());
+  scheduler_->disconnect(a, now_);
+  scheduler_->disconnect(b, now_);
+  scheduler_->request(c, now_);
+  now_ += 137ms;
+  scheduler_->request(d, now_);
+  const MonoTime later = now_;
+  grants = drive_always_busy(*scheduler_, channel_, now_, {{c, 2ms}, {d, 9ms}}, 10s);
+  EXPECT_EQ(grants_together(grants[c], grants[d], later + 1s, &total), 0);
+  EXPECT_GE(total, 15);
+}
+
 TEST_F(SchedulerTest, PodLimitsAreRememberedForClientsThatRegisterLater) {
   make();
   Selector pod;

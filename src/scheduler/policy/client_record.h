@@ -97,6 +97,10 @@ struct ClientRecord {
   bool stepping = false;
   bool step_grant = false;
   Duration step_estimate{0};
+  // A capped client's pause ends no earlier than this (ResumeNotBefore); cleared at its grant.
+  std::optional<MonoTime> resume_floor;
+  // Its gang's members on other GPUs have all released and pause for their caps (ResumeNotBefore).
+  bool gang_peers_paused = false;
   Duration waited_total{0};
   ClientCounters counters;
 

@@ -74,11 +74,24 @@ struct Disconnected {
   ClientId client = 0;
 };
 
+// The processes of one job on other GPUs (gang.h) pause for their caps and run again no earlier
+// than `at`: a capped client pauses with them until then (running, it is revoked for quota; waiting
+// for its bucket, it also waits for `at`), so that the job's processes run at the same time.
+// nullopt, or a time already past: no floor. Only capped clients are affected; the floor goes at
+// the client's next grant. `peers_paused`: every member on another GPU has released and waits for
+// its cap; while it is so, this client's drain after a quota revoke is not billed (its queued work
+// waits for theirs: a collective cannot end until every rank has submitted its part).
+struct ResumeNotBefore {
+  ClientId client = 0;
+  std::optional<MonoTime> at;
+  bool peers_paused = false;
+};
+
 // The time returned by next_deadline() has come (the engine re-evaluates everything due by `now`).
 struct DeadlineReached {};
 
 using Event = std::variant<Registered, Requested, Released, UsageReported, LimitsChanged,
-                           Disconnected, DeadlineReached>;
+                           Disconnected, ResumeNotBefore, DeadlineReached>;
 
 // ---- actions ------------------------------------------------------------------------------------
 

@@ -73,11 +73,47 @@ std::vector<Action> GpuPolicy::handle(const Event& event, MonoTime now) {
                  [&](const UsageReported& e) { on_usage(e); },
                  [&](const LimitsChanged& e) { on_limits(e, out); },
                  [&](const Disconnected& e) { on_disconnected(e); },
+                 [&](const ResumeNotBefore& e) {
+                   if (ClientRecord* c = find(e.client)) {
+                     c->resume_floor = e.at;
+                     c->gang_peers_paused = e.peers_paused;
+                   }
+                 },
                  [&](const DeadlineReached&) {},
              },
              event);
   schedule(now, out);
   return out;
+}
+
+std::optional<MonoTime> GpuPolicy::gang_pause_ends(ClientId client) const {
+  const ClientRecord* c = find(client);
+  if (c == nullptr || !c->capped() || !c->quota) return std::nullopt;
+  if (c->state != ClientState::kWaiting || !c->throttled) return std::nullopt;
+  if (c->quota->refilled()) return now_;
+  return c->quota->refilled_at();
+}
+
+std::optional<GangState> GpuPolicy::gang_state(ClientId client) const {
+  const ClientRecord* c = find(client);
+  if (c == nullptr) return std::nullopt;
+  const bool draining =
+      c->capped() && c->state == ClientState::kRevoking && c->revoke_reason == RevokeReason::kQuota;
+  return GangState{gang_pause_ends(client), draining, c->resume_floor, c->gang_peers_paused};
+}
+
+bool GpuPolicy::drain_waits_for_gang(const ClientRecord& c) const {
+  return c.capped() && c.gang_peers_paused && c.state == ClientState::kRevoking &&
+         c.revoke_reason == RevokeReason::kQuota;
+}
+
+std::optional<MonoTime> GpuPolicy::resume_floor(ClientId client) const {
+  const ClientRecord* c = find(client);
+  return c != nullptr ? c->resume_floor : std::nullopt;
+}
+
+bool GpuPolicy::held_by_floor(const ClientRecord& c) const {
+  return c.capped() && c.resume_floor && *c.resume_floor > now_;
 }
 
 std::vector<Action> GpuPolicy::reconfigure(const PolicyConfig& config, MonoTime now) {
@@ -266,9 +302,12 @@ void GpuPolicy::update_rates() {
   for (const ClientRecord& c : clients_) holders += c.holds() ? 1 : 0;
   entitlement_binds_ = capped_client_wants_gpu();
   for (ClientRecord& c : clients_) {
-    const double rate = c.holds() ? 1.0 / holders : 0.0;
+    // A quota revoke's drain while the gang's other members pause waits for them, not for the GPU.
+    const double rate = c.holds() && !drain_waits_for_gang(c) ? 1.0 / holders : 0.0;
     c.usage.set_rate(rate);
-    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window, c.active());
+    // Waiting only for its gang's floor, it is owed nothing beyond its depth.
+    const bool wants = c.active() && !(c.throttled && held_by_floor(c) && c.quota->refilled());
+    if (c.quota) c.quota->set_rates(effective_cap(c), rate, config_.quota_window, wants);
   }
 }
 
@@ -276,7 +315,8 @@ void GpuPolicy::update_rates() {
 // entitlements bind.
 void GpuPolicy::release_throttles() {
   for (ClientRecord& c : clients_) {
-    if (c.capped() && c.state == ClientState::kWaiting && c.throttled && c.quota->refilled()) {
+    if (c.capped() && c.state == ClientState::kWaiting && c.throttled && c.quota->refilled() &&
+        !held_by_floor(c)) {
       c.throttled = false;
     }
   }
@@ -321,7 +361,9 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
 
 void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
-    if (c.state != ClientState::kRunning || !binds(c) || !c.quota->spent()) continue;
+    if (c.state != ClientState::kRunning || !binds(c) || (!c.quota->spent() && !held_by_floor(c))) {
+      continue;
+    }
     // Memory must move only if the client that runs next cannot sit beside it.
     const ClientRecord* next = head();
     bool swap_out = false;
@@ -659,7 +701,9 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
     if (c.state == ClientState::kRunning && binds(c)) consider(c.quota->spent_at());
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
-      consider(c.quota->refilled_at());
+      std::optional<MonoTime> refilled = c.quota->refilled_at();
+      if (refilled && c.capped() && c.resume_floor) refilled = std::max(*refilled, *c.resume_floor);
+      consider(refilled);
     }
     if (c.held_back) {
       if (*held_since_ + config_.priority_floor > now_) {
@@ -705,7 +749,8 @@ void GpuPolicy::enqueue(ClientRecord& c, MonoTime now, bool memory_in_place) {
   c.wait_reason_since = now;
   // Granting a nearly empty bucket could buy a swap-in for a few milliseconds of work; a client
   // preempted with its memory left in place costs none, so any budget left is worth a grant.
-  c.throttled = binds(c) && !c.quota->may_enter() && (!memory_in_place || c.quota->spent());
+  c.throttled = binds(c) && ((!c.quota->may_enter() && (!memory_in_place || c.quota->spent())) ||
+                             held_by_floor(c));
   place_in_queue(c);
 }
 
@@ -727,6 +772,7 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   c.runs_from = now + swap_in_estimate(c);
   c.wait_reason.reset();
   c.throttled = false;
+  c.resume_floor.reset();
   c.swap_out = false;
   out.push_back(SendGrant{c.id, c.epoch});
 }

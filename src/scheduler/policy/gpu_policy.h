@@ -71,6 +71,12 @@
 //    their gates are closed); otherwise classes never run side by side; a higher-class holder
 //    yields to a waiting lower class at its first idle moment and never loses a turn or a swap to
 //    it.
+//  - Gangs: a capped client given a resume floor later than now (ResumeNotBefore: the processes
+//    of its job on other GPUs pause for their caps, gang.h) pauses too: running, it is revoked
+//    (reason quota); waiting for its bucket, it resumes no earlier than the floor. The floor goes
+//    at its grant. While it waits only for the floor, its bucket does not rise above its depth.
+//    While every gang member on other GPUs has released and pauses (peers_paused), a drain after
+//    a quota revoke is not billed: it waits for them (a collective needs every rank's part).
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
 //    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
@@ -93,6 +99,7 @@
 #include "scheduler/policy/client_record.h"
 #include "scheduler/policy/config.h"
 #include "scheduler/policy/events.h"
+#include "scheduler/policy/gang.h"
 #include "scheduler/policy/quantum.h"
 
 namespace nvshare::policy {
@@ -178,6 +185,16 @@ class GpuPolicy {
     return c != nullptr &&
            (c->state == ClientState::kRevoking || c->state == ClientState::kUnresponsive);
   }
+
+  // What gang.h couples across GPUs. A capped client pausing for its cap (released, waiting for
+  // its bucket): when the bucket is back at the resume level by its own refill (now when it already
+  // is). nullopt for any other client: one still draining after its quota revoke delays nobody
+  // (its drain may wait for the very members it would delay).
+  std::optional<MonoTime> gang_pause_ends(ClientId client) const;
+  // The resume floor in force for a client (ResumeNotBefore), nullopt when none.
+  std::optional<MonoTime> resume_floor(ClientId client) const;
+  // Both, and what the client was told about its peers; nullopt for an unknown client.
+  std::optional<GangState> gang_state(ClientId client) const;
 
   // Replaces the configuration; takes effect for the next decisions (may grant or revoke at once).
   // A configuration that fails validate() is ignored.
@@ -330,6 +347,10 @@ class GpuPolicy {
   // Revoked and throttled by its bucket now: a capped client, or an uncapped one whose
   // entitlement binds.
   bool binds(const ClientRecord& c) const;
+  // A capped client whose resume floor lies ahead: it pauses with its gang.
+  bool held_by_floor(const ClientRecord& c) const;
+  // Revoked for quota while every member of its gang on other GPUs pauses: its drain is not billed.
+  bool drain_waits_for_gang(const ClientRecord& c) const;
   // One runner at a time: exclusive mode, or any mode while entitlements bind (a capped client
   // wants the GPU). A GPU that time-slices gives co-running processes shares nobody controls, so
   // a cap is enforced by time-division, where the time held is the time had.
