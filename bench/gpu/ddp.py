@@ -67,8 +67,12 @@ def main() -> int:
     losses = []
     t1 = time.monotonic()
     t_warm = None
+    # When each step was submitted: the library keeps at most its drain bound queued, so a step is
+    # submitted within that of the GPU running it (no synchronization per step).
+    stamps = []
     for i in range(args.steps):
         losses.append(step())
+        stamps.append(time.monotonic())
         if i == 9:
             torch.cuda.synchronize(device)
             t_warm = time.monotonic()
@@ -81,6 +85,10 @@ def main() -> int:
            "loop_start": t1, "loop_end": t2, "loop_s": t2 - t1,
            "steady_s": t2 - t_warm if t_warm else None,
            "steady_rate": (args.steps - 10) / (t2 - t_warm) if t_warm and t2 > t_warm else None,
+           # The second half of the steps: past a capped process's first burst (its bucket's
+           # depth), the rate its cap gives it.
+           "late_rate": ((args.steps - args.steps // 2) / (t2 - stamps[args.steps // 2 - 1])
+                         if args.steps >= 2 and t2 > stamps[args.steps // 2 - 1] else None),
            "result": "ok" if ok else "loss-did-not-fall"}
     dist.destroy_process_group()
     print(json.dumps(out), flush=True)

@@ -86,21 +86,23 @@ void GpuAgent::apply_limits(const protocol::Limits& limits) {
   }
   device_.ledger.set_limit(limits.memory_bytes);
   apply_memory_mode(limits.memory_mode);
-  apply_priority(limits.priority);
+  apply_drain_bound(limits);
 }
 
 // A low client keeps at most kLowDrainBound of GPU work queued (the configured bound if that is
-// shorter): a higher class that asks for the GPU waits no longer than that for the hand-over.
-void GpuAgent::apply_priority(std::uint8_t code) {
-  const Priority priority = protocol::effective_priority(code);
-  const Duration configured = client_config().drain_bound;
-  const Duration bound =
-      priority == Priority::kLow ? std::min(configured, kLowDrainBound) : configured;
+// shorter): a higher class that asks for the GPU waits no longer than that for the hand-over. A
+// capped one keeps at most kCappedDrainBound: its revokes come every cap cycle.
+void GpuAgent::apply_drain_bound(const protocol::Limits& limits) {
+  const Priority priority = protocol::effective_priority(limits.priority);
+  Duration bound = client_config().drain_bound;
+  if (priority == Priority::kLow) bound = std::min(bound, kLowDrainBound);
+  if (limits.core_percent < 100) bound = std::min(bound, kCappedDrainBound);
   const Duration before = device_.tracker.drain_bound();
   if (bound == before) return;
   device_.tracker.set_drain_bound(bound);
-  NVSHARE_INFO("%s: priority %s, drain bound %.1f ms", device_.identity.gpu_uuid.c_str(),
-               std::string(to_string(priority)).c_str(), static_cast<double>(bound.count()) / 1e6);
+  NVSHARE_INFO("%s: priority %s, core %u%%, drain bound %.1f ms", device_.identity.gpu_uuid.c_str(),
+               std::string(to_string(priority)).c_str(), limits.core_percent,
+               static_cast<double>(bound.count()) / 1e6);
 }
 
 void GpuAgent::apply_memory_mode(std::uint8_t code) {

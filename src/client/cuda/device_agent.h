@@ -27,6 +27,11 @@ struct DeviceState;
 
 // The drain bound of a `low` client (at most; a shorter configured bound stays).
 inline constexpr Duration kLowDrainBound = std::chrono::milliseconds(2);
+// The drain bound of a capped client (at most): it is revoked once per cap cycle (a quarter second
+// by default, of which a 10% client runs 25 ms), and what it has queued then runs on as overshoot
+// that its next pause repays; the processes of one job on several GPUs (gangs) pause together, and
+// the drain of the rank that is behind is time the rank ahead waits in.
+inline constexpr Duration kCappedDrainBound = std::chrono::milliseconds(5);
 
 class GpuAgent final : public DeviceAgent {
  public:
@@ -43,8 +48,9 @@ class GpuAgent final : public DeviceAgent {
   // process chose its own (NVSHARE_MEMORY_MODE); no word from the scheduler means device. What
   // is already allocated stays as it is.
   void apply_memory_mode(std::uint8_t code);
-  // The priority class (a protocol::Limits code): a low client's drain bound is kLowDrainBound.
-  void apply_priority(std::uint8_t code);
+  // The drain bound the limits imply: the configured one, at most kLowDrainBound for a low client
+  // and kCappedDrainBound for a capped one.
+  void apply_drain_bound(const protocol::Limits& limits);
 
  private:
   std::uint64_t move(bool to_host);
