@@ -31,7 +31,7 @@ inline constexpr Duration kLowDrainBound = std::chrono::milliseconds(2);
 // by default, of which a 10% client runs 25 ms), and what it has queued then runs on as overshoot
 // that its next pause repays; the processes of one job on several GPUs (gangs) pause together, and
 // the drain of the rank that is behind is time the rank ahead waits in.
-inline constexpr Duration kCappedDrainBound = std::chrono::milliseconds(5);
+inline constexpr Duration kCappedDrainBound = std::chrono::milliseconds(10);
 
 class GpuAgent final : public DeviceAgent {
  public:
