@@ -1191,6 +1191,45 @@ TEST_F(TwoGpuTest, CapsOnTwoGpusHoldAtOnce) {
   }
 }
 
+// The processes of one job (here: of one uid and cgroup) with the same 50% cap on two GPUs, the
+// second started 137 ms after the first: they pause and resume together (policy/gang.h), so their
+// kernels run at the same time for most of their GPU time (left to their own cycles they would
+// overlap for about a tenth of it), and each keeps its share.
+TEST_F(TwoGpuTest, TheCappedProcessesOfOneJobOnTwoGpusRunTogether) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const long kernels = 400;
+  const double kernel_s = 0.010;
+  std::vector<Trainer*> trainers;
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    if (gpu == 1) sleep_s(0.137);
+    trainers.push_back(&start_trainer({"rank" + std::to_string(gpu),
+                                       {"--device", std::to_string(gpu), "--kernels",
+                                        std::to_string(kernels), "--kernel-us", "10000",
+                                        "--progress"},
+                                       {{"NVSHARE_CORE_LIMIT", "50"}}}));
+  }
+  ASSERT_FALSE(HasFailure());
+  while (trainers[0]->running() || trainers[1]->running()) {
+    (void)poll_status();
+    sleep_s(0.25);
+  }
+  std::vector<Interval> runs[2];
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    Trainer& t = *trainers[static_cast<std::size_t>(gpu)];
+    Json report = finish(t);
+    if (HasFailure()) return;
+    runs[gpu] = intervals(t.progress(), gpu);
+    const double share =
+        100.0 * static_cast<double>(kernels) * kernel_s / json_number(&report, "wall_s");
+    measure("GPU " + std::to_string(gpu) + ": share under a 50% cap", share, "%");
+    EXPECT_NEAR(share, 50, 2.0) << "GPU " << gpu;
+  }
+  const double together = overlap_s(runs[0], runs[1]);
+  const double gpu_s = static_cast<double>(kernels) * kernel_s;
+  measure("kernel time the two ran at once", together, "s");
+  EXPECT_GE(together, 0.7 * gpu_s) << "the ranks' caps did not pause them together";
+}
+
 // The scheduler is killed with SIGKILL while two trainers that do not fit take turns (one runs,
 // one waits), and restarted 1 s later on the same sockets. While it is down both trainers keep
 // running (fail-open: the waiter is let go); after the restart both register again; both finish
