@@ -143,7 +143,7 @@ constexpr std::array<ClientKnob, 13> kKnobs = {{
      apply_idle_release},
     {"drain-bound-ms", "50", "1..60000 (milliseconds)",
      "GPU work the process may have queued, measured in time, so that a revoke drains within "
-     "about this long.",
+     "about this long (at most 10 ms while it is capped, 2 ms while it is low).",
      apply_drain_bound},
     {"memory-limit", "", "empty, or a quantity (`4Gi`, `512Mi`, `4G`; `0`: none)",
      "Memory limit the process declares for itself on each GPU. Enforced locally from the start; "
