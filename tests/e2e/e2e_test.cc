@@ -1160,6 +1160,46 @@ TEST_F(TwoGpuTest, EachGpuTakesTurnsOnItsOwn) {
   }
 }
 
+// One process driving both GPUs (a tensor and kernels on each, switching the current context):
+// it is registered on both, each GPU's memory limit holds on its own (4Gi seen on each; 1Gi + 5Gi
+// refused on the second), and every kernel on both runs.
+TEST_F(TwoGpuTest, OneProcessDrivesBothGpusUnderItsLimits) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  Trainer& t = start_trainer(
+      {"both",
+       {"--device", "0", "--bytes", "1Gi", "--report-meminfo", "--also-device", "1",
+        "--also-bytes", "1Gi", "--also-try-bytes", "5Gi", "--kernels", "100", "--kernel-us",
+        "10000"},
+       {{"NVSHARE_MEMORY_LIMIT", "4Gi"}}});
+  ASSERT_FALSE(HasFailure());
+  std::set<std::string> gpus_seen;
+  while (t.running()) {
+    auto status = poll_status();
+    if (status.ok()) {
+      const Json* gpus = status.value().find("gpus");
+      for (const Json& gpu : gpus != nullptr && gpus->as_array() != nullptr ? *gpus->as_array()
+                                                                             : std::vector<Json>{}) {
+        const Json* clients = gpu.find("clients");
+        if (clients == nullptr || clients->as_array() == nullptr) continue;
+        for (const Json& c : *clients->as_array()) {
+          if (json_number(&c, "pid") == t.pid()) gpus_seen.insert(json_string(&gpu, "uuid"));
+        }
+      }
+    }
+    sleep_s(0.1);
+  }
+  Json report = finish(t);
+  if (HasFailure()) return;
+  EXPECT_EQ(gpus_seen.size(), 2u) << "the process was not registered on both GPUs";
+  EXPECT_DOUBLE_EQ(json_number(&report, "mem_total"), 4 * kGi);
+  const Json* also = report.find("also");
+  ASSERT_NE(also, nullptr);
+  EXPECT_EQ(json_number(also, "device"), 1);
+  EXPECT_DOUBLE_EQ(json_number(also, "mem_total"), 4 * kGi) << "the second GPU's limit";
+  EXPECT_EQ(json_string(also, "try"), "CUDA_ERROR_OUT_OF_MEMORY") << "1Gi + 5Gi under 4Gi";
+  EXPECT_EQ(json_number(also, "kernels"), 100);
+}
+
 // A 30% cap on one GPU and a 60% cap on the other, at once: each holds within 2 points.
 TEST_F(TwoGpuTest, CapsOnTwoGpusHoldAtOnce) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));

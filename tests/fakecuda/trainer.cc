@@ -44,6 +44,12 @@
 //                             (cuIpcOpenMemHandle; a failure is the run's error), report its first
 //                             byte as "ipc_read", write 0xa5 over its first 4 KiB, close it;
 //                             with --ipc-done FILE2, create FILE2 afterwards
+//   --also-device N           one process on two GPUs: also retains device N's primary context,
+//                             allocates --also-bytes there, and every iteration launches its kernels
+//                             on both devices (switching the current context) and waits for both;
+//                             reports "also":{"device":N,"uuid":..,"mem_total":..,"kernels":..}
+//                             and, with --also-try-bytes Q, "try":"<CUresult name>" of allocating
+//                             Q more there (a failure there is a result, not an error of the run)
 #include <cuda.h>
 #include <time.h>
 
@@ -113,6 +119,9 @@ struct Options {
   std::string ipc_wait;
   std::string ipc_import;
   std::string ipc_done;
+  int also_device = -1;
+  std::uint64_t also_bytes = 0;
+  std::uint64_t also_try_bytes = 0;
 };
 
 struct MeminfoSample {
@@ -162,6 +171,12 @@ struct Report {
   std::string probe_exact;
   std::size_t probe_free_after = 0;
   std::string probe_one_more;
+  // --also-device
+  int also_device = -1;
+  std::string also_uuid;
+  std::size_t also_mem_total = 0;
+  long also_kernels = 0;
+  std::string also_try;
 };
 
 Report g_report;
@@ -224,6 +239,12 @@ void print_report(const char* result, const std::string& error) {
   }
   if (r.ipc_seen >= 0) std::printf(",\"ipc_seen\":\"%02x\"", r.ipc_seen);
   if (r.ipc_read >= 0) std::printf(",\"ipc_read\":\"%02x\"", r.ipc_read);
+  if (r.also_device >= 0) {
+    std::printf(",\"also\":{\"device\":%d,\"uuid\":\"%s\",\"mem_total\":%zu,\"kernels\":%ld",
+                r.also_device, r.also_uuid.c_str(), r.also_mem_total, r.also_kernels);
+    if (!r.also_try.empty()) std::printf(",\"try\":\"%s\"", r.also_try.c_str());
+    std::printf("}");
+  }
   if (!error.empty()) std::printf(",\"error\":\"%s\"", error.c_str());
   std::printf(",\"result\":\"%s\"}\n", result);
   std::fflush(stdout);
@@ -275,6 +296,9 @@ void usage(FILE* out) {
       "  --ipc-wait FILE       after the loop, wait for FILE and report the buffer's first byte\n"
       "  --ipc-import FILE     open the IPC handle in FILE, report and overwrite its first bytes\n"
       "  --ipc-done FILE       create FILE once the imported memory is closed\n"
+      "  --also-device N       also drive device N: allocate --also-bytes Q there and launch every\n"
+      "                        iteration's kernels on both devices\n"
+      "  --also-try-bytes Q    then try to allocate Q more on device N (result in the report)\n"
       "  --json                JSON output (the default and only format)\n");
 }
 
@@ -330,6 +354,16 @@ bool parse_options(int argc, char** argv, Options* options) {
       options->meminfo_every_ms = number;
     } else if (arg == "--alloc-after-ms" && value(&v) && parse_long(v, 0, &number)) {
       options->alloc_after_ms = number;
+    } else if (arg == "--also-device" && value(&v) && parse_long(v, 0, &number)) {
+      options->also_device = static_cast<int>(number);
+    } else if ((arg == "--also-bytes" || arg == "--also-try-bytes") && value(&v)) {
+      auto parsed = nvshare::parse_memory_quantity(v);
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "nvshare-trainer: %s: %s\n", argv[i - 1],
+                     parsed.error().message.c_str());
+        return false;
+      }
+      (arg == "--also-bytes" ? options->also_bytes : options->also_try_bytes) = parsed.value();
     } else if (arg == "--device" && value(&v) && parse_long(v, 0, &number)) {
       options->device = static_cast<int>(number);
     } else if (arg == "--kernels" && value(&v) && parse_long(v, 0, &number)) {
@@ -526,6 +560,51 @@ void import_buffer(const Options& options) {
   if (!options.ipc_done.empty()) publish_file(options.ipc_done, "done");
 }
 
+// --also-device: the second GPU of a process that drives two.
+struct SecondDevice {
+  CUdevice device = 0;
+  CUcontext ctx = nullptr;
+  CUmodule module = nullptr;
+  CUfunction spin = nullptr;
+  CUstream stream = nullptr;
+  CUdeviceptr buffer = 0;
+};
+
+// Retains the device's primary context and sets it up as main() does its own; `home` is current
+// again afterwards.
+SecondDevice open_second(const Options& options, CUcontext home) {
+  SecondDevice second;
+  CU_CHECK(cuDeviceGet, (&second.device, options.also_device));
+  CUuuid uuid{};
+  CU_CHECK(cuDeviceGetUuid, (&uuid, second.device));
+  g_report.also_device = options.also_device;
+  g_report.also_uuid = format_uuid(uuid);
+  CU_CHECK(cuDevicePrimaryCtxRetain, (&second.ctx, second.device));
+  CU_CHECK(cuCtxSetCurrent, (second.ctx));
+  CU_CHECK(cuModuleLoadData, (&second.module, kSpinPtx));
+  CU_CHECK(cuModuleGetFunction, (&second.spin, second.module, "nvshare_spin"));
+  CU_CHECK(cuStreamCreate, (&second.stream, CU_STREAM_DEFAULT));
+  if (options.also_bytes > 0) {
+    CU_CHECK(cuMemAlloc, (&second.buffer, options.also_bytes));
+    CU_CHECK(cuMemsetD8Async, (second.buffer, 0, options.also_bytes, second.stream));
+    CU_CHECK(cuStreamSynchronize, (second.stream));
+  }
+  std::size_t free = 0;
+  CU_CHECK(cuMemGetInfo, (&free, &g_report.also_mem_total));
+  if (options.also_try_bytes > 0) g_report.also_try = try_alloc(options.also_try_bytes);
+  CU_CHECK(cuCtxSetCurrent, (home));
+  return second;
+}
+
+void close_second(SecondDevice& second, CUcontext home) {
+  CU_CHECK(cuCtxSetCurrent, (second.ctx));
+  if (second.buffer != 0) CU_CHECK(cuMemFree, (second.buffer));
+  CU_CHECK(cuStreamDestroy, (second.stream));
+  CU_CHECK(cuModuleUnload, (second.module));
+  CU_CHECK(cuCtxSetCurrent, (home));
+  CU_CHECK(cuDevicePrimaryCtxRelease, (second.device));
+}
+
 int main(int argc, char** argv) {
   const double start_s = monotonic_s();
   Options options;
@@ -593,6 +672,8 @@ int main(int argc, char** argv) {
     report.have_meminfo = true;
   }
   if (options.probe_free) probe_free(&report);
+  SecondDevice second;
+  if (options.also_device >= 0) second = open_second(options, ctx);
 
   CUevent begin = nullptr;
   CUevent end = nullptr;
@@ -658,6 +739,16 @@ int main(int argc, char** argv) {
       }
     }
     CU_CHECK(cuEventRecord, (end, stream));
+    if (second.ctx != nullptr) {
+      CU_CHECK(cuCtxSetCurrent, (second.ctx));
+      for (long k = 0; k < launches_per_iter; ++k) {
+        CU_CHECK(cuLaunchKernel, (second.spin, options.blocks, 1, 1, options.threads, 1, 1, 0,
+                                  second.stream, params, nullptr));
+      }
+      CU_CHECK(cuStreamSynchronize, (second.stream));
+      report.also_kernels += launches_per_iter;
+      CU_CHECK(cuCtxSetCurrent, (ctx));
+    }
     CU_CHECK(cuEventSynchronize, (end));
     float ms = 0;
     CU_CHECK(cuEventElapsedTime, (&ms, begin, end));
@@ -687,6 +778,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (second.ctx != nullptr) close_second(second, ctx);
   if (graph_exec != nullptr) CU_CHECK(cuGraphExecDestroy, (graph_exec));
   if (graph != nullptr) CU_CHECK(cuGraphDestroy, (graph));
   CU_CHECK(cuEventDestroy, (begin));
