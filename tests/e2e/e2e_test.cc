@@ -1167,9 +1167,8 @@ TEST_F(TwoGpuTest, OneProcessDrivesBothGpusUnderItsLimits) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
   Trainer& t = start_trainer(
       {"both",
-       {"--device", "0", "--bytes", "1Gi", "--report-meminfo", "--also-device", "1",
-        "--also-bytes", "1Gi", "--also-try-bytes", "5Gi", "--kernels", "100", "--kernel-us",
-        "10000"},
+       {"--device", "0", "--bytes", "1Gi", "--report-meminfo", "--also-device", "1", "--also-bytes",
+        "1Gi", "--also-try-bytes", "5Gi", "--kernels", "100", "--kernel-us", "10000"},
        {{"NVSHARE_MEMORY_LIMIT", "4Gi"}}});
   ASSERT_FALSE(HasFailure());
   std::set<std::string> gpus_seen;
@@ -1178,7 +1177,7 @@ TEST_F(TwoGpuTest, OneProcessDrivesBothGpusUnderItsLimits) {
     if (status.ok()) {
       const Json* gpus = status.value().find("gpus");
       for (const Json& gpu : gpus != nullptr && gpus->as_array() != nullptr ? *gpus->as_array()
-                                                                             : std::vector<Json>{}) {
+                                                                            : std::vector<Json>{}) {
         const Json* clients = gpu.find("clients");
         if (clients == nullptr || clients->as_array() == nullptr) continue;
         for (const Json& c : *clients->as_array()) {
@@ -1242,11 +1241,11 @@ TEST_F(TwoGpuTest, TheCappedProcessesOfOneJobOnTwoGpusRunTogether) {
   std::vector<Trainer*> trainers;
   for (int gpu = 0; gpu < 2; ++gpu) {
     if (gpu == 1) sleep_s(0.137);
-    trainers.push_back(&start_trainer({"rank" + std::to_string(gpu),
-                                       {"--device", std::to_string(gpu), "--kernels",
-                                        std::to_string(kernels), "--kernel-us", "10000",
-                                        "--progress"},
-                                       {{"NVSHARE_CORE_LIMIT", "50"}}}));
+    trainers.push_back(
+        &start_trainer({"rank" + std::to_string(gpu),
+                        {"--device", std::to_string(gpu), "--kernels", std::to_string(kernels),
+                         "--kernel-us", "10000", "--progress"},
+                        {{"NVSHARE_CORE_LIMIT", "50"}}}));
   }
   ASSERT_FALSE(HasFailure());
   while (trainers[0]->running() || trainers[1]->running()) {

@@ -45,11 +45,12 @@
 //                             byte as "ipc_read", write 0xa5 over its first 4 KiB, close it;
 //                             with --ipc-done FILE2, create FILE2 afterwards
 //   --also-device N           one process on two GPUs: also retains device N's primary context,
-//                             allocates --also-bytes there, and every iteration launches its kernels
-//                             on both devices (switching the current context) and waits for both;
-//                             reports "also":{"device":N,"uuid":..,"mem_total":..,"kernels":..}
-//                             and, with --also-try-bytes Q, "try":"<CUresult name>" of allocating
-//                             Q more there (a failure there is a result, not an error of the run)
+//                             allocates --also-bytes there, and every iteration launches its
+//                             kernels on both devices (switching the current context) and waits for
+//                             both; reports
+//                             "also":{"device":N,"uuid":..,"mem_total":..,"kernels":..} and, with
+//                             --also-try-bytes Q, "try":"<CUresult name>" of allocating Q more
+//                             there (a failure there is a result, not an error of the run)
 #include <cuda.h>
 #include <time.h>
 
@@ -296,7 +297,8 @@ void usage(FILE* out) {
       "  --ipc-wait FILE       after the loop, wait for FILE and report the buffer's first byte\n"
       "  --ipc-import FILE     open the IPC handle in FILE, report and overwrite its first bytes\n"
       "  --ipc-done FILE       create FILE once the imported memory is closed\n"
-      "  --also-device N       also drive device N: allocate --also-bytes Q there and launch every\n"
+      "  --also-device N       also drive device N: allocate --also-bytes Q there and launch "
+      "every\n"
       "                        iteration's kernels on both devices\n"
       "  --also-try-bytes Q    then try to allocate Q more on device N (result in the report)\n"
       "  --json                JSON output (the default and only format)\n");
