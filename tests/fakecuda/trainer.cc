@@ -341,7 +341,8 @@ bool parse_options(int argc, char** argv, Options* options) {
       options->progress = true;
     } else if (arg == "--probe-free") {
       options->probe_free = true;
-    } else if ((arg == "--bytes" || arg == "--alloc-bytes" || arg == "--spare-bytes") &&
+    } else if ((arg == "--bytes" || arg == "--alloc-bytes" || arg == "--spare-bytes" ||
+                arg == "--also-bytes" || arg == "--also-try-bytes") &&
                value(&v)) {
       auto parsed = nvshare::parse_memory_quantity(v);
       if (!parsed.ok()) {
@@ -351,21 +352,15 @@ bool parse_options(int argc, char** argv, Options* options) {
       }
       (arg == "--bytes"         ? options->bytes
        : arg == "--alloc-bytes" ? options->alloc_bytes
-                                : options->spare_bytes) = parsed.value();
+       : arg == "--spare-bytes" ? options->spare_bytes
+       : arg == "--also-bytes"  ? options->also_bytes
+                                : options->also_try_bytes) = parsed.value();
     } else if (arg == "--meminfo-every-ms" && value(&v) && parse_long(v, 1, &number)) {
       options->meminfo_every_ms = number;
     } else if (arg == "--alloc-after-ms" && value(&v) && parse_long(v, 0, &number)) {
       options->alloc_after_ms = number;
     } else if (arg == "--also-device" && value(&v) && parse_long(v, 0, &number)) {
       options->also_device = static_cast<int>(number);
-    } else if ((arg == "--also-bytes" || arg == "--also-try-bytes") && value(&v)) {
-      auto parsed = nvshare::parse_memory_quantity(v);
-      if (!parsed.ok()) {
-        std::fprintf(stderr, "nvshare-trainer: %s: %s\n", argv[i - 1],
-                     parsed.error().message.c_str());
-        return false;
-      }
-      (arg == "--also-bytes" ? options->also_bytes : options->also_try_bytes) = parsed.value();
     } else if (arg == "--device" && value(&v) && parse_long(v, 0, &number)) {
       options->device = static_cast<int>(number);
     } else if (arg == "--kernels" && value(&v) && parse_long(v, 0, &number)) {
