@@ -1233,7 +1233,8 @@ TEST_F(TwoGpuTest, CapsOnTwoGpusHoldAtOnce) {
 // The processes of one job (here: of one uid and cgroup) with the same 50% cap on two GPUs, the
 // second started 137 ms after the first: they pause and resume together (policy/gang.h), so their
 // kernels run at the same time for most of their GPU time (left to their own cycles they would
-// overlap for about a tenth of it), and each keeps its share.
+// overlap for about a tenth of it). Neither goes over its cap, and coupling costs neither more than
+// the others' pauses can: the start offset and a cap cycle.
 TEST_F(TwoGpuTest, TheCappedProcessesOfOneJobOnTwoGpusRunTogether) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
   const long kernels = 400;
@@ -1258,10 +1259,11 @@ TEST_F(TwoGpuTest, TheCappedProcessesOfOneJobOnTwoGpusRunTogether) {
     Json report = finish(t);
     if (HasFailure()) return;
     runs[gpu] = intervals(t.progress(), gpu);
-    const double share =
-        100.0 * static_cast<double>(kernels) * kernel_s / json_number(&report, "wall_s");
+    const double wall_s = json_number(&report, "wall_s");
+    const double share = 100.0 * static_cast<double>(kernels) * kernel_s / wall_s;
     measure("GPU " + std::to_string(gpu) + ": share under a 50% cap", share, "%");
-    EXPECT_NEAR(share, 50, 2.0) << "GPU " << gpu;
+    EXPECT_LE(share, 52.0) << "GPU " << gpu;
+    EXPECT_GE(share, 48.0 - 100.0 * (0.137 + 0.25) / wall_s) << "GPU " << gpu;
   }
   const double together = overlap_s(runs[0], runs[1]);
   const double gpu_s = static_cast<double>(kernels) * kernel_s;

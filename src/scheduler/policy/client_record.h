@@ -99,8 +99,13 @@ struct ClientRecord {
   Duration step_estimate{0};
   // A capped client's pause ends no earlier than this (ResumeNotBefore); cleared at its grant.
   std::optional<MonoTime> resume_floor;
-  // Its gang's members on other GPUs have all released and pause for their caps (ResumeNotBefore).
+  // Its gang's members on other GPUs have all stopped, one at least pausing (ResumeNotBefore).
   bool gang_peers_paused = false;
+  // Its drain after a quota revoke while they were stopped: not billed as it passed, and billed at
+  // its release unless a member resumed before it ended (then it waited for them).
+  Duration gang_unbilled{0};
+  MonoTime gang_unbilled_since{};
+  bool gang_drain_waited = false;
   Duration waited_total{0};
   ClientCounters counters;
 

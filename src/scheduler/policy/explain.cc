@@ -134,8 +134,8 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
     const double rising = c.quota->cap();
     const double to_go = std::max(0.0, (c.quota->resume_level() - level) / rising);
     std::string text = who + " waits for quota: " + describe_quota(c, now) + ", budget " +
-                       millis(level) + "; it may run again at " +
-                       millis(c.quota->resume_level()) + ", in " + fixed(to_go, 1, " s");
+                       millis(level) + "; it may run again at " + millis(c.quota->resume_level()) +
+                       ", in " + fixed(to_go, 1, " s");
     if (c.capped() && c.resume_floor && *c.resume_floor > now &&
         to_seconds(*c.resume_floor - now) > to_go) {
       text += "; its job's processes on other GPUs pause too, and it resumes with them in " +

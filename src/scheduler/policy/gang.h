@@ -18,9 +18,10 @@
 // A pause at the same instant is not a pause at the same collective: ranks run up to a step apart,
 // so the rank ahead has queued a collective that cannot end until its peers submit their part,
 // which they do only once they run again. So a member still draining after its quota revoke delays
-// nobody (were it to, its peers would wait for its drain and its drain for them), and while every
-// member on the other GPUs has released and pauses, its drain is not billed (peers_paused): it ends
-// a few milliseconds after they resume, with its bucket as full as theirs, and it runs with them.
+// nobody (were it to, its peers would wait for its drain and its drain for them), and while no
+// member on the other GPUs runs (peers_paused) its drain is not billed as it passes: it ends a few
+// milliseconds after they resume, with its bucket as full as theirs, and it runs with them. A drain
+// that ends before any of them resumed waited for nobody, and is billed at its release.
 // Measured on two H200s before this rule: 50% ranks at 2.1-2.7% of native, one drain 5 s long.
 //
 // Bounds: only capped members are paused or delayed, by at most the other members' pauses (each at
@@ -28,8 +29,8 @@
 // memory or a turn, idle, gone, or unresponsive to its revoke) delays nobody; a gang is what the
 // kernel says (the same pod, or off Kubernetes the same uid and cgroup), so a process can delay
 // only its own job's. What a member waits beyond its own refill does not raise its bucket above its
-// depth. Unbilled drain: at most the other members' pause, once per pause, and only for a process
-// whose own job's processes on other GPUs all pause.
+// depth. Unbilled drain: at most the other members' pause, once per pause, and only a drain that
+// was still running when one of them resumed.
 //
 // Contract: pure; members of one GPU do not constrain each other (they share that GPU's policy).
 #pragma once

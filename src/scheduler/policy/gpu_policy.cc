@@ -74,10 +74,7 @@ std::vector<Action> GpuPolicy::handle(const Event& event, MonoTime now) {
                  [&](const LimitsChanged& e) { on_limits(e, out); },
                  [&](const Disconnected& e) { on_disconnected(e); },
                  [&](const ResumeNotBefore& e) {
-                   if (ClientRecord* c = find(e.client)) {
-                     c->resume_floor = e.at;
-                     c->gang_peers_paused = e.peers_paused;
-                   }
+                   if (ClientRecord* c = find(e.client)) on_gang(*c, e, now);
                  },
                  [&](const DeadlineReached&) {},
              },
@@ -100,6 +97,29 @@ std::optional<GangState> GpuPolicy::gang_state(ClientId client) const {
   const bool draining =
       c->capped() && c->state == ClientState::kRevoking && c->revoke_reason == RevokeReason::kQuota;
   return GangState{gang_pause_ends(client), draining, c->resume_floor, c->gang_peers_paused};
+}
+
+void GpuPolicy::on_gang(ClientRecord& c, const ResumeNotBefore& e, MonoTime now) {
+  const bool was = drain_waits_for_gang(c);
+  c.resume_floor = e.at;
+  c.gang_peers_paused = e.peers_paused;
+  const bool is = drain_waits_for_gang(c);
+  if (!was && is) c.gang_unbilled_since = now;
+  if (was && !is) {
+    // A member resumed while this one still drained: what it drained was waiting for them.
+    c.gang_unbilled += now - c.gang_unbilled_since;
+    c.gang_drain_waited = true;
+  }
+}
+
+void GpuPolicy::settle_gang_drain(ClientRecord& c, MonoTime now) {
+  if (drain_waits_for_gang(c)) c.gang_unbilled += now - c.gang_unbilled_since;
+  // A drain that ended while the others were all still stopped did not wait for them: billed.
+  if (!c.gang_drain_waited && c.quota && c.gang_unbilled > Duration::zero()) {
+    c.quota->charge(to_seconds(c.gang_unbilled));
+  }
+  c.gang_unbilled = Duration::zero();
+  c.gang_drain_waited = false;
 }
 
 bool GpuPolicy::drain_waits_for_gang(const ClientRecord& c) const {
@@ -160,6 +180,7 @@ void GpuPolicy::on_released(const Released& e, MonoTime now) {
   } else {
     ++c->counters.releases;
     charge_interference(*c, now);
+    settle_gang_drain(*c, now);
     // Answered a revoke: it was preempted and still has work.
     enqueue(*c, now, /*memory_in_place=*/!c->swap_out);
   }
@@ -784,6 +805,9 @@ void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, Mono
   c.revoked_at = now;
   c.revoke_reason = reason;
   c.swap_out = swap_out;
+  c.gang_unbilled = Duration::zero();
+  c.gang_drain_waited = false;
+  if (drain_waits_for_gang(c)) c.gang_unbilled_since = now;
   // A holder revoked while it still swaps in must finish that before it can drain.
   c.unresponsive_at =
       std::max(now, c.runs_from) + config_.revoke_grace + swap_allowance(c, swap_out);

@@ -75,8 +75,9 @@
 //    of its job on other GPUs pause for their caps, gang.h) pauses too: running, it is revoked
 //    (reason quota); waiting for its bucket, it resumes no earlier than the floor. The floor goes
 //    at its grant. While it waits only for the floor, its bucket does not rise above its depth.
-//    While every gang member on other GPUs has released and pauses (peers_paused), a drain after
-//    a quota revoke is not billed: it waits for them (a collective needs every rank's part).
+//    While no gang member on other GPUs runs (peers_paused), a drain after a quota revoke is not
+//    billed as it passes; at its release it is billed after all unless a member resumed before it
+//    ended (then it waited for them: a collective needs every rank's part).
 //  - Grant epochs grow with every grant on this GPU; stale releases are ignored.
 //  - Disconnect frees the client's grant and memory at once. A holder that has not released
 //    within the grace period after a revoke (plus, when swap_out was asked, its swap allowance:
@@ -349,8 +350,14 @@ class GpuPolicy {
   bool binds(const ClientRecord& c) const;
   // A capped client whose resume floor lies ahead: it pauses with its gang.
   bool held_by_floor(const ClientRecord& c) const;
-  // Revoked for quota while every member of its gang on other GPUs pauses: its drain is not billed.
+  // Revoked for quota while no member of its gang on other GPUs runs: its drain is not billed as
+  // it passes.
   bool drain_waits_for_gang(const ClientRecord& c) const;
+  // ResumeNotBefore: the floor and the peers' state, and the unbilled drain that follows from it.
+  void on_gang(ClientRecord& c, const ResumeNotBefore& e, MonoTime now);
+  // At a release after a revoke: the unbilled drain is billed now unless a member resumed before
+  // it ended (it waited for them).
+  void settle_gang_drain(ClientRecord& c, MonoTime now);
   // One runner at a time: exclusive mode, or any mode while entitlements bind (a capped client
   // wants the GPU). A GPU that time-slices gives co-running processes shares nobody controls, so
   // a cap is enforced by time-division, where the time held is the time had.

@@ -47,6 +47,9 @@ class QuotaLedger {
   // The on/off cycle of a throttled client (the window when never set; at most the window).
   void set_cycle(Duration cycle) { cycle_s_ = to_seconds(cycle); }
 
+  // Bills `seconds` of hold time at once (settle first): time that was not billed as it passed.
+  void charge(double seconds) { level_ -= seconds; }
+
   double level() const { return level_; }  // seconds, as of the last settle
   double level_at(MonoTime now) const;     // projected to `now` without settling
   double cap() const { return cap_; }
