@@ -195,8 +195,10 @@ class GangSim {
     for (std::size_t pass = 0; pass <= ranks_.size(); ++pass) {
       std::vector<policy::GangMember> members;
       for (const Rank& r : ranks_) {
+        // A rank that has not started yet is not on its GPU: it neither pauses nor drains.
         const auto state = gpus_.at(r.gpu).gang_state(r.id);
-        members.push_back({r.gpu, r.id, state->pause_ends, state->draining});
+        members.push_back(
+            {r.gpu, r.id, state ? state->pause_ends : std::nullopt, state && state->draining});
       }
       const auto floors = policy::gang_resume_floors(members, now_);
       const auto paused = policy::gang_peers_paused(members);
