@@ -148,11 +148,12 @@ TEST(PodIdentityCgroup, TheUnifiedHierarchyNamesTheCgroup) {
                 .cgroup,
             "/user.slice/user-1000.slice/session-4.scope");
   // v1 alone: the first line's path.
-  EXPECT_EQ(parse_pod_identity("12:memory:/docker/abc\n11:cpu:/docker/def\n").cgroup, "/docker/abc");
+  EXPECT_EQ(parse_pod_identity("12:memory:/docker/abc\n11:cpu:/docker/def\n").cgroup,
+            "/docker/abc");
   EXPECT_EQ(parse_pod_identity("0::/\n").cgroup, "/");
   // A pod's process: the pod is found and the cgroup is the container's.
-  const PodIdentity pod =
-      parse_pod_identity(std::string("0::/kubepods/burstable/pod") + kUid + "/" + kContainer + "\n");
+  const PodIdentity pod = parse_pod_identity(std::string("0::/kubepods/burstable/pod") + kUid +
+                                             "/" + kContainer + "\n");
   EXPECT_EQ(pod.pod_uid, kUid);
   EXPECT_EQ(pod.cgroup, std::string("/kubepods/burstable/pod") + kUid + "/" + kContainer);
   EXPECT_EQ(parse_pod_identity("garbage\n").cgroup, "");

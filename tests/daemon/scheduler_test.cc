@@ -310,8 +310,8 @@ std::map<ClientId, std::vector<MonoTime>> drive_always_busy(
 }
 
 // Grants of `b` within 1 us of one of `a`'s, after the first second.
-int grants_together(const std::vector<MonoTime>& a, const std::vector<MonoTime>& b,
-                    MonoTime after, int* b_total) {
+int grants_together(const std::vector<MonoTime>& a, const std::vector<MonoTime>& b, MonoTime after,
+                    int* b_total) {
   int together = 0;
   *b_total = 0;
   for (MonoTime t : b) {

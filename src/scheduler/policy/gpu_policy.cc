@@ -94,9 +94,8 @@ std::optional<MonoTime> GpuPolicy::gang_pause_ends(ClientId client) const {
 std::optional<GangState> GpuPolicy::gang_state(ClientId client) const {
   const ClientRecord* c = find(client);
   if (c == nullptr) return std::nullopt;
-  const bool draining =
-      c->capped() && c->state == ClientState::kRevoking && c->revoke_reason == RevokeReason::kQuota;
-  return GangState{gang_pause_ends(client), draining, c->resume_floor, c->gang_peers_paused};
+  return GangState{gang_pause_ends(client), draining_for_quota(*c), c->resume_floor,
+                   c->gang_peers_paused};
 }
 
 void GpuPolicy::on_gang(ClientRecord& c, const ResumeNotBefore& e, MonoTime now) {
@@ -122,14 +121,12 @@ void GpuPolicy::settle_gang_drain(ClientRecord& c, MonoTime now) {
   c.gang_drain_waited = false;
 }
 
-bool GpuPolicy::drain_waits_for_gang(const ClientRecord& c) const {
-  return c.capped() && c.gang_peers_paused && c.state == ClientState::kRevoking &&
-         c.revoke_reason == RevokeReason::kQuota;
+bool GpuPolicy::draining_for_quota(const ClientRecord& c) {
+  return c.capped() && c.state == ClientState::kRevoking && c.revoke_reason == RevokeReason::kQuota;
 }
 
-std::optional<MonoTime> GpuPolicy::resume_floor(ClientId client) const {
-  const ClientRecord* c = find(client);
-  return c != nullptr ? c->resume_floor : std::nullopt;
+bool GpuPolicy::drain_waits_for_gang(const ClientRecord& c) const {
+  return c.gang_peers_paused && draining_for_quota(c);
 }
 
 bool GpuPolicy::held_by_floor(const ClientRecord& c) const {

@@ -192,9 +192,8 @@ class GpuPolicy {
   // is). nullopt for any other client: one still draining after its quota revoke delays nobody
   // (its drain may wait for the very members it would delay).
   std::optional<MonoTime> gang_pause_ends(ClientId client) const;
-  // The resume floor in force for a client (ResumeNotBefore), nullopt when none.
-  std::optional<MonoTime> resume_floor(ClientId client) const;
-  // Both, and what the client was told about its peers; nullopt for an unknown client.
+  // Its pause end, whether it drains for quota, its resume floor (ResumeNotBefore) and what it was
+  // told about its peers; nullopt for an unknown client.
   std::optional<GangState> gang_state(ClientId client) const;
 
   // Replaces the configuration; takes effect for the next decisions (may grant or revoke at once).
@@ -350,6 +349,8 @@ class GpuPolicy {
   bool binds(const ClientRecord& c) const;
   // A capped client whose resume floor lies ahead: it pauses with its gang.
   bool held_by_floor(const ClientRecord& c) const;
+  // A capped client revoked for quota that has not released yet.
+  static bool draining_for_quota(const ClientRecord& c);
   // Revoked for quota while no member of its gang on other GPUs runs: its drain is not billed as
   // it passes.
   bool drain_waits_for_gang(const ClientRecord& c) const;
