@@ -238,29 +238,17 @@ void Scheduler::align_gangs(MonoTime now) {
   if (aligning_ || coupled_gangs_.empty()) return;
   aligning_ = true;
   for (const auto& [key, ids] : coupled_gangs_) {
-    // A floor can revoke a member, and a revoke changes what the others are told: a few passes
-    // reach the fixed point (each pass that changes something moves a member towards pausing).
-    for (std::size_t pass = 0; pass <= ids.size(); ++pass) {
-      std::vector<policy::GangMember> members;
-      members.reserve(ids.size());
-      for (ClientId id : ids) {
-        const Client& c = clients_.at(id);
-        const std::optional<policy::GangState> state = gpus_.at(c.gpu)->policy.gang_state(id);
-        members.push_back(
-            {c.gpu, id, state ? state->pause_ends : std::nullopt, state && state->draining});
-      }
-      const std::vector<std::optional<MonoTime>> floors = policy::gang_resume_floors(members, now);
-      const std::vector<bool> paused = policy::gang_peers_paused(members);
-      bool changed = false;
-      for (std::size_t i = 0; i < ids.size(); ++i) {
-        policy::GpuPolicy& gpu = gpus_.at(members[i].gpu)->policy;
-        const std::optional<policy::GangState> state = gpu.gang_state(ids[i]);
-        if (!state || (state->floor == floors[i] && state->peers_paused == paused[i])) continue;
-        changed = true;
-        route(gpu.handle(policy::ResumeNotBefore{ids[i], floors[i], paused[i]}, now));
-      }
-      if (!changed) break;
-    }
+    std::vector<std::pair<std::string, ClientId>> members;
+    members.reserve(ids.size());
+    for (ClientId id : ids) members.emplace_back(clients_.at(id).gpu, id);
+    policy::align_gang(
+        members, now,
+        [this](const std::string& gpu, ClientId id) {
+          return gpus_.at(gpu)->policy.gang_state(id);
+        },
+        [this, now](const std::string& gpu, const policy::ResumeNotBefore& floor) {
+          route(gpus_.at(gpu)->policy.handle(floor, now));
+        });
   }
   aligning_ = false;
 }
@@ -281,6 +269,8 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
               channel_.send(a.client,
                             protocol::Revoke{a.epoch, protocol::RevokeReason::kYield, false});
             }
+          } else if constexpr (std::is_same_v<T, policy::SendSwapNotice>) {
+            channel_.send(a.client, protocol::SwapNotice{a.epoch});
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {

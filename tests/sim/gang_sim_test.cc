@@ -192,25 +192,15 @@ class GangSim {
 
   // What Scheduler::align_gangs does, to its fixed point.
   void align() {
-    for (std::size_t pass = 0; pass <= ranks_.size(); ++pass) {
-      std::vector<policy::GangMember> members;
-      for (const Rank& r : ranks_) {
-        // A rank that has not started yet is not on its GPU: it neither pauses nor drains.
-        const auto state = gpus_.at(r.gpu).gang_state(r.id);
-        members.push_back(
-            {r.gpu, r.id, state ? state->pause_ends : std::nullopt, state && state->draining});
-      }
-      const auto floors = policy::gang_resume_floors(members, now_);
-      const auto paused = policy::gang_peers_paused(members);
-      bool changed = false;
-      for (std::size_t i = 0; i < ranks_.size(); ++i) {
-        const auto state = gpus_.at(ranks_[i].gpu).gang_state(ranks_[i].id);
-        if (state && state->floor == floors[i] && state->peers_paused == paused[i]) continue;
-        changed = true;
-        feed(ranks_[i], policy::ResumeNotBefore{ranks_[i].id, floors[i], paused[i]});
-      }
-      if (!changed) return;
-    }
+    std::vector<std::pair<std::string, ClientId>> members;
+    for (const Rank& r : ranks_) members.emplace_back(r.gpu, r.id);
+    // A rank that has not started yet is not on its GPU: it neither pauses nor drains.
+    policy::align_gang(
+        members, now_,
+        [this](const std::string& gpu, ClientId id) { return gpus_.at(gpu).gang_state(id); },
+        [this](const std::string&, const policy::ResumeNotBefore& floor) {
+          feed(rank(floor.client), floor);
+        });
   }
 
   Rank& rank(ClientId id) { return ranks_.at(id - 1); }

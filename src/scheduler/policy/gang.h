@@ -37,6 +37,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/mono_time.h"
@@ -75,5 +76,34 @@ std::vector<std::optional<MonoTime>> gang_resume_floors(const std::vector<GangMe
 // waiting for theirs (a collective that the pausing one has not submitted its part of): its drain
 // is not billed.
 std::vector<bool> gang_peers_paused(const std::vector<GangMember>& members);
+
+// Brings a gang to its fixed point: each pass reads every member's state (`state_of(gpu, client)`:
+// std::optional<GangState>, nullopt for a member its GPU does not know) and gives each member whose
+// floor or peers_paused changed a ResumeNotBefore (`tell(gpu, event)`). A floor can revoke a
+// member, which changes what the others are told, so passes repeat until nothing changes (each pass
+// that changes something moves a member towards pausing: at most one per member, and one more).
+template <typename StateOf, typename Tell>
+void align_gang(const std::vector<std::pair<std::string, ClientId>>& ids, MonoTime now,
+                StateOf&& state_of, Tell&& tell) {
+  for (std::size_t pass = 0; pass <= ids.size(); ++pass) {
+    std::vector<GangMember> members;
+    members.reserve(ids.size());
+    for (const auto& [gpu, client] : ids) {
+      const std::optional<GangState> state = state_of(gpu, client);
+      members.push_back(
+          {gpu, client, state ? state->pause_ends : std::nullopt, state && state->draining});
+    }
+    const std::vector<std::optional<MonoTime>> floors = gang_resume_floors(members, now);
+    const std::vector<bool> paused = gang_peers_paused(members);
+    bool changed = false;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::optional<GangState> state = state_of(ids[i].first, ids[i].second);
+      if (!state || (state->floor == floors[i] && state->peers_paused == paused[i])) continue;
+      changed = true;
+      tell(ids[i].first, ResumeNotBefore{ids[i].second, floors[i], paused[i]});
+    }
+    if (!changed) return;
+  }
+}
 
 }  // namespace nvshare::policy
