@@ -77,6 +77,9 @@ void decode_payload(ByteReader&, Request&, bool&) {}
 void encode_payload(ByteWriter& w, const Grant& m) { w.u64(m.epoch); }
 void decode_payload(ByteReader& r, Grant& m, bool&) { m.epoch = r.u64(); }
 
+void encode_payload(ByteWriter& w, const SwapNotice& m) { w.u64(m.epoch); }
+void decode_payload(ByteReader& r, SwapNotice& m, bool&) { m.epoch = r.u64(); }
+
 void encode_payload(ByteWriter& w, const Revoke& m) {
   w.u64(m.epoch);
   w.u8(static_cast<std::uint8_t>(m.reason));
@@ -230,8 +233,8 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
 constexpr std::size_t kMessageTypes = std::variant_size_v<Message>;
 static_assert(std::is_same_v<std::variant_alternative_t<0, Message>, Hello>);
-static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, IpcAnswer>);
-static_assert(static_cast<std::size_t>(MessageType::kIpcAnswer) == kMessageTypes);
+static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, SwapNotice>);
+static_assert(static_cast<std::size_t>(MessageType::kSwapNotice) == kMessageTypes);
 
 template <std::size_t I>
 Message decode_alternative(ByteReader& r, bool& valid) {
@@ -264,6 +267,20 @@ bool string_fields_fit(const Message& message) {
 
 MessageType type_of(const Message& message) {
   return static_cast<MessageType>(message.index() + 1);
+}
+
+std::uint16_t introduced_in(MessageType type) {
+  switch (type) {
+    case MessageType::kIpcExport:
+    case MessageType::kIpcImport:
+    case MessageType::kIpcWithdraw:
+    case MessageType::kIpcAnswer:
+      return 6;
+    case MessageType::kSwapNotice:
+      return 8;
+    default:
+      return kMinVersion;
+  }
 }
 
 std::uint64_t stricter_memory(std::uint64_t a, std::uint64_t b) {
@@ -331,6 +348,8 @@ std::string_view to_string(MessageType type) {
       return "ipc-withdraw";
     case MessageType::kIpcAnswer:
       return "ipc-answer";
+    case MessageType::kSwapNotice:
+      return "swap-notice";
   }
   return "unknown";
 }

@@ -36,7 +36,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 7;
+inline constexpr std::uint16_t kMaxVersion = 8;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -60,6 +60,8 @@ enum class MessageType : std::uint16_t {
   kIpcImport = 13,    // client -> scheduler, asks for the descriptor a token names
   kIpcWithdraw = 14,  // client -> scheduler, the exporter freed the memory a token names
   kIpcAnswer = 15,    // scheduler -> client; a successful import carries the descriptor
+  // Version 8.
+  kSwapNotice = 16,  // scheduler -> client, the holder's turn will end with a swap-out
 };
 
 // kYield is a soft revoke: someone waits for this holder and the hand-off moves no memory, so the
@@ -237,10 +239,23 @@ struct IpcAnswer {
   bool operator==(const IpcAnswer&) const = default;
 };
 
-using Message = std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits,
-                             Wait, Ping, Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer>;
+// Version 8: the holder of grant `epoch` will be revoked with swap_out (a client waits that cannot
+// run beside its memory, and the turn it waits for is planned). Advice only: the client readies
+// what the swap needs (host copies) while it keeps running; the revoke comes as ever. Sent at most
+// once per grant, only to peers that speak version 8.
+struct SwapNotice {
+  std::uint64_t epoch = 0;
+  bool operator==(const SwapNotice&) const = default;
+};
+
+using Message =
+    std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits, Wait, Ping,
+                 Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer, SwapNotice>;
 
 MessageType type_of(const Message& message);
+// The first protocol version that has the message type (a sender never sends a type to a peer
+// whose version lacks it: that peer would find it malformed).
+std::uint16_t introduced_in(MessageType type);
 std::string_view to_string(MessageType type);
 std::string_view to_string(RevokeReason reason);
 std::string_view to_string(WaitReason reason);

@@ -167,6 +167,8 @@ void ClientSession::handle_ipc(const protocol::Message& message) {
 }
 
 void ClientSession::queue(const protocol::Message& message) {
+  // Advice a peer's version lacks (a swap notice to a version 7 client) is not sent.
+  if (version_ < protocol::introduced_in(protocol::type_of(message))) return;
   // Every message the scheduler sends fits the protocol's limits, so encoding cannot fail here.
   (void)protocol::encode_to(message, outbox_.buffer(), version_);
   stats_.count_out(protocol::type_of(message));

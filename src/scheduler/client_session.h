@@ -18,8 +18,8 @@
 //    at once (with the descriptor an import gets) and the connection closes. Descriptors sent with
 //    anything but an export close the connection.
 //  - Output is only queued here (never written): the owner flushes it without blocking and drops
-//  the
-//    session when the pending output exceeds its limit.
+//    the session when the pending output exceeds its limit. A message whose type the session's
+//    version lacks (protocol::introduced_in) is not queued.
 #pragma once
 
 #include <cstdint>

@@ -13,7 +13,7 @@ namespace nvshare::scheduler {
 
 struct DaemonStats {
   static constexpr std::size_t kTypes =
-      static_cast<std::size_t>(protocol::MessageType::kIpcAnswer) + 1;
+      static_cast<std::size_t>(protocol::MessageType::kSwapNotice) + 1;
 
   std::array<std::uint64_t, kTypes> frames_in{};  // indexed by MessageType
   std::array<std::uint64_t, kTypes> frames_out{};

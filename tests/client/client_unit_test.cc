@@ -381,6 +381,59 @@ TEST_F(GpuTest, SwapOutCopiesDeviceBackedMemoryToTheHostAndFreesTheGpu) {
   EXPECT_EQ(snapshot().memory.device_bytes, before.memory.device_bytes - 64 * kMiB);
 }
 
+// Host copies prepared ahead of an announced swap-out (from a thread with no context of its own:
+// the primary context is made current for the page-locking) are the ones the swap-out copies
+// into; a range freed after its copy was prepared gives the copy back.
+TEST_F(GpuTest, PreparedHostCopiesAreTheOnesTheSwapOutUses) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 64 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(p, 0x5a, 64 * kMiB), CUDA_SUCCESS);
+  CUdeviceptr freed = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&freed, 8 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+
+  std::uint64_t prepared = 0;
+  std::thread([&] { prepared = device_->backing.prepare_host_copies(); }).join();
+  EXPECT_EQ(prepared, 72 * kMiB);
+  EXPECT_EQ(device_->backing.host_bytes(), 72 * kMiB) << "page-locked in the primary context";
+  EXPECT_EQ(device_->backing.prepare_host_copies(), 0u) << "nothing left to prepare";
+  ASSERT_EQ(cuMemFree_v2(freed), CUDA_SUCCESS);
+  EXPECT_EQ(device_->backing.host_bytes(), 64 * kMiB);
+
+  EXPECT_EQ(agent_->swap_out(), 64 * kMiB);
+  EXPECT_EQ(device_->backing.host_bytes(), 64 * kMiB) << "no second copy was made";
+  EXPECT_EQ(agent_->swap_in(), 64 * kMiB);
+  unsigned char byte = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&byte, p + 4321, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x5a);
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(device_->backing.host_bytes(), 0u);
+}
+
+// The agent prepares on a thread of its own; a swap-out that comes while it works waits for the
+// copy under way and makes the rest itself: every byte moves, and comes back intact.
+TEST_F(GpuTest, ASwapOutDuringAPreparationMovesEverything) {
+  std::vector<CUdeviceptr> ranges(8);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    ASSERT_EQ(cuMemAlloc_v2(&ranges[i], 32 * kMiB), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemsetD8_v2(ranges[i], static_cast<unsigned char>(i + 1), 32 * kMiB), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  agent_->prepare_swap_out();
+  EXPECT_EQ(agent_->swap_out(), 8 * 32 * kMiB);
+  EXPECT_EQ(device_->backing.host_bytes(), 8 * 32 * kMiB);
+  while (device_->preparing_host_copies.load()) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(device_->backing.host_bytes(), 8 * 32 * kMiB) << "the preparation added nothing";
+  EXPECT_EQ(agent_->swap_in(), 8 * 32 * kMiB);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    unsigned char byte = 0;
+    ASSERT_EQ(cuMemcpyDtoH_v2(&byte, ranges[i] + 777, 1), CUDA_SUCCESS);
+    EXPECT_EQ(byte, i + 1);
+    EXPECT_EQ(cuMemFree_v2(ranges[i]), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(device_->backing.host_bytes(), 0u);
+}
+
 TEST_F(GpuTest, InTheUnifiedModeDeviceAllocationsBecomeManagedOnTheDevice) {
   const ModeScope unified(*device_, MemoryMode::kUnified);
   const fakecuda::DeviceSnapshot before = snapshot();

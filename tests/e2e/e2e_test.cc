@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -499,12 +501,16 @@ class MemoryLimitTest : public E2eTest {
 // The device-backed mode (the default) under turns: two trainers of 128 MiB under a 192Mi virtual
 // capacity take turns; a trainer waiting after its turn holds no device memory (its buffer was
 // copied to the host and the physical memory released), and both finish with correct results.
+// Each turn that ends with a swap-out is announced first (a swap notice, in the hand-off trace),
+// and the trainer makes its host copies on the strength of it, before the revoke.
 TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "192Mi", "--quantum", "0.5"}));
   const std::vector<std::string> args = {"--bytes",     "128Mi", "--kernels", "60",
                                          "--kernel-us", "20000", "--progress"};
-  Trainer& a = start_trainer({"A", args});
-  Trainer& b = start_trainer({"B", args});
+  const std::string trace = dir_.path() + "/handoff.jsonl";
+  const Env env = {{"NVSHARE_TRACE_FILE", trace}, {"NVSHARE_LOG_LEVEL", "debug"}};
+  Trainer& a = start_trainer({"A", args, env});
+  Trainer& b = start_trainer({"B", args, env});
   ASSERT_FALSE(HasFailure());
   bool saw_swapped_out = false;
   int max_holding = 0;
@@ -537,6 +543,31 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
   std::vector<Interval> ka = intervals(a.progress(), 0);
   std::vector<Interval> kb = intervals(b.progress(), 1);
   EXPECT_LT(overlap_s(ka, kb), 0.05) << "kernels of trainers that do not fit ran at the same time";
+  // Per trainer: the epochs announced, and those whose release swapped out after a notice.
+  std::ifstream lines(trace);
+  std::map<double, std::set<double>> noticed;
+  std::map<double, int> announced_swaps;
+  std::map<double, int> swaps;
+  for (std::string line; std::getline(lines, line);) {
+    auto event = parse_json(line);
+    ASSERT_TRUE(event.ok()) << line;
+    const double pid = json_number(&event.value(), "pid");
+    const double epoch = json_number(&event.value(), "epoch");
+    const std::string what = json_string(&event.value(), "event");
+    if (what == "swap-notice") noticed[pid].insert(epoch);
+    if (what == "release" && json_number(&event.value(), "swap_bytes", 0) > 0) {
+      ++swaps[pid];
+      announced_swaps[pid] += noticed[pid].count(epoch) > 0 ? 1 : 0;
+    }
+  }
+  for (Trainer* t : {&a, &b}) {
+    const double pid = t->pid();
+    EXPECT_GE(swaps[pid], 1) << t->name() << " never swapped out";
+    // The first grant may end before the other trainer asks: every later swap-out was announced.
+    EXPECT_GE(announced_swaps[pid], swaps[pid] - 1) << t->name();
+    EXPECT_NE(t->stderr_text().find("prepared for the announced swap-out"), std::string::npos)
+        << t->name() << " made no host copies ahead of a swap-out";
+  }
 }
 
 // CUDA IPC of device-backed memory between two processes of one user (off Kubernetes): the

@@ -452,10 +452,12 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
 }
 
 // Page-locks memory the caller mapped: recorded as host memory the fake does not own
-// (mapped_size 0), so copies accept it and cuMemHostUnregister leaves the pages to the caller.
+// (mapped_size 0), so copies accept it and cuMemHostUnregister leaves the pages to the caller. As
+// the real driver, it needs a current context (CUDA_ERROR_INVALID_CONTEXT without one).
 CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
   return guarded([&] {
-    if (CUresult rc = require_init(); rc != CUDA_SUCCESS) return rc;
+    std::shared_ptr<CUctx_st> current;
+    if (CUresult rc = current_context(&current); rc != CUDA_SUCCESS) return rc;
     if (p == nullptr || bytesize == 0 || (Flags & ~0xfu) != 0) return CUDA_ERROR_INVALID_VALUE;
     const auto base = reinterpret_cast<std::uintptr_t>(p);
     Driver& driver = Driver::instance();

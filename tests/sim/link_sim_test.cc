@@ -57,6 +57,7 @@ TEST(LinkSim, RandomScenarios) {
     total.swaps += result.swaps;
     total.idle_releases += result.idle_releases;
     total.yields += result.yields;
+    total.swap_notices += result.swap_notices;
     total.reconnects += result.reconnects;
     total.limit_changes += result.limit_changes;
     total.deferred += result.deferred;
@@ -65,13 +66,14 @@ TEST(LinkSim, RandomScenarios) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "%llu scenarios in %.1f s: %llu engine steps, %llu grants, %llu revokes, %llu swaps, "
-      "%llu idle releases, %llu yields, %llu reconnects, %llu limit changes, %llu events "
-      "deferred during agent work\n",
+      "%llu idle releases, %llu yields, %llu swap notices, %llu reconnects, %llu limit "
+      "changes, %llu events deferred during agent work\n",
       static_cast<unsigned long long>(kRandomScenarios), seconds,
       static_cast<unsigned long long>(total.steps), static_cast<unsigned long long>(total.grants),
       static_cast<unsigned long long>(total.revokes), static_cast<unsigned long long>(total.swaps),
       static_cast<unsigned long long>(total.idle_releases),
       static_cast<unsigned long long>(total.yields),
+      static_cast<unsigned long long>(total.swap_notices),
       static_cast<unsigned long long>(total.reconnects),
       static_cast<unsigned long long>(total.limit_changes),
       static_cast<unsigned long long>(total.deferred));
@@ -80,6 +82,7 @@ TEST(LinkSim, RandomScenarios) {
   EXPECT_GT(total.swaps, 100u);
   EXPECT_GT(total.idle_releases, 100u);
   EXPECT_GT(total.yields, 10u);
+  EXPECT_GT(total.swap_notices, 10u);
   EXPECT_GT(total.reconnects, 100u);
   EXPECT_GT(total.limit_changes, 100u);
   EXPECT_GT(total.deferred, 100u);

@@ -468,6 +468,10 @@ void World::perform(SimClient& c, const session::Action& action) {
       read.memory_bytes = pod_limits_[c.spec.pod].memory_bytes;
     }
     at_time(now_, [this, p, read] { feed(*p, read); });
+  } else if (std::holds_alternative<session::PrepareSwapOut>(action)) {
+    // Advice for the grant held: nothing to ready otherwise.
+    if (c.state != GrantState::kHeld) fail(who + "readies a swap-out without holding a grant");
+    ++result_.swap_notices;
   } else if (const auto* record = std::get_if<session::Record>(&action)) {
     const std::string event = record->event;
     if (event == "yield") ++result_.yields;

@@ -94,6 +94,7 @@ struct Result {
   std::uint64_t swaps = 0;
   std::uint64_t idle_releases = 0;
   std::uint64_t yields = 0;
+  std::uint64_t swap_notices = 0;  // swap notices a client acted on (it readied a swap-out)
   std::uint64_t reconnects = 0;
   std::uint64_t limit_changes = 0;
   std::uint64_t deferred = 0;  // events that arrived while the engine awaited an answer

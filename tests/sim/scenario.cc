@@ -141,6 +141,36 @@ std::vector<Scenario> saturating_cases() {
   return all;
 }
 
+std::vector<Scenario> swap_turn_cases() {
+  std::vector<Scenario> all;
+  for (const Mode mode : {Mode::kAuto, Mode::kExclusive}) {
+    for (int jobs = 2; jobs <= 3; ++jobs) {
+      for (const Duration apart : {Duration{100ms}, Duration{3s}}) {
+        Scenario s;
+        s.name =
+            std::to_string(jobs) + " jobs of 10 GiB, " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(apart).count()) +
+            " ms apart";
+        s.seed = 7;
+        s.config.mode = mode;
+        s.config.capacity_bytes = 16 * kGiB;
+        s.length = 60s;
+        for (int i = 0; i < jobs; ++i) {
+          ClientSpec c;
+          c.behaviour = Behaviour::kComputeBound;
+          c.working_set = 10 * kGiB;
+          c.start = apart * i;
+          c.swap_bytes_per_s = 50e9;
+          c.host_copy_bytes_per_s = 4.6e9;
+          s.clients.push_back(c);
+        }
+        all.push_back(s);
+      }
+    }
+  }
+  return all;
+}
+
 std::vector<PriorityCase> priority_cases() {
   std::vector<PriorityCase> all;
   auto base = [](std::string name, Mode mode) {

@@ -34,6 +34,9 @@ struct ClientSpec {
   Limits limits;
   Duration start{0};               // when it connects
   double swap_bytes_per_s = 10e9;  // its true swap bandwidth (reported after each swap)
+  // How fast it makes the host copies of its memory before its first swap-out (0: they cost
+  // nothing). A swap notice starts them; a swap-out waits for what is left of them.
+  double host_copy_bytes_per_s = 0;
   Duration max_drain = std::chrono::milliseconds(50);  // release after 0..max_drain on revoke
   // kComputeBound: 0, it never goes idle; else its work comes in steps this long, each followed by
   // a short idle gap (a synchronize, host work). Asked to yield, it releases at the end of its step
@@ -92,6 +95,10 @@ std::vector<Scenario> fair_turn_cases();
 // Mode auto with pace reports: compute-bound clients that all fit, some saturating (a deep queue),
 // some not, some switching between the two, for 60 s from t = 0.
 std::vector<Scenario> saturating_cases();
+// Jobs that do not fit together (10 GiB each under 16 GiB) take turns with swaps, each making the
+// host copies of its memory at 4.6 GB/s before its first swap-out: 2 and 3 jobs, started together
+// or apart, in modes auto and exclusive.
+std::vector<Scenario> swap_turn_cases();
 
 // Priority classes (mode auto and exclusive): a `high` client beside `low` ones, each case with
 // what the test expects of it.

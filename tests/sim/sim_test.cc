@@ -329,6 +329,25 @@ TEST(Simulation, SaturatingClientsTakeTurnsInModeAuto) {
   std::printf("saturating turns: worst error %.2f%% of the run (%s)\n", 100 * worst, where.c_str());
 }
 
+// A turn that ends with a swap-out is announced as soon as it is planned (the head of the queue
+// waits for it), so the runner makes its host copies during its turn and its swap-out moves memory
+// at copy speed: no swap-out waits for host copies, and every notice leads its revoke by more than
+// the time they take (10 GiB at 4.6 GB/s: 2.3 s; the quantum is at least 5 s).
+TEST(Simulation, SwapOutsForTurnsAreAnnouncedInTime) {
+  for (const Scenario& s : swap_turn_cases()) {
+    const SimResult r = run_checked(s);
+    if (!r.ok) continue;
+    std::printf("%s: %llu swap-outs for turns, %llu announced, least lead %.2f s\n",
+                describe(s).c_str(), static_cast<unsigned long long>(r.turn_swap_outs),
+                static_cast<unsigned long long>(r.noticed_swap_outs),
+                r.noticed_swap_outs > 0 ? secs(r.least_notice_lead) : 0.0);
+    EXPECT_GE(r.turn_swap_outs, 4u) << describe(s);
+    EXPECT_EQ(r.noticed_swap_outs, r.turn_swap_outs) << describe(s);
+    EXPECT_GE(secs(r.least_notice_lead), 10.0 * 1.073741824 / 4.6) << describe(s);
+    EXPECT_EQ(r.host_copy_waits, Duration{0}) << describe(s);
+  }
+}
+
 // A job's class follows its reports, live: a client that becomes saturating starts taking turns
 // with the saturating one, and one that stops saturating runs beside it again.
 TEST(Simulation, TheClassFollowsAJobAsItChanges) {

@@ -47,6 +47,9 @@ struct SimClient {
   bool unresponsive = false;
   bool hanging = false;
   int revokes_answered = 0;
+  GrantEpoch noticed = 0;  // the grant a swap notice was last sent for
+  MonoTime noticed_at{};
+  std::optional<MonoTime> host_copies_at;  // when its host copies are (or were) made
   std::uint64_t allocated = 0;
   Limits limits;
   // The current wait.
@@ -324,7 +327,17 @@ class World {
     }
     ++c->revokes_answered;
     Duration delay = rng_.between(0ms, max_drain(*c));
+    if (a.swap_out && a.reason == policy::RevokeReason::kTurn) {
+      ++result_.turn_swap_outs;
+      if (c->noticed == a.epoch) {
+        ++result_.noticed_swap_outs;
+        result_.least_notice_lead = std::min(result_.least_notice_lead, now_ - c->noticed_at);
+      }
+    }
     if (a.swap_out) {
+      const Duration prepared = host_copies_left(*c);
+      result_.host_copy_waits += prepared;
+      delay += prepared;
       delay += from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
     }
     schedule(now_ + delay, What::kRelease, index, a.epoch);
@@ -345,6 +358,34 @@ class World {
       const int index = static_cast<int>(c - clients_.data());
       schedule(now_ + rng_.between(0ms, c->spec.step) + 200us, What::kRelease, index, a.epoch);
     }
+  }
+
+  void on_action(const policy::SendSwapNotice& a) {
+    SimClient* c = by_id(a.client);
+    log("<- swap notice c" + std::to_string(a.client) + " epoch " + std::to_string(a.epoch));
+    if (c == nullptr) return fail("swap notice to unknown client " + std::to_string(a.client));
+    if (c->holding != a.epoch || c->revoked) {
+      return fail("swap notice to " + name(*c) + " for epoch " + std::to_string(a.epoch) +
+                  ", which it does not hold unrevoked");
+    }
+    if (c->noticed == a.epoch) return fail("a second swap notice to " + name(*c) + " for a grant");
+    ++result_.swap_notices;
+    c->noticed = a.epoch;
+    c->noticed_at = now_;
+    start_host_copies(*c);
+  }
+
+  // Host copies are made once per connection, from a swap notice or at the first swap-out.
+  void start_host_copies(SimClient& c) {
+    if (c.host_copies_at || c.spec.host_copy_bytes_per_s <= 0) return;
+    c.host_copies_at =
+        now_ + from_seconds(static_cast<double>(c.allocated) / c.spec.host_copy_bytes_per_s);
+  }
+
+  // What a swap-out starting now waits for its host copies.
+  Duration host_copies_left(SimClient& c) {
+    start_host_copies(c);
+    return c.host_copies_at && *c.host_copies_at > now_ ? *c.host_copies_at - now_ : Duration{0};
   }
 
   static int rank(const SimClient& c) {
@@ -582,6 +623,8 @@ class World {
     c.reason.reset();
     c.allocated = c.spec.working_set;
     c.limits = c.spec.limits;
+    c.noticed = 0;
+    c.host_copies_at.reset();
     c.outcome = ConnectionOutcome{};
     const std::optional<Priority> priority = protocol::priority_of(c.limits.priority);
     c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +

@@ -45,6 +45,11 @@ struct SimResult {
   std::uint64_t quota_revokes = 0;
   std::uint64_t swap_outs = 0;
   std::uint64_t yields = 0;  // soft revokes sent (exclusive mode, someone waits and fits)
+  std::uint64_t swap_notices = 0;
+  std::uint64_t turn_swap_outs = 0;              // revokes for a turn that asked for a swap-out
+  std::uint64_t noticed_swap_outs = 0;           // of which a swap notice announced
+  Duration least_notice_lead = Duration::max();  // from a notice to its swap-out revoke
+  Duration host_copy_waits{0};  // swap-outs waiting for host copies (ClientSpec::host_copy_...)
   std::uint64_t unresponsive = 0;
   std::uint64_t stale_releases = 0;
   std::uint64_t limit_changes = 0;

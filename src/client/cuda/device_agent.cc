@@ -1,5 +1,8 @@
 #include "client/cuda/device_agent.h"
 
+#include <chrono>
+#include <thread>
+
 #include "client/config.h"
 #include "client/cuda/device_state.h"
 #include "client/cuda/placement.h"
@@ -64,6 +67,27 @@ std::uint64_t GpuAgent::move(bool to_host) {
 std::uint64_t GpuAgent::swap_out() { return move(/*to_host=*/true); }
 
 std::uint64_t GpuAgent::swap_in() { return move(/*to_host=*/false); }
+
+void GpuAgent::prepare_swap_out() {
+  if (device_.preparing_host_copies.exchange(true, std::memory_order_acq_rel)) return;
+  DeviceState* device = &device_;  // never destroyed (device_state.h)
+  try {
+    std::thread([device] {
+      const auto start = std::chrono::steady_clock::now();
+      const std::uint64_t bytes = device->backing.prepare_host_copies();
+      if (bytes > 0) {
+        NVSHARE_DEBUG(
+            "%s: host copies of %s prepared for the announced swap-out in %.1f ms",
+            device->identity.gpu_uuid.c_str(), format_bytes(bytes).c_str(),
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
+      }
+      device->preparing_host_copies.store(false, std::memory_order_release);
+    }).detach();
+  } catch (...) {
+    device_.preparing_host_copies.store(false, std::memory_order_release);
+  }
+}
 
 DeviceUsage GpuAgent::usage() {
   DeviceUsage usage;

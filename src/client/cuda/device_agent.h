@@ -8,6 +8,8 @@
 //    application's own managed memory) by bulk prefetch; then synchronize that stream. swap_out
 //    measures the bandwidth it achieved (the expensive direction, so the one worth reporting).
 //    While swapped out, new allocations stay off the GPU until swap_in.
+//  - prepare_swap_out(): makes the host copies of the device-backed allocations on a thread of its
+//    own (DeviceBacking::prepare_host_copies), one such thread per GPU at a time.
 //  - idle_for(): WorkTracker::idle_for (queries only, never synchronizes).
 //  - usage(): allocated = the ledger's bytes (context included); resident = allocated minus what a
 //    swap moved to the host.
@@ -40,6 +42,7 @@ class GpuAgent final : public DeviceAgent {
   Duration drain() override;
   std::uint64_t swap_out() override;
   std::uint64_t swap_in() override;
+  void prepare_swap_out() override;
   Duration idle_for() override;
   DeviceUsage usage() override;
   void apply_limits(const protocol::Limits& limits) override;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/hooks/hook_table.h"
@@ -64,6 +65,48 @@ void fault_in(unsigned char* base, std::uint64_t bytes) {
   }
   touch(base, base + std::min(bytes, slice));
   for (std::thread& worker : workers) worker.join();
+}
+
+// Fresh anonymous memory for a host copy, advised to use huge pages and faulted in; no driver
+// call. Null when it cannot be mapped.
+void* fresh_host_memory(std::uint64_t bytes) {
+  void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) return nullptr;
+  ::madvise(mapped, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
+  fault_in(static_cast<unsigned char*>(mapped), bytes);
+  return mapped;
+}
+
+bool page_lock(void* memory, std::uint64_t bytes) {
+  const hooks::DriverApi& api = hooks::driver();
+  return api.cuMemHostRegister_v2 != nullptr && api.cuMemHostUnregister != nullptr &&
+         api.cuMemHostRegister_v2(memory, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+}
+
+// Page-locks `memory` from a thread of the library's own, with the GPU's primary context current:
+// only while the process has it active (PyTorch, JAX and CuPy work in it), retained meanwhile so
+// that it cannot be destroyed under the call. False when it is not active or the call failed.
+bool page_lock_in_primary_context(int ordinal, void* memory, std::uint64_t bytes) {
+  const hooks::DriverApi& api = hooks::driver();
+  auto retain = hooks::real<HookId::cuDevicePrimaryCtxRetain>();
+  auto release = hooks::real<HookId::cuDevicePrimaryCtxRelease_v2>();
+  unsigned flags = 0;
+  int active = 0;
+  if (retain == nullptr || release == nullptr || api.cuDevicePrimaryCtxGetState == nullptr ||
+      api.cuCtxPushCurrent_v2 == nullptr || api.cuCtxPopCurrent_v2 == nullptr ||
+      api.cuDevicePrimaryCtxGetState(ordinal, &flags, &active) != CUDA_SUCCESS || active == 0) {
+    return false;
+  }
+  CUcontext primary = nullptr;
+  if (retain(&primary, ordinal) != CUDA_SUCCESS) return false;
+  bool locked = false;
+  if (api.cuCtxPushCurrent_v2(primary) == CUDA_SUCCESS) {
+    locked = page_lock(memory, bytes);
+    CUcontext popped = nullptr;
+    api.cuCtxPopCurrent_v2(&popped);
+  }
+  release(ordinal);
+  return locked;
 }
 
 }  // namespace
@@ -145,6 +188,7 @@ CUresult DeviceBacking::allocate(std::uint64_t bytes, CUdeviceptr* address) {
   Range range;
   range.bytes = bytes;
   std::lock_guard lock(mu_);
+  range.serial = next_serial_++;
   if (!out_) rc = back(reserved, range);
   if (rc == CUDA_SUCCESS) {
     try {
@@ -183,13 +227,10 @@ CUresult DeviceBacking::ensure_host_copy(Range& range) {
   if (range.host != nullptr) return CUDA_SUCCESS;
   const hooks::DriverApi& api = hooks::driver();
   if (api.cuMemHostRegister_v2 != nullptr && api.cuMemHostUnregister != nullptr) {
-    void* mapped =
-        ::mmap(nullptr, range.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapped != MAP_FAILED) {
-      ::madvise(mapped, range.bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages work too
-      fault_in(static_cast<unsigned char*>(mapped), range.bytes);
-      if (api.cuMemHostRegister_v2(mapped, range.bytes, CU_MEMHOSTREGISTER_PORTABLE) ==
-          CUDA_SUCCESS) {
+    void* mapped = range.faulted != nullptr ? std::exchange(range.faulted, nullptr)
+                                            : fresh_host_memory(range.bytes);
+    if (mapped != nullptr) {
+      if (page_lock(mapped, range.bytes)) {
         range.host = mapped;
         range.host_registered = true;
         return CUDA_SUCCESS;
@@ -201,6 +242,7 @@ CUresult DeviceBacking::ensure_host_copy(Range& range) {
 }
 
 void DeviceBacking::free_host_copy(Range& range) {
+  if (range.faulted != nullptr) ::munmap(std::exchange(range.faulted, nullptr), range.bytes);
   if (range.host == nullptr) return;
   if (range.host_registered) {
     hooks::driver().cuMemHostUnregister(range.host);
@@ -214,7 +256,11 @@ void DeviceBacking::free_host_copy(Range& range) {
 
 BackingSwap DeviceBacking::swap_out(CUstream stream) {
   auto to_host = hooks::real<HookId::cuMemcpyDtoHAsync_v2>();
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  // A copy being prepared is further along than one this call would start; no other starts.
+  ++swaps_waiting_;
+  prepared_cv_.wait(lock, [this] { return !preparing_; });
+  --swaps_waiting_;
   out_ = true;
   std::vector<std::pair<CUdeviceptr, Range*>> copied;
   for (auto& [address, range] : ranges_) {
@@ -246,6 +292,69 @@ BackingSwap DeviceBacking::swap_out(CUstream stream) {
     ++done.ranges;
   }
   return done;
+}
+
+std::map<CUdeviceptr, DeviceBacking::Range>::iterator DeviceBacking::next_to_prepare() {
+  if (stopped_ || out_ || swaps_waiting_ > 0) return ranges_.end();
+  return std::find_if(ranges_.begin(), ranges_.end(), [](const auto& entry) {
+    const Range& r = entry.second;
+    return r.handle != 0 && !r.pinned && r.host == nullptr && r.faulted == nullptr;
+  });
+}
+
+bool DeviceBacking::adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory,
+                                    std::uint64_t bytes, bool registered) {
+  auto it = ranges_.find(address);
+  if (it != ranges_.end() && it->second.serial == serial && it->second.host == nullptr &&
+      it->second.faulted == nullptr) {
+    if (registered) {
+      it->second.host = memory;
+      it->second.host_registered = true;
+    } else {
+      it->second.faulted = memory;
+    }
+    return true;
+  }
+  if (registered) hooks::driver().cuMemHostUnregister(memory);
+  ::munmap(memory, bytes);
+  return false;
+}
+
+std::uint64_t DeviceBacking::prepare_host_copies() {
+  std::uint64_t prepared = 0;
+  std::unique_lock lock(mu_);
+  for (auto it = next_to_prepare(); it != ranges_.end(); it = next_to_prepare()) {
+    const CUdeviceptr address = it->first;
+    const std::uint64_t bytes = it->second.bytes;
+    const std::uint64_t serial = it->second.serial;
+    preparing_ = true;
+    lock.unlock();
+    void* memory = fresh_host_memory(bytes);
+    lock.lock();
+    if (memory == nullptr) {  // out of host memory: the swap-out will say so
+      preparing_ = false;
+      prepared_cv_.notify_all();
+      break;
+    }
+    bool registered = false;
+    if (!stopped_) {
+      in_driver_ = true;
+      lock.unlock();
+      registered = page_lock_in_primary_context(ordinal_, memory, bytes);
+      lock.lock();
+    }
+    if (adopt_host_copy(address, serial, memory, bytes, registered)) prepared += bytes;
+    in_driver_ = false;
+    preparing_ = false;
+    prepared_cv_.notify_all();
+  }
+  return prepared;
+}
+
+void DeviceBacking::stop_preparing() {
+  std::unique_lock lock(mu_);
+  stopped_ = true;
+  prepared_cv_.wait(lock, [this] { return !in_driver_; });
 }
 
 BackingSwap DeviceBacking::swap_in(CUstream stream) {

@@ -10,11 +10,18 @@
 //    to another backing (physical memory short: CUDA_ERROR_OUT_OF_MEMORY).
 //  - release(): unmaps and releases the physical memory, frees the address range and the host copy.
 //  - swap_out(): copies every mapped range to its host copy on `stream` (pinned memory, made at a
-//    range's first swap-out and kept until it is freed: the host-memory cost of this mode;
-//    anonymous memory advised to use huge pages, then page-locked, which the kernel provides about
-//    twice as fast as cuMemHostAlloc), synchronizes, then unmaps and releases the physical memory.
+//    range's first swap-out or by prepare_host_copies(), and kept until it is freed: the
+//    host-memory cost of this mode; anonymous memory advised to use huge pages, then page-locked,
+//    which the kernel provides about twice as fast as cuMemHostAlloc), synchronizes, then unmaps
+//    and releases the physical memory. It first waits for a host copy being prepared to be done.
 //    A range whose host copy cannot be allocated, or whose copy fails, stays mapped and is not
 //    counted as moved.
+//  - prepare_host_copies(): makes, ahead of a swap-out the scheduler announced, the host copies a
+//    first swap-out would otherwise make while the GPU waits: one range at a time, outside the
+//    lock (the pages are provided, the slow part, then page-locked with the GPU's primary context
+//    current, retained meanwhile; where the process has no active primary context the pages are
+//    kept and page-locked at the swap-out). Stops early while a swap_out() waits, once the GPU is
+//    swapped out, and after stop_preparing(). A range freed meanwhile loses its prepared copy.
 //  - swap_in(): creates and maps physical memory for every unmapped range, grants access, copies
 //    the host copies back (ranges allocated while out have none), synchronizes. Physical memory
 //    the driver cannot give yet (another process still holds it) is retried every few
@@ -27,9 +34,11 @@
 //
 // Threads: allocate()/release()/grant_peer() run on application threads, swap_out()/swap_in() on
 // the link thread with a context of this GPU current; one mutex orders them (a free during a swap
-// waits for it). Only the real driver is called. Never throws.
+// waits for it); prepare_host_copies() runs on a thread of its own. Only the real driver is
+// called. Never throws.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -68,6 +77,11 @@ class DeviceBacking {
 
   BackingSwap swap_out(CUstream stream);
   BackingSwap swap_in(CUstream stream);
+  // Returns the bytes whose host copies it made. Any thread but the link thread (it may take
+  // seconds).
+  std::uint64_t prepare_host_copies();
+  // Process exit: waits for a driver call of a preparation in progress; none starts afterwards.
+  void stop_preparing();
   void grant_peer(int peer);
   // The GPUs granted access so far (bit i: GPU i), this GPU excluded.
   std::uint64_t peers() const;
@@ -106,6 +120,8 @@ class DeviceBacking {
     CUmemGenericAllocationHandle handle = 0;  // 0: not mapped
     void* host = nullptr;                     // the pinned host copy, once swapped out
     bool host_registered = false;  // host is our mapping, page-locked (else cuMemHostAlloc)
+    void* faulted = nullptr;       // prepared pages not page-locked yet (no primary context)
+    std::uint64_t serial = 0;      // tells a range from a later one at the same address
     bool host_holds_contents = false;
     bool pinned = false;          // exported for CUDA IPC: never swapped out
     std::uint64_t ipc_token = 0;  // the broker's token, once exported
@@ -124,12 +140,25 @@ class DeviceBacking {
   }
   CUresult ensure_host_copy(Range& range);
   static void free_host_copy(Range& range);
+  // The next range a preparation would make a host copy for, or ranges_.end().
+  std::map<CUdeviceptr, Range>::iterator next_to_prepare();
+  // Gives `memory` (a prepared copy of `bytes`) to the range at `address` if it still is the one
+  // numbered `serial` and has no copy; else unmaps it (after unregistering it when `registered`).
+  // Under mu_. True when the range took it.
+  bool adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory, std::uint64_t bytes,
+                       bool registered);
 
   const int ordinal_;
   std::uint64_t granularity_ = 0;
   bool shareable_ = false;  // physical memory can be exported as a file descriptor
   mutable std::mutex mu_;
+  std::condition_variable prepared_cv_;  // preparing_ or in_driver_ went false
   std::map<CUdeviceptr, Range> ranges_;
+  std::uint64_t next_serial_ = 1;
+  bool preparing_ = false;  // a host copy is being made outside the lock
+  bool in_driver_ = false;  // ...and its preparation is inside a driver call
+  int swaps_waiting_ = 0;   // swap_out() calls waiting for preparing_ to end
+  bool stopped_ = false;    // stop_preparing() was called
   bool out_ = false;
   std::uint64_t peers_ = 0;  // bit i: GPU i may access this GPU's ranges
 };

@@ -79,9 +79,21 @@ void log_trackers_at_exit() {
   }
 }
 
+// At exit no thread of the library's may still be calling the driver: host copies being prepared
+// stop (a driver call in progress ends first), then the trackers are logged.
+void at_exit() {
+  DeviceRegistry* registry = g_registry.load(std::memory_order_acquire);
+  if (registry != nullptr) {
+    for (CUdevice ordinal = 0; ordinal < kMaxDevices; ++ordinal) {
+      if (DeviceState* device = registry->find(ordinal)) device->backing.stop_preparing();
+    }
+  }
+  log_trackers_at_exit();
+}
+
 void install_process_handlers() {
   on_fork(ProcessStage::kDevices, ForkHandlers{nullptr, nullptr, &after_fork_in_child});
-  on_exit(ProcessStage::kDevices, &log_trackers_at_exit);
+  on_exit(ProcessStage::kDevices, &at_exit);
 }
 
 bool device_uuid(CUdevice ordinal, CUuuid* uuid) {

@@ -59,6 +59,8 @@ struct DeviceState {
   std::atomic<bool> swapped_out{false};
   std::atomic<std::uint64_t> swapped_bytes{0};
   std::atomic<std::uint64_t> swap_bytes_per_s{0};
+  // A thread prepares host copies for an announced swap-out (GpuAgent::prepare_swap_out).
+  std::atomic<bool> preparing_host_copies{false};
   // The primary context, once retained through us.
   std::atomic<CUcontext> primary{nullptr};
 

@@ -385,6 +385,8 @@ void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
           on_grant(m, now);
         } else if constexpr (std::is_same_v<T, protocol::Revoke>) {
           on_revoke(m, now);
+        } else if constexpr (std::is_same_v<T, protocol::SwapNotice>) {
+          on_swap_notice(m);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
           on_limits(m);
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
@@ -510,6 +512,12 @@ void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
   inside_deadline_ = now + config_.timing.inside_bound;
   out_.emplace_back(session::Record{"revoke", revoke.epoch});
   // The drain starts from service() as soon as no thread is inside a submission.
+}
+
+void GrantSession::on_swap_notice(const protocol::SwapNotice& notice) {
+  if (state_ != GrantState::kHeld || notice.epoch != epoch_) return;  // stale: nothing to ready
+  out_.emplace_back(session::PrepareSwapOut{});
+  out_.emplace_back(session::Record{"swap-notice", notice.epoch});
 }
 
 void GrantSession::on_drained(MonoTime now) {

@@ -49,6 +49,8 @@
 //    a request.
 //  - A revoke for another epoch than the held grant's is ignored, and so is a grant while holding.
 //    A yield (soft revoke) for the held grant shortens the idle time after which it is released.
+//    A swap notice for the held grant (protocol version 8: its revoke will ask for a swap-out)
+//    asks the agent to ready the swap while the grant is held (PrepareSwapOut); others are ignored.
 //  - Limits: the declared ones (or the settings file's) apply before anything else; while the
 //    settings file says the pod's limit is pending, LimitsUnknown comes first and the file is
 //    read until it gives one. An authoritative limits frame replaces the limits known to hold; a
@@ -195,6 +197,7 @@ struct CloseGateToRelease {};  // close the gate; answer GateClosed with the thr
 struct Drain {};               // DeviceAgent::drain(); answer Drained
 struct SwapOut {};             // DeviceAgent::swap_out(); answer SwappedOut
 struct SwapIn {};              // DeviceAgent::swap_in(); answer SwappedIn
+struct PrepareSwapOut {};      // DeviceAgent::prepare_swap_out(); no answer (it does not block)
 struct ApplyLimits {
   protocol::Limits limits;
 };
@@ -224,8 +227,8 @@ struct Note {  // a log line
 };
 
 using Action = std::variant<Connect, Disconnect, Send, Publish, CloseGateToRelease, Drain, SwapOut,
-                            SwapIn, ApplyLimits, LimitsUnknown, SettleRegistration, ReadSettings,
-                            Record, Registered, OutageBegins, OutageEnds, Note>;
+                            SwapIn, PrepareSwapOut, ApplyLimits, LimitsUnknown, SettleRegistration,
+                            ReadSettings, Record, Registered, OutageBegins, OutageEnds, Note>;
 
 }  // namespace session
 
@@ -287,6 +290,7 @@ class GrantSession {
   void hold(std::uint64_t epoch, MonoTime now, double swap_in_ms, session::SwapRecord swap = {});
   void on_swapped_in(std::uint64_t bytes, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
+  void on_swap_notice(const protocol::SwapNotice& notice);
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
   void on_swapped_out(std::uint64_t bytes, MonoTime now);

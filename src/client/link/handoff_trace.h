@@ -7,7 +7,8 @@
 // `t` is CLOCK_MONOTONIC in seconds (comparable across processes of one host); `ms` is the event's
 // duration where it has one (swap in for a grant, drain and swap out for a release); a grant or
 // release that included a swap adds `swap_bytes` and `swap_ms`. Events: request, grant, revoke,
-// release (answering a revoke), idle-release, handback (a grant given straight back).
+// release (answering a revoke), idle-release, handback (a grant given straight back), yield,
+// swap-notice (a swap-out announced for this grant: host copies are being made).
 //
 // Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
 // be opened is logged once and the trace stays disabled; recording never blocks on anything but

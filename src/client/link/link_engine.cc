@@ -406,6 +406,10 @@ std::optional<session::Event> DeviceChannel::perform_agent(const session::Action
   }
   if (std::holds_alternative<SwapOut>(action)) return SwappedOut{allowed ? agent_.swap_out() : 0};
   if (std::holds_alternative<SwapIn>(action)) return SwappedIn{allowed ? agent_.swap_in() : 0};
+  if (std::holds_alternative<PrepareSwapOut>(action)) {
+    if (allowed) agent_.prepare_swap_out();
+    return std::nullopt;
+  }
   if (const auto* l = std::get_if<ApplyLimits>(&action)) {
     if (allowed) agent_.apply_limits(l->limits);
     return std::nullopt;

@@ -80,7 +80,8 @@ struct ClientRecord {
   RevokeReason revoke_reason = RevokeReason::kTurn;
   bool swap_out = false;
   MonoTime unresponsive_at{};
-  GrantEpoch yield_epoch = 0;  // the grant a yield was sent for (once per grant)
+  GrantEpoch yield_epoch = 0;        // the grant a yield was sent for (once per grant)
+  GrantEpoch swap_notice_epoch = 0;  // the grant a swap notice was sent for (once per grant)
 
   // Set while waiting.
   MonoTime waiting_since{};

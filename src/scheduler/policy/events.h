@@ -115,6 +115,14 @@ struct SendYield {
   GrantEpoch epoch = 0;
 };
 
+// The head of the queue cannot run beside this runner's memory and waits for its turn to end: that
+// revoke will ask for a swap-out. Sent once per grant, as soon as such a turn is planned, so the
+// client readies the swap (host copies) while it still runs. Advice only: the revoke is unchanged.
+struct SendSwapNotice {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+};
+
 struct SendWait {
   ClientId client = 0;
   WaitReason reason = WaitReason::kTurn;
@@ -131,7 +139,7 @@ struct HolderUnresponsive {
   GrantEpoch epoch = 0;
 };
 
-using Action =
-    std::variant<SendGrant, SendRevoke, SendYield, SendWait, SendLimits, HolderUnresponsive>;
+using Action = std::variant<SendGrant, SendRevoke, SendYield, SendSwapNotice, SendWait, SendLimits,
+                            HolderUnresponsive>;
 
 }  // namespace nvshare::policy

@@ -258,6 +258,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   revoke_ended_turns(now, out);
   send_wait_reasons(out);
   send_yields(out);
+  send_swap_notices(out);
   update_rates();
   next_deadline_ = compute_deadline();
 }
@@ -591,18 +592,42 @@ void GpuPolicy::revoke_ended_turns(MonoTime now, std::vector<Action>& out) {
   if (next == nullptr) return;
   const std::optional<TurnPlan> plan = turn_plan(*next);
   if (!plan || plan->at > now) return;
+  for (const PlannedLeaver& l : planned_leavers(*next, *plan)) {
+    revoke(*find(l.runner->id), RevokeReason::kTurn, l.swap_out, now, out);
+  }
+}
+
+std::vector<GpuPolicy::PlannedLeaver> GpuPolicy::planned_leavers(const ClientRecord& head,
+                                                                 const TurnPlan& plan) const {
   std::vector<const ClientRecord*> leaving;
-  for (const ClientRecord* r : runners_by_turn_end(*next)) {
+  for (const ClientRecord* r : runners_by_turn_end(head)) {
     leaving.push_back(r);
-    if (r->id == plan->runner) break;
+    if (r->id == plan.runner) break;
   }
   // Memory stays on the device for each leaver that still fits beside the head and whatever else
   // stays resident (runners that stay, revoked holders not swapping out); the others swap out.
-  std::uint64_t resident = next->movable_bytes() + resident_besides(leaving);
+  std::uint64_t resident = head.movable_bytes() + resident_besides(leaving);
+  std::vector<PlannedLeaver> planned;
   for (const ClientRecord* r : leaving) {
     const bool stays_resident = fits(resident + r->movable_bytes());
     if (stays_resident) resident += r->movable_bytes();
-    revoke(*find(r->id), RevokeReason::kTurn, !stays_resident, now, out);
+    planned.push_back(PlannedLeaver{r, !stays_resident});
+  }
+  return planned;
+}
+
+// As soon as the head's turn is planned, each runner that will leave for it with a swap-out is
+// told (once per grant), so that it readies the swap while its turn lasts.
+void GpuPolicy::send_swap_notices(std::vector<Action>& out) {
+  const ClientRecord* next = head();
+  if (next == nullptr) return;
+  const std::optional<TurnPlan> plan = turn_plan(*next);
+  if (!plan) return;
+  for (const PlannedLeaver& l : planned_leavers(*next, *plan)) {
+    ClientRecord& c = *find(l.runner->id);
+    if (!l.swap_out || c.state != ClientState::kRunning || c.swap_notice_epoch == c.epoch) continue;
+    c.swap_notice_epoch = c.epoch;
+    out.push_back(SendSwapNotice{c.id, c.epoch});
   }
 }
 

@@ -212,6 +212,11 @@ class GpuPolicy {
     MonoTime at;
     ClientId runner;
   };
+  // A runner the head's turn plan sends away, and whether it must move its memory to the host.
+  struct PlannedLeaver {
+    const ClientRecord* runner;
+    bool swap_out;
+  };
 
   ClientRecord* find(ClientId client);
   const ClientRecord* find(ClientId client) const;
@@ -255,6 +260,11 @@ class GpuPolicy {
   std::optional<MonoTime> interference_repaid_at() const;
   void grant_in_order(MonoTime now, std::vector<Action>& out);
   void revoke_ended_turns(MonoTime now, std::vector<Action>& out);
+  // The runners that leave for the head's turn (earliest turn end first, up to plan.runner), each
+  // swapping out unless it still fits beside the head and what else stays resident.
+  std::vector<PlannedLeaver> planned_leavers(const ClientRecord& head, const TurnPlan& plan) const;
+  // Each runner that the head's planned turn will revoke with a swap-out is told, once per grant.
+  void send_swap_notices(std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
   // swap) each runner whose fair turn has ended.
   void revoke_fair_turns(MonoTime now, std::vector<Action>& out);

@@ -258,6 +258,23 @@ TEST_F(GrantSessionTest, YieldReleasesAfterAShortIdle) {
   EXPECT_NE(sent<protocol::Released>(at(31ms, GateClosed{0})), nullptr);
 }
 
+// A swap notice for the grant held asks the agent to ready the swap-out, and changes nothing else;
+// one for another grant, or while not holding, is ignored.
+TEST_F(GrantSessionTest, SwapNoticeForTheHeldGrantReadiesTheSwapOut) {
+  welcome();
+  hold(3, 10ms);
+  EXPECT_TRUE(at(20ms, FrameReceived{protocol::SwapNotice{2}}).empty()) << "stale";
+  const auto noticed = at(30ms, FrameReceived{protocol::SwapNotice{3}});
+  EXPECT_NE(find<PrepareSwapOut>(noticed), nullptr);
+  EXPECT_EQ(find<Publish>(noticed), nullptr);
+  EXPECT_EQ(engine_->state(), GrantState::kHeld);
+  at(40ms, FrameReceived{protocol::Revoke{3, protocol::RevokeReason::kTurn, true}});
+  at(40ms, Drained{});
+  at(50ms, SwappedOut{1ull << 30});
+  EXPECT_EQ(find<PrepareSwapOut>(at(60ms, FrameReceived{protocol::SwapNotice{3}})), nullptr)
+      << "not holding";
+}
+
 TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
   welcome();
   hold(1, 10ms);

@@ -160,6 +160,41 @@ TEST(SwapOut, WaitsUntilEnoughTurnsHaveEnded) {
   EXPECT_TRUE(revoke_of(actions, 2));
 }
 
+// A runner whose turn will end with a swap-out is told as soon as the head starts waiting for it,
+// once per grant, so it can ready the swap during its turn; one that will leave its memory on the
+// device, or that nobody waits for, is told nothing.
+TEST(SwapOut, ARunnerIsToldOfItsSwapOutWhenTheTurnIsPlanned) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 4s;
+  Harness h(config);
+  EXPECT_TRUE(only<SendSwapNotice>(h.add_and_request(1, 9 * kGiB)).empty()) << "nobody waits";
+  h.now += 1s;
+  const std::vector<Action> planned = h.add_and_request(2, 10 * kGiB);  // 19Gi: does not fit
+  ASSERT_EQ(only<SendSwapNotice>(planned).size(), 1u);
+  EXPECT_EQ(only<SendSwapNotice>(planned)[0].client, 1u);
+  EXPECT_EQ(only<SendSwapNotice>(planned)[0].epoch, h.epoch(1));
+  EXPECT_EQ(h.state(1), ClientState::kRunning) << "advice: its turn goes on";
+  h.now += 1s;
+  EXPECT_TRUE(only<SendSwapNotice>(h.feed(UsageReported{1, 9 * kGiB, 9 * kGiB})).empty())
+      << "once per grant";
+  EXPECT_TRUE(revoke_of(h.fire(), 1)->swap_out);
+  // 2 runs next and 1 waits for it: 2 is told at its grant.
+  const std::vector<Action> next = h.release(1);
+  EXPECT_TRUE(granted(next, 2));
+  ASSERT_EQ(only<SendSwapNotice>(next).size(), 1u);
+  EXPECT_EQ(only<SendSwapNotice>(next)[0].client, 2u);
+  EXPECT_EQ(only<SendSwapNotice>(next)[0].epoch, h.epoch(2));
+}
+
+TEST(SwapOut, NoNoticeWhenTheHandOffMovesNoMemory) {
+  PolicyConfig config = virtual_gpu(Mode::kExclusive);
+  config.fixed_quantum = 1s;
+  Harness h(config);
+  h.add_and_request(1, 9 * kGiB);
+  EXPECT_TRUE(only<SendSwapNotice>(h.add_and_request(2, 9 * kGiB)).empty());  // 18Gi fit
+  EXPECT_FALSE(revoke_of(h.fire(), 1)->swap_out);
+}
+
 TEST(Turns, RevokedClientIsRequeuedBehindTheOthers) {
   PolicyConfig config = virtual_gpu(Mode::kExclusive);
   config.fixed_quantum = 1s;
