@@ -83,10 +83,11 @@ bool page_lock(void* memory, std::uint64_t bytes) {
          api.cuMemHostRegister_v2(memory, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
 }
 
-// Page-locks `memory` from a thread of the library's own, with the GPU's primary context current:
-// only while the process has it active (PyTorch, JAX and CuPy work in it), retained meanwhile so
-// that it cannot be destroyed under the call. False when it is not active or the call failed.
-bool page_lock_in_primary_context(int ordinal, void* memory, std::uint64_t bytes) {
+// Runs `call` on a thread of the library's own with the GPU's primary context current: only while
+// the process has it active (PyTorch, JAX and CuPy work in it), retained meanwhile so that it
+// cannot be destroyed under the call. False when it is not active or `call` returned false.
+template <typename Call>
+bool in_primary_context(int ordinal, Call&& call) {
   const hooks::DriverApi& api = hooks::driver();
   auto retain = hooks::real<HookId::cuDevicePrimaryCtxRetain>();
   auto release = hooks::real<HookId::cuDevicePrimaryCtxRelease_v2>();
@@ -99,14 +100,14 @@ bool page_lock_in_primary_context(int ordinal, void* memory, std::uint64_t bytes
   }
   CUcontext primary = nullptr;
   if (retain(&primary, ordinal) != CUDA_SUCCESS) return false;
-  bool locked = false;
+  bool done = false;
   if (api.cuCtxPushCurrent_v2(primary) == CUDA_SUCCESS) {
-    locked = page_lock(memory, bytes);
+    done = call();
     CUcontext popped = nullptr;
     api.cuCtxPopCurrent_v2(&popped);
   }
   release(ordinal);
-  return locked;
+  return done;
 }
 
 }  // namespace
@@ -303,21 +304,19 @@ std::map<CUdeviceptr, DeviceBacking::Range>::iterator DeviceBacking::next_to_pre
 }
 
 bool DeviceBacking::adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory,
-                                    std::uint64_t bytes, bool registered) {
+                                    bool registered) {
   auto it = ranges_.find(address);
-  if (it != ranges_.end() && it->second.serial == serial && it->second.host == nullptr &&
-      it->second.faulted == nullptr) {
-    if (registered) {
-      it->second.host = memory;
-      it->second.host_registered = true;
-    } else {
-      it->second.faulted = memory;
-    }
-    return true;
+  if (it == ranges_.end() || it->second.serial != serial || it->second.host != nullptr ||
+      it->second.faulted != nullptr) {
+    return false;
   }
-  if (registered) hooks::driver().cuMemHostUnregister(memory);
-  ::munmap(memory, bytes);
-  return false;
+  if (registered) {
+    it->second.host = memory;
+    it->second.host_registered = true;
+  } else {
+    it->second.faulted = memory;
+  }
+  return true;
 }
 
 std::uint64_t DeviceBacking::prepare_host_copies() {
@@ -340,10 +339,18 @@ std::uint64_t DeviceBacking::prepare_host_copies() {
     if (!stopped_) {
       in_driver_ = true;
       lock.unlock();
-      registered = page_lock_in_primary_context(ordinal_, memory, bytes);
+      registered = in_primary_context(ordinal_, [&] { return page_lock(memory, bytes); });
       lock.lock();
     }
-    if (adopt_host_copy(address, serial, memory, bytes, registered)) prepared += bytes;
+    const bool adopted = adopt_host_copy(address, serial, memory, registered);
+    if (!adopted && registered) {  // the range was freed meanwhile: still inside in_driver_
+      lock.unlock();
+      in_primary_context(
+          ordinal_, [&] { return hooks::driver().cuMemHostUnregister(memory) == CUDA_SUCCESS; });
+      lock.lock();
+    }
+    if (!adopted) ::munmap(memory, bytes);
+    prepared += adopted ? bytes : 0;
     in_driver_ = false;
     preparing_ = false;
     prepared_cv_.notify_all();

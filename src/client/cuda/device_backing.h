@@ -142,11 +142,9 @@ class DeviceBacking {
   static void free_host_copy(Range& range);
   // The next range a preparation would make a host copy for, or ranges_.end().
   std::map<CUdeviceptr, Range>::iterator next_to_prepare();
-  // Gives `memory` (a prepared copy of `bytes`) to the range at `address` if it still is the one
-  // numbered `serial` and has no copy; else unmaps it (after unregistering it when `registered`).
-  // Under mu_. True when the range took it.
-  bool adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory, std::uint64_t bytes,
-                       bool registered);
+  // Gives `memory` (a prepared copy, page-locked when `registered`) to the range at `address` if it
+  // still is the one numbered `serial` and has no copy. Under mu_. False: the caller frees it.
+  bool adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory, bool registered);
 
   const int ordinal_;
   std::uint64_t granularity_ = 0;
