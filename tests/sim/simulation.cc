@@ -343,14 +343,26 @@ class World {
     schedule(now_ + delay, What::kRelease, index, a.epoch);
   }
 
-  void on_action(const policy::SendYield& a) {
-    SimClient* c = by_id(a.client);
-    log("<- yield c" + std::to_string(a.client) + " epoch " + std::to_string(a.epoch));
-    if (c == nullptr) return fail("yield to unknown client " + std::to_string(a.client));
-    if (c->holding != a.epoch || c->revoked) {
-      return fail("yield to " + name(*c) + " for epoch " + std::to_string(a.epoch) +
-                  ", which it does not hold unrevoked");
+  // The client that advice for grant `epoch` (a yield, a swap notice) goes to, which must hold
+  // that grant unrevoked; null, with the run failed, otherwise.
+  SimClient* unrevoked_holder(ClientId client, GrantEpoch epoch, const std::string& what) {
+    SimClient* c = by_id(client);
+    log("<- " + what + " c" + std::to_string(client) + " epoch " + std::to_string(epoch));
+    if (c == nullptr) {
+      fail(what + " to unknown client " + std::to_string(client));
+      return nullptr;
     }
+    if (c->holding != epoch || c->revoked) {
+      fail(what + " to " + name(*c) + " for epoch " + std::to_string(epoch) +
+           ", which it does not hold unrevoked");
+      return nullptr;
+    }
+    return c;
+  }
+
+  void on_action(const policy::SendYield& a) {
+    SimClient* c = unrevoked_holder(a.client, a.epoch, "yield");
+    if (c == nullptr) return;
     ++result_.yields;
     // A client of steps hands over at the end of the current one (after the library's 200 us of
     // idleness); the others keep their grant until revoked or idle as before.
@@ -361,13 +373,8 @@ class World {
   }
 
   void on_action(const policy::SendSwapNotice& a) {
-    SimClient* c = by_id(a.client);
-    log("<- swap notice c" + std::to_string(a.client) + " epoch " + std::to_string(a.epoch));
-    if (c == nullptr) return fail("swap notice to unknown client " + std::to_string(a.client));
-    if (c->holding != a.epoch || c->revoked) {
-      return fail("swap notice to " + name(*c) + " for epoch " + std::to_string(a.epoch) +
-                  ", which it does not hold unrevoked");
-    }
+    SimClient* c = unrevoked_holder(a.client, a.epoch, "swap notice");
+    if (c == nullptr) return;
     if (c->noticed == a.epoch) return fail("a second swap notice to " + name(*c) + " for a grant");
     ++result_.swap_notices;
     c->noticed = a.epoch;
