@@ -234,6 +234,9 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
   each("nvshare_client_yields_total", "counter",
        "Times the process was asked to hand over when idle.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.yields); });
+  each("nvshare_client_swap_notices_total", "counter",
+       "Times the process was told ahead that its turn ends with a swap-out.",
+       [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.swap_notices); });
   each("nvshare_client_releases_total", "counter", "Releases answering a revoke.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.releases); });
   each("nvshare_client_idle_releases_total", "counter",

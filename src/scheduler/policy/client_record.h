@@ -37,6 +37,7 @@ struct ClientCounters {
   std::uint64_t grants = 0;
   std::array<std::uint64_t, 7> revokes{};  // indexed by RevokeReason (kTurn..kPriority)
   std::uint64_t yields = 0;                // asked to hand over when idle
+  std::uint64_t swap_notices = 0;          // told a swap-out is coming (SendSwapNotice)
   std::uint64_t releases = 0;              // answers to revokes
   std::uint64_t idle_releases = 0;         // released unasked (idle)
   // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before

@@ -627,6 +627,7 @@ void GpuPolicy::send_swap_notices(std::vector<Action>& out) {
     ClientRecord& c = *find(l.runner->id);
     if (!l.swap_out || c.state != ClientState::kRunning || c.swap_notice_epoch == c.epoch) continue;
     c.swap_notice_epoch = c.epoch;
+    ++c.counters.swap_notices;
     out.push_back(SendSwapNotice{c.id, c.epoch});
   }
 }

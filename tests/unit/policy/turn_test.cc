@@ -174,6 +174,7 @@ TEST(SwapOut, ARunnerIsToldOfItsSwapOutWhenTheTurnIsPlanned) {
   EXPECT_EQ(only<SendSwapNotice>(planned)[0].client, 1u);
   EXPECT_EQ(only<SendSwapNotice>(planned)[0].epoch, h.epoch(1));
   EXPECT_EQ(h.state(1), ClientState::kRunning) << "advice: its turn goes on";
+  EXPECT_EQ(h.client(1).counters.swap_notices, 1u);
   h.now += 1s;
   EXPECT_TRUE(only<SendSwapNotice>(h.feed(UsageReported{1, 9 * kGiB, 9 * kGiB})).empty())
       << "once per grant";
