@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -202,6 +203,8 @@ fakecuda::DeviceSnapshot snapshot() {
   }();
   return fakecuda::SimDevice(state->devices().at(0)).snapshot();
 }
+
+constexpr std::uint64_t kUnlimitedRoom = std::numeric_limits<std::uint64_t>::max();
 
 class GpuTest : public ::testing::Test {
  protected:
@@ -393,10 +396,10 @@ TEST_F(GpuTest, PreparedHostCopiesAreTheOnesTheSwapOutUses) {
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
 
   std::uint64_t prepared = 0;
-  std::thread([&] { prepared = device_->backing.prepare_host_copies(); }).join();
+  std::thread([&] { prepared = device_->backing.prepare_host_copies(kUnlimitedRoom); }).join();
   EXPECT_EQ(prepared, 72 * kMiB);
   EXPECT_EQ(device_->backing.host_bytes(), 72 * kMiB) << "page-locked in the primary context";
-  EXPECT_EQ(device_->backing.prepare_host_copies(), 0u) << "nothing left to prepare";
+  EXPECT_EQ(device_->backing.prepare_host_copies(kUnlimitedRoom), 0u) << "nothing left to prepare";
   ASSERT_EQ(cuMemFree_v2(freed), CUDA_SUCCESS);
   EXPECT_EQ(device_->backing.host_bytes(), 64 * kMiB);
 
@@ -408,6 +411,30 @@ TEST_F(GpuTest, PreparedHostCopiesAreTheOnesTheSwapOutUses) {
   EXPECT_EQ(byte, 0x5a);
   EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
   EXPECT_EQ(device_->backing.host_bytes(), 0u);
+}
+
+// Host copies are made only within the host room (the memory cgroup's headroom): what does not
+// fit stays on the GPU, and is reported as unmovable before any swap-out, so that the scheduler
+// never plans a turn that needs it moved.
+TEST_F(GpuTest, WhatTheHostRoomCannotHoldStaysOnTheGpu) {
+  std::vector<CUdeviceptr> ranges(3);
+  for (CUdeviceptr& r : ranges) ASSERT_EQ(cuMemAlloc_v2(&r, 32 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(ranges[2], 0x77, 32 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  cuda::DeviceBacking& backing = device_->backing;
+  EXPECT_EQ(backing.unmovable_bytes(kUnlimitedRoom), 0u);
+  EXPECT_EQ(backing.unmovable_bytes(70 * kMiB), 32 * kMiB) << "room for two of the three";
+  EXPECT_EQ(backing.prepare_host_copies(40 * kMiB), 32 * kMiB) << "room for one";
+  EXPECT_EQ(backing.unmovable_bytes(40 * kMiB), 32 * kMiB) << "one is paid for, one more fits";
+  const fakecuda::DeviceSnapshot before = snapshot();
+  EXPECT_EQ(backing.swap_out(stream_, 40 * kMiB).bytes, 64 * kMiB);
+  EXPECT_EQ(before.memory.device_bytes - snapshot().memory.device_bytes, 64 * kMiB);
+  EXPECT_EQ(backing.host_bytes(), 64 * kMiB);
+  EXPECT_EQ(backing.swap_in(stream_).bytes, 64 * kMiB);
+  unsigned char byte = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&byte, ranges[2] + 99, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x77) << "the range that stayed kept its contents";
+  for (CUdeviceptr r : ranges) EXPECT_EQ(cuMemFree_v2(r), CUDA_SUCCESS);
 }
 
 // The agent prepares on a thread of its own; a swap-out that comes while it works waits for the

@@ -7,6 +7,7 @@
 #include "client/cuda/device_state.h"
 #include "client/cuda/placement.h"
 #include "client/hooks/hook_table.h"
+#include "client/host_room.h"
 #include "common/log.h"
 #include "common/quantity.h"
 
@@ -30,7 +31,7 @@ std::uint64_t GpuAgent::move(bool to_host) {
     const MonoTime start = clock.now();
     // Device-backed allocations by copies (the backing synchronizes), managed ones by prefetch.
     const BackingSwap backed =
-        to_host ? device_.backing.swap_out(stream) : device_.backing.swap_in(stream);
+        to_host ? device_.backing.swap_out(stream, host_room()) : device_.backing.swap_in(stream);
     moved += backed.bytes;
     for (const ManagedRange& range : ranges) {
       const CUresult rc = prefetch(range.address, range.bytes, to_host, device_.ordinal, stream);
@@ -74,7 +75,7 @@ void GpuAgent::prepare_swap_out() {
   try {
     std::thread([device] {
       const auto start = std::chrono::steady_clock::now();
-      const std::uint64_t bytes = device->backing.prepare_host_copies();
+      const std::uint64_t bytes = device->backing.prepare_host_copies(host_room());
       if (bytes > 0) {
         NVSHARE_DEBUG(
             "%s: host copies of %s prepared for the announced swap-out in %.1f ms",
@@ -89,6 +90,15 @@ void GpuAgent::prepare_swap_out() {
   }
 }
 
+std::uint64_t GpuAgent::recent_host_room() {
+  const MonoTime now = SteadyClock::instance().now();
+  if (!room_read_at_ || now - *room_read_at_ >= kHostRoomRefresh) {
+    room_ = host_room();
+    room_read_at_ = now;
+  }
+  return room_;
+}
+
 DeviceUsage GpuAgent::usage() {
   DeviceUsage usage;
   usage.allocated_bytes = device_.ledger.used();
@@ -97,7 +107,7 @@ DeviceUsage GpuAgent::usage() {
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.queue_waited = device_.tracker.bound_waited();
   usage.refused_allocations = device_.ledger.refused();
-  usage.pinned_bytes = device_.backing.pinned_bytes();
+  usage.pinned_bytes = device_.backing.unmovable_bytes(recent_host_room());
   return usage;
 }
 

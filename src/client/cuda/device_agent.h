@@ -12,7 +12,9 @@
 //    own (DeviceBacking::prepare_host_copies), one such thread per GPU at a time.
 //  - idle_for(): WorkTracker::idle_for (queries only, never synchronizes).
 //  - usage(): allocated = the ledger's bytes (context included); resident = allocated minus what a
-//    swap moved to the host.
+//    swap moved to the host; pinned = what a swap-out would leave on the GPU (DeviceBacking::
+//    unmovable_bytes: exported for CUDA IPC, or beyond the host room, read at most every
+//    kHostRoomRefresh).
 //  - apply_limits(): the scheduler's memory limit replaces the declared one (0: none). A lower
 //  limit
 //    frees nothing; later allocations fail instead.
@@ -20,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "client/device_link.h"
 
@@ -34,6 +37,8 @@ inline constexpr Duration kLowDrainBound = std::chrono::milliseconds(2);
 // that its next pause repays; the processes of one job on several GPUs (gangs) pause together, and
 // the drain of the rank that is behind is time the rank ahead waits in.
 inline constexpr Duration kCappedDrainBound = std::chrono::milliseconds(10);
+// How long a reading of the host room (client/host_room.h) serves usage reports.
+inline constexpr Duration kHostRoomRefresh = std::chrono::seconds(1);
 
 class GpuAgent final : public DeviceAgent {
  public:
@@ -57,7 +62,10 @@ class GpuAgent final : public DeviceAgent {
 
  private:
   std::uint64_t move(bool to_host);
+  std::uint64_t recent_host_room();
   DeviceState& device_;
+  std::optional<MonoTime> room_read_at_;
+  std::uint64_t room_ = 0;
 };
 
 }  // namespace nvshare::client::cuda

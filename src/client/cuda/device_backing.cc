@@ -255,7 +255,7 @@ void DeviceBacking::free_host_copy(Range& range) {
   range.host_registered = false;
 }
 
-BackingSwap DeviceBacking::swap_out(CUstream stream) {
+BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
   auto to_host = hooks::real<HookId::cuMemcpyDtoHAsync_v2>();
   std::unique_lock lock(mu_);
   // A copy being prepared is further along than one this call would start; no other starts.
@@ -264,8 +264,16 @@ BackingSwap DeviceBacking::swap_out(CUstream stream) {
   --swaps_waiting_;
   out_ = true;
   std::vector<std::pair<CUdeviceptr, Range*>> copied;
+  std::uint64_t no_room = 0;
   for (auto& [address, range] : ranges_) {
     if (range.handle == 0 || range.pinned) continue;
+    if (range.host == nullptr && range.faulted == nullptr) {
+      if (range.bytes > host_room) {
+        no_room += range.bytes;
+        continue;
+      }
+      host_room -= range.bytes;
+    }
     CUresult rc = ensure_host_copy(range);
     if (rc == CUDA_SUCCESS) {
       rc = to_host != nullptr ? to_host(range.host, address, range.bytes, stream)
@@ -277,6 +285,12 @@ BackingSwap DeviceBacking::swap_out(CUstream stream) {
       continue;
     }
     copied.emplace_back(address, &range);
+  }
+  if (no_room > 0) {
+    NVSHARE_WARN(
+        "swap out: %s stays on the GPU: host copies of it would not fit in the memory "
+        "this process may still take (its cgroup's limit, or the host's)",
+        format_bytes(no_room).c_str());
   }
   BackingSwap done;
   if (copied.empty()) return done;
@@ -319,13 +333,15 @@ bool DeviceBacking::adopt_host_copy(CUdeviceptr address, std::uint64_t serial, v
   return true;
 }
 
-std::uint64_t DeviceBacking::prepare_host_copies() {
+std::uint64_t DeviceBacking::prepare_host_copies(std::uint64_t host_room) {
   std::uint64_t prepared = 0;
   std::unique_lock lock(mu_);
   for (auto it = next_to_prepare(); it != ranges_.end(); it = next_to_prepare()) {
     const CUdeviceptr address = it->first;
     const std::uint64_t bytes = it->second.bytes;
     const std::uint64_t serial = it->second.serial;
+    if (bytes > host_room) break;  // the swap-out will leave it (and what follows) on the GPU
+    host_room -= bytes;
     preparing_ = true;
     lock.unlock();
     void* memory = fresh_host_memory(bytes);
@@ -476,6 +492,23 @@ std::uint64_t DeviceBacking::pinned_bytes() const {
   std::uint64_t total = 0;
   for (const auto& [address, range] : ranges_) {
     if (range.pinned) total += range.bytes;
+  }
+  return total;
+}
+
+std::uint64_t DeviceBacking::unmovable_bytes(std::uint64_t host_room) const {
+  std::lock_guard lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& [address, range] : ranges_) {
+    if (range.pinned) {
+      total += range.bytes;
+    } else if (range.handle != 0 && range.host == nullptr && range.faulted == nullptr) {
+      if (range.bytes > host_room) {
+        total += range.bytes;
+      } else {
+        host_room -= range.bytes;
+      }
+    }
   }
   return total;
 }

@@ -9,6 +9,11 @@
 //    On failure nothing is left behind and the driver's error is returned: the caller falls back
 //    to another backing (physical memory short: CUDA_ERROR_OUT_OF_MEMORY).
 //  - release(): unmaps and releases the physical memory, frees the address range and the host copy.
+//  - Host room: host copies are charged to the process's memory cgroup like any page it touches,
+//    so a copy is made only while it fits in the host room the caller gives (the limit less the
+//    usage, client/host_room.h): past it the kernel would kill the process. A range whose copy
+//    does not fit stays on the GPU and counts as unmovable (unmovable_bytes(), reported to the
+//    scheduler as pinned bytes: it never plans a turn that needs them moved).
 //  - swap_out(): copies every mapped range to its host copy on `stream` (pinned memory, made at a
 //    range's first swap-out or by prepare_host_copies(), and kept until it is freed: the
 //    host-memory cost of this mode; anonymous memory advised to use huge pages, then page-locked,
@@ -75,11 +80,13 @@ class DeviceBacking {
   CUresult release(CUdeviceptr address);
   bool owns(CUdeviceptr address) const;
 
-  BackingSwap swap_out(CUstream stream);
+  // `host_room`: the host memory new host copies may take (client/host_room.h); a range whose copy
+  // would not fit in what is left of it stays on the GPU.
+  BackingSwap swap_out(CUstream stream, std::uint64_t host_room);
   BackingSwap swap_in(CUstream stream);
   // Returns the bytes whose host copies it made. Any thread but the link thread (it may take
   // seconds).
-  std::uint64_t prepare_host_copies();
+  std::uint64_t prepare_host_copies(std::uint64_t host_room);
   // Process exit: waits for a driver call of a preparation in progress; none starts afterwards.
   void stop_preparing();
   void grant_peer(int peer);
@@ -108,8 +115,11 @@ class DeviceBacking {
   // Whether `address` lies in an allocation export_shareable() can export (for
   // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: cuIpcGetMemHandle works on it).
   bool exportable(CUdeviceptr address) const;
-  // Bytes of pinned allocations (what swap_out() leaves on the GPU).
+  // Bytes of pinned allocations (exported for CUDA IPC).
   std::uint64_t pinned_bytes() const;
+  // What a swap_out() given `host_room` would leave on the GPU: the pinned allocations, and the
+  // mapped ones (in address order) whose host copies, not made yet, no longer fit in the room.
+  std::uint64_t unmovable_bytes(std::uint64_t host_room) const;
 
   // Bytes of host copies held (pinned host memory).
   std::uint64_t host_bytes() const;
