@@ -20,7 +20,7 @@ ALLOWED = {
     "src/client/hooks/": ["common/", "client/hooks/"],
     "src/client/cuda/": ["common/", "client/hooks/", "client/cuda/", "client/device_link.h",
                          "client/config.h", "client/settings_file.h", "client/process_events.h",
-                         "client/ipc_broker_client.h"],
+                         "client/ipc_broker_client.h", "client/host_room.h"],
     "src/client/entry/": ["common/", "client/hooks/", "client/cuda/", "client/device_link.h",
                           "client/config.h", "client/settings_file.h"],
     "src/client/link/": ["common/", "client/link/", "client/device_link.h", "client/config.h",
