@@ -1243,31 +1243,6 @@ TEST_F(TwoGpuTest, OneProcessDrivesBothGpusUnderItsLimits) {
   EXPECT_EQ(json_number(also, "kernels"), 100);
 }
 
-// The share of the time between its first and its last grant that a process held a grant (grant
-// to release, a revoke's drain included), from the hand-off trace it wrote: what a cap governs.
-double held_share(const std::string& trace, pid_t pid) {
-  std::ifstream lines(trace);
-  std::optional<double> first_grant, last_grant, held_since;
-  double held = 0;
-  for (std::string line; std::getline(lines, line);) {
-    auto event = parse_json(line);
-    if (!event.ok() || json_number(&event.value(), "pid") != pid) continue;
-    const std::string what = json_string(&event.value(), "event");
-    const double t = json_number(&event.value(), "t");
-    if (what == "grant") {
-      if (!first_grant) first_grant = t;
-      last_grant = t;
-      held_since = t;
-    } else if ((what == "release" || what == "idle-release") && held_since) {
-      held += t - *held_since;
-      held_since.reset();
-    }
-  }
-  if (!first_grant || *last_grant <= *first_grant) return -1;
-  // Grants before the last one have all been released by then.
-  return 100.0 * held / (*last_grant - *first_grant);
-}
-
 // A 30% cap on one GPU and a 60% cap on the other, at once. Each process holds its GPU within 2
 // points of its cap (the hand-off trace's grant-to-release time: what the cap governs), and its
 // kernels run no more than that (the work it got; what it does with its held time besides kernels,
@@ -1298,7 +1273,9 @@ TEST_F(TwoGpuTest, CapsOnTwoGpusHoldAtOnce) {
   for (std::size_t gpu = 0; gpu < 2; ++gpu) {
     Json report = finish(*trainers[gpu]);
     if (HasFailure()) return;
-    const double held = held_share(traces[gpu], trainers[gpu]->pid());
+    // From its first grant to its last: whole cycles of the cap, all of them released.
+    const auto [first, last] = grant_span(traces[gpu], trainers[gpu]->pid());
+    const double held = held_share(traces[gpu], trainers[gpu]->pid(), first, last);
     const double kernel_share =
         100.0 * static_cast<double>(kernels) * kernel_s / json_number(&report, "wall_s");
     const std::string what =

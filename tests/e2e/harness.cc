@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -365,6 +366,54 @@ std::string json_string(const Json* object, std::string_view key) {
   const Json* member = object->find(key);
   if (member == nullptr || member->as_string() == nullptr) return "";
   return *member->as_string();
+}
+
+namespace {
+
+// Calls `each(event, t)` for every event of `pid` in a hand-off trace; false when it cannot be
+// read.
+template <typename Each>
+bool trace_events(const std::string& trace, pid_t pid, Each&& each) {
+  std::ifstream lines(trace);
+  if (!lines) return false;
+  for (std::string line; std::getline(lines, line);) {
+    auto event = parse_json(line);
+    if (!event.ok() || json_number(&event.value(), "pid") != pid) continue;
+    each(json_string(&event.value(), "event"), json_number(&event.value(), "t"));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::pair<double, double> grant_span(const std::string& trace, pid_t pid) {
+  std::pair<double, double> span{-1, -1};
+  trace_events(trace, pid, [&](const std::string& what, double t) {
+    if (what != "grant") return;
+    if (span.first < 0) span.first = t;
+    span.second = t;
+  });
+  return span;
+}
+
+double held_share(const std::string& trace, pid_t pid, double begin, double end) {
+  if (end <= begin) return -1;
+  std::optional<double> held_since;
+  double held = 0;
+  auto add = [&](double from, double to) {
+    held += std::max(0.0, std::min(to, end) - std::max(from, begin));
+  };
+  const bool read = trace_events(trace, pid, [&](const std::string& what, double t) {
+    if (what == "grant") {
+      held_since = t;
+    } else if ((what == "release" || what == "idle-release") && held_since) {
+      add(*held_since, t);
+      held_since.reset();
+    }
+  });
+  if (!read) return -1;
+  if (held_since) add(*held_since, end);
+  return 100.0 * held / (end - begin);
 }
 
 Trainer::Trainer(TrainerOptions options, std::string dir)

@@ -155,6 +155,15 @@ const Json* find_client(const Json& status, pid_t pid);
 double json_number(const Json* object, std::string_view key, double fallback = -1);
 std::string json_string(const Json* object, std::string_view key);
 
+// The share (%) of [begin, end] (CLOCK_MONOTONIC seconds) during which process `pid` held a grant,
+// from the hand-off trace it wrote (NVSHARE_TRACE_FILE): grant to release, a revoke's drain
+// included; a grant not yet released counts until `end`. What a compute cap governs, observed from
+// the client's side. -1 when the trace cannot be read or the window is empty.
+double held_share(const std::string& trace, pid_t pid, double begin, double end);
+// The times (CLOCK_MONOTONIC seconds) of the first and the last grant in that trace; {-1, -1} when
+// it has none.
+std::pair<double, double> grant_span(const std::string& trace, pid_t pid);
+
 // One nvshare-trainer run.
 struct TrainerOptions {
   TrainerOptions(std::string name_, std::vector<std::string> args_, Env env_ = {},

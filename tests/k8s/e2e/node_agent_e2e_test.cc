@@ -429,9 +429,11 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   // ---- the trainer, in the container the allocation describes --------------------------------
   // The simulated driver has no device nodes (the container runtime's business): the allocated
   // GPU is picked by index instead.
+  const std::string trace = dir_.path() + "/handoff.jsonl";
   Env container_env = {{"LD_PRELOAD", envs.at("LD_PRELOAD")},
                        {"NVSHARE_SOCKET", envs.at("NVSHARE_SOCKET")},
-                       {"NVSHARE_POD_UID", kTrainerPod.uid}};
+                       {"NVSHARE_POD_UID", kTrainerPod.uid},
+                       {"NVSHARE_TRACE_FILE", trace}};
   trainer_ = std::make_unique<Trainer>(
       TrainerOptions("trainer",
                      {"--device", std::to_string(gpu_index), "--bytes", "512Mi", "--kernels",
@@ -558,7 +560,13 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   measure("trainer's GPU share over a plain 8 s window",
           100.0 * static_cast<double>(plain_kernels) * kKernelS / kShareWindowS, "%");
   measure("scheduler's share_percent at the end of the window", scheduler_share, "%");
-  EXPECT_NEAR(window.percent(), 30.0, 2.0)
+  // The cap governs the time the trainer holds the GPU (its hand-off trace: grant to release);
+  // its kernels get no more than that (its own launches and synchronizations, slower under the
+  // sanitizers, take some of the held time).
+  const double held = held_share(trace, trainer_->pid(), window.begin, window.end);
+  measure("trainer's held share under the 30% annotation", held, "%");
+  EXPECT_NEAR(held, 30.0, 2.0) << "held over [" << window.begin << ", " << window.end << "]";
+  EXPECT_LE(window.percent(), 32.0)
       << window.kernels << " kernels of " << kKernelS * 1000 << " ms in "
       << window.end - window.begin << " s" << (window.whole_periods ? "" : " (no pauses seen)");
 
