@@ -267,7 +267,7 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
   std::uint64_t no_room = 0;
   for (auto& [address, range] : ranges_) {
     if (range.handle == 0 || range.pinned) continue;
-    if (range.host == nullptr && range.faulted == nullptr) {
+    if (range.needs_host_copy()) {
       if (range.bytes > host_room) {
         no_room += range.bytes;
         continue;
@@ -311,17 +311,14 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
 
 std::map<CUdeviceptr, DeviceBacking::Range>::iterator DeviceBacking::next_to_prepare() {
   if (stopped_ || out_ || swaps_waiting_ > 0) return ranges_.end();
-  return std::find_if(ranges_.begin(), ranges_.end(), [](const auto& entry) {
-    const Range& r = entry.second;
-    return r.handle != 0 && !r.pinned && r.host == nullptr && r.faulted == nullptr;
-  });
+  return std::find_if(ranges_.begin(), ranges_.end(),
+                      [](const auto& entry) { return entry.second.needs_host_copy(); });
 }
 
 bool DeviceBacking::adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory,
                                     bool registered) {
   auto it = ranges_.find(address);
-  if (it == ranges_.end() || it->second.serial != serial || it->second.host != nullptr ||
-      it->second.faulted != nullptr) {
+  if (it == ranges_.end() || it->second.serial != serial || it->second.has_host_memory()) {
     return false;
   }
   if (registered) {
@@ -502,7 +499,7 @@ std::uint64_t DeviceBacking::unmovable_bytes(std::uint64_t host_room) const {
   for (const auto& [address, range] : ranges_) {
     if (range.pinned) {
       total += range.bytes;
-    } else if (range.handle != 0 && range.host == nullptr && range.faulted == nullptr) {
+    } else if (range.needs_host_copy()) {
       if (range.bytes > host_room) {
         total += range.bytes;
       } else {

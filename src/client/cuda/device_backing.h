@@ -135,6 +135,10 @@ class DeviceBacking {
     bool host_holds_contents = false;
     bool pinned = false;          // exported for CUDA IPC: never swapped out
     std::uint64_t ipc_token = 0;  // the broker's token, once exported
+
+    bool has_host_memory() const { return host != nullptr || faulted != nullptr; }
+    // Mapped, movable, and without host memory yet: a swap-out would have to make its copy.
+    bool needs_host_copy() const { return handle != 0 && !pinned && !has_host_memory(); }
   };
 
   CUresult back(CUdeviceptr address, Range& range);                     // create, map, grant access
