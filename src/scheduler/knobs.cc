@@ -180,9 +180,9 @@ const Knob kKnobs[] = {
        return store(parse_seconds(v, 0.01, kMaxSeconds),
                     [&](Duration d) { c.policy.fixed_quantum = d; });
      }},
-    {"quantum-k", "5", "0.1..1000",
+    {"quantum-k", "50", "0.1..1000",
      "Multiple of the estimated swap time that an `auto` quantum lasts, so swapping takes at most "
-     "about 1/k of the GPU's time.",
+     "about 1/(k+1) of the GPU's time while the quantum is under quantum-max (2% with 50).",
      KnobScope::kPolicy, false,
      [](std::string_view v, DaemonConfig& c) -> Status {
        return store(parse_decimal(v, 0.1, 1000, ""),

@@ -154,7 +154,7 @@ std::vector<Scenario> swap_turn_cases() {
         s.seed = 7;
         s.config.mode = mode;
         s.config.capacity_bytes = 16 * kGiB;
-        s.length = 60s;
+        s.length = 120s;
         for (int i = 0; i < jobs; ++i) {
           ClientSpec c;
           c.behaviour = Behaviour::kComputeBound;
@@ -162,6 +162,33 @@ std::vector<Scenario> swap_turn_cases() {
           c.start = apart * i;
           c.swap_bytes_per_s = 50e9;
           c.host_copy_bytes_per_s = 4.6e9;
+          s.clients.push_back(c);
+        }
+        all.push_back(s);
+      }
+    }
+  }
+  return all;
+}
+
+std::vector<Scenario> swap_share_cases() {
+  std::vector<Scenario> all;
+  for (const Mode mode : {Mode::kAuto, Mode::kExclusive}) {
+    for (int jobs = 2; jobs <= 3; ++jobs) {
+      for (const double bandwidth : {50e9, 100e9}) {
+        Scenario s;
+        s.name = std::to_string(jobs) + " jobs of 4 GiB at " +
+                 std::to_string(static_cast<int>(bandwidth / 1e9)) + " GB/s";
+        s.seed = 11;
+        s.config.mode = mode;
+        s.config.capacity_bytes = 6 * kGiB;
+        s.length = 180s;
+        for (int i = 0; i < jobs; ++i) {
+          ClientSpec c;
+          c.behaviour = Behaviour::kComputeBound;
+          c.working_set = 4 * kGiB;
+          c.start = 100ms * i;
+          c.swap_bytes_per_s = bandwidth;
           s.clients.push_back(c);
         }
         all.push_back(s);

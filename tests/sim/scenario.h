@@ -100,6 +100,11 @@ std::vector<Scenario> saturating_cases();
 // or apart, in modes auto and exclusive.
 std::vector<Scenario> swap_turn_cases();
 
+// Jobs that do not fit together and whose hand-offs cost less than the longest quantum allows
+// (2 and 3 jobs of 4 GiB under 6 GiB, swapping at 50 or 100 GB/s, modes auto and exclusive), for
+// the share of the GPU's time their swaps take.
+std::vector<Scenario> swap_share_cases();
+
 // Priority classes (mode auto and exclusive): a `high` client beside `low` ones, each case with
 // what the test expects of it.
 struct PriorityCase {

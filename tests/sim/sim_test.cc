@@ -348,6 +348,25 @@ TEST(Simulation, SwapOutsForTurnsAreAnnouncedInTime) {
   }
 }
 
+// The auto quantum is k times a hand-off's swap time (out and in), so that swaps take about
+// 1 / (k + 1) of the GPU's time (2% with the default k = 50) while the quantum lies between its
+// bounds or below them; drains come on top (0-50 ms each here).
+TEST(Simulation, SwapsTakeTheShareTheQuantumAllows) {
+  for (const Scenario& s : swap_share_cases()) {
+    const SimResult r = run_checked(s);
+    if (!r.ok) continue;
+    const double length = secs(s.length);
+    const double swaps = secs(r.swap_time) / length;
+    const double handoffs = secs(r.handoff_time) / length;
+    std::printf("%s: %llu swap-outs, swaps %.2f%% of the time, hand-offs with drains %.2f%%\n",
+                describe(s).c_str(), static_cast<unsigned long long>(r.swap_outs), 100 * swaps,
+                100 * handoffs);
+    EXPECT_GE(r.swap_outs, 15u) << describe(s);
+    EXPECT_LE(swaps, 1.0 / 51 + 0.002) << describe(s);  // the default k = 50
+    EXPECT_LE(handoffs, 0.03) << describe(s);
+  }
+}
+
 // A job's class follows its reports, live: a client that becomes saturating starts taking turns
 // with the saturating one, and one that stops saturating runs beside it again.
 TEST(Simulation, TheClassFollowsAJobAsItChanges) {

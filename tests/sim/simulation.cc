@@ -50,6 +50,7 @@ struct SimClient {
   GrantEpoch noticed = 0;  // the grant a swap notice was last sent for
   MonoTime noticed_at{};
   std::optional<MonoTime> host_copies_at;  // when its host copies are (or were) made
+  bool swapped_out = false;  // released with a swap-out; its next grant swaps its memory in
   std::uint64_t allocated = 0;
   Limits limits;
   // The current wait.
@@ -288,6 +289,13 @@ class World {
     check_wait(*c);
     c->holding = a.epoch;
     c->hold_since = now_;
+    if (c->swapped_out) {
+      const Duration swap_in =
+          from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
+      result_.swap_time += swap_in;
+      result_.handoff_time += swap_in;
+      c->swapped_out = false;
+    }
     c->revoked = false;
     c->unresponsive = false;
     c->hanging = false;
@@ -667,6 +675,11 @@ class World {
     if (answered_revoke) start_wait(c);
     feed(policy::Released{c.id, epoch, held, drained},
          std::string(answered_revoke ? "release " : "idle release ") + name(c));
+    if (swapped) {
+      result_.swap_time += from_seconds(static_cast<double>(c.allocated) / c.spec.swap_bytes_per_s);
+      result_.handoff_time += drained;
+      c.swapped_out = true;
+    }
     if (swapped && c.connected) {
       report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
                    "usage after swap " + name(c));

@@ -50,6 +50,11 @@ struct SimResult {
   std::uint64_t noticed_swap_outs = 0;           // of which a swap notice announced
   Duration least_notice_lead = Duration::max();  // from a notice to its swap-out revoke
   Duration host_copy_waits{0};  // swap-outs waiting for host copies (ClientSpec::host_copy_...)
+  // Memory moved for hand-offs: each swap-out and each swap-in that followed, at the client's
+  // bandwidth. handoff_time adds the drains: each such swap-out from revoke to release (drain,
+  // host copies, swap-out) and each swap-in.
+  Duration swap_time{0};
+  Duration handoff_time{0};
   std::uint64_t unresponsive = 0;
   std::uint64_t stale_releases = 0;
   std::uint64_t limit_changes = 0;

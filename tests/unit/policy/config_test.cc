@@ -31,7 +31,7 @@ TEST(PolicyConfig, DefaultsAreValid) {
   EXPECT_TRUE(validate(config).ok());
   EXPECT_EQ(config.mode, Mode::kAuto);
   EXPECT_DOUBLE_EQ(config.reserve_fraction, 0.10);
-  EXPECT_DOUBLE_EQ(config.quantum_swap_multiple, 5.0);
+  EXPECT_DOUBLE_EQ(config.quantum_swap_multiple, 50.0);
   EXPECT_EQ(config.quantum_min, std::chrono::seconds(5));
   EXPECT_EQ(config.quantum_max, std::chrono::seconds(15));
   EXPECT_EQ(config.turn_slice, std::chrono::milliseconds(500));
