@@ -461,6 +461,40 @@ TEST_F(GpuTest, ASwapOutDuringAPreparationMovesEverything) {
   EXPECT_EQ(device_->backing.host_bytes(), 0u);
 }
 
+// Managed memory prefetched to the host is host memory too: a swap-out moves only the managed
+// ranges that fit in the host room (in address order) and reports the rest as staying on the GPU,
+// before the swap-out and while swapped out.
+TEST_F(GpuTest, InTheUnifiedModeManagedMemoryBeyondTheHostRoomStaysOnTheGpu) {
+  const ModeScope unified(*device_, MemoryMode::kUnified);
+  struct RoomScope {
+    explicit RoomScope(cuda::GpuAgent& agent) : agent(agent) {
+      agent.set_host_room_source([] { return std::uint64_t{40} * kMiB; });
+    }
+    ~RoomScope() { agent.set_host_room_source(nullptr); }
+    cuda::GpuAgent& agent;
+  } room(device_->agent);
+  std::vector<CUdeviceptr> ranges(2);
+  for (CUdeviceptr& r : ranges) ASSERT_EQ(cuMemAlloc_v2(&r, 32 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8_v2(ranges[1], 0x5a, 32 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(agent_->usage().pinned_bytes, 32 * kMiB) << "room for one of the two";
+  const fakecuda::DeviceSnapshot before = snapshot();
+
+  EXPECT_EQ(agent_->swap_out(), 32 * kMiB);
+  const fakecuda::DeviceSnapshot s = snapshot();
+  EXPECT_EQ(s.migrated_to_host - before.migrated_to_host, 32 * kMiB);
+  EXPECT_EQ(s.memory.managed_resident, before.memory.managed_resident - 32 * kMiB);
+  const DeviceUsage usage = agent_->usage();
+  EXPECT_EQ(usage.pinned_bytes, 32 * kMiB) << "what the swap-out left";
+  EXPECT_EQ(usage.resident_bytes, usage.allocated_bytes - 32 * kMiB);
+
+  EXPECT_GE(agent_->swap_in(), 32 * kMiB);
+  unsigned char byte = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&byte, ranges[1] + 4321, 1), CUDA_SUCCESS);
+  EXPECT_EQ(byte, 0x5a) << "the range that stayed kept its contents";
+  for (CUdeviceptr r : ranges) EXPECT_EQ(cuMemFree_v2(r), CUDA_SUCCESS);
+}
+
 TEST_F(GpuTest, InTheUnifiedModeDeviceAllocationsBecomeManagedOnTheDevice) {
   const ModeScope unified(*device_, MemoryMode::kUnified);
   const fakecuda::DeviceSnapshot before = snapshot();

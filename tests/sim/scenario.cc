@@ -141,29 +141,40 @@ std::vector<Scenario> saturating_cases() {
   return all;
 }
 
+namespace {
+
+// `jobs` compute-bound jobs of `working_set` each, started `apart`, swapping at `bandwidth`.
+Scenario swapping_jobs(Mode mode, int jobs, std::uint64_t working_set, Duration apart,
+                       double bandwidth) {
+  Scenario s;
+  s.config.mode = mode;
+  for (int i = 0; i < jobs; ++i) {
+    ClientSpec c;
+    c.behaviour = Behaviour::kComputeBound;
+    c.working_set = working_set;
+    c.start = apart * i;
+    c.swap_bytes_per_s = bandwidth;
+    s.clients.push_back(c);
+  }
+  return s;
+}
+
+}  // namespace
+
 std::vector<Scenario> swap_turn_cases() {
   std::vector<Scenario> all;
   for (const Mode mode : {Mode::kAuto, Mode::kExclusive}) {
     for (int jobs = 2; jobs <= 3; ++jobs) {
       for (const Duration apart : {Duration{100ms}, Duration{3s}}) {
-        Scenario s;
+        Scenario s = swapping_jobs(mode, jobs, 10 * kGiB, apart, 50e9);
         s.name =
             std::to_string(jobs) + " jobs of 10 GiB, " +
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(apart).count()) +
             " ms apart";
         s.seed = 7;
-        s.config.mode = mode;
         s.config.capacity_bytes = 16 * kGiB;
         s.length = 120s;
-        for (int i = 0; i < jobs; ++i) {
-          ClientSpec c;
-          c.behaviour = Behaviour::kComputeBound;
-          c.working_set = 10 * kGiB;
-          c.start = apart * i;
-          c.swap_bytes_per_s = 50e9;
-          c.host_copy_bytes_per_s = 4.6e9;
-          s.clients.push_back(c);
-        }
+        for (ClientSpec& c : s.clients) c.host_copy_bytes_per_s = 4.6e9;
         all.push_back(s);
       }
     }
@@ -176,21 +187,12 @@ std::vector<Scenario> swap_share_cases() {
   for (const Mode mode : {Mode::kAuto, Mode::kExclusive}) {
     for (int jobs = 2; jobs <= 3; ++jobs) {
       for (const double bandwidth : {50e9, 100e9}) {
-        Scenario s;
+        Scenario s = swapping_jobs(mode, jobs, 4 * kGiB, 100ms, bandwidth);
         s.name = std::to_string(jobs) + " jobs of 4 GiB at " +
                  std::to_string(static_cast<int>(bandwidth / 1e9)) + " GB/s";
         s.seed = 11;
-        s.config.mode = mode;
         s.config.capacity_bytes = 6 * kGiB;
         s.length = 180s;
-        for (int i = 0; i < jobs; ++i) {
-          ClientSpec c;
-          c.behaviour = Behaviour::kComputeBound;
-          c.working_set = 4 * kGiB;
-          c.start = 100ms * i;
-          c.swap_bytes_per_s = bandwidth;
-          s.clients.push_back(c);
-        }
         all.push_back(s);
       }
     }

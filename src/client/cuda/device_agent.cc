@@ -1,5 +1,6 @@
 #include "client/cuda/device_agent.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -13,27 +14,55 @@
 
 namespace nvshare::client::cuda {
 
+namespace {
+
+std::uint64_t system_host_room() { return host_room(); }
+
+// The GPU's managed ranges (by address); none when the list cannot be made.
+std::vector<ManagedRange> managed_ranges_of(int ordinal) {
+  try {
+    return allocations().managed_ranges(ordinal);
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace
+
+GpuAgent::GpuAgent(DeviceState& device) : device_(device), room_source_(&system_host_room) {}
+
+void GpuAgent::set_host_room_source(HostRoomSource source) {
+  room_source_ = source != nullptr ? source : &system_host_room;
+  room_read_at_.reset();
+}
+
 Duration GpuAgent::drain() { return device_.tracker.drain(); }
 
 Duration GpuAgent::idle_for() { return device_.tracker.idle_for(); }
 
 std::uint64_t GpuAgent::move(bool to_host) {
-  std::vector<ManagedRange> ranges;
-  try {
-    ranges = allocations().managed_ranges(device_.ordinal);
-  } catch (...) {
-    return 0;
-  }
+  const std::vector<ManagedRange> ranges = managed_ranges_of(device_.ordinal);
   std::uint64_t moved = 0;
+  std::uint64_t left = 0;  // managed bytes kept on the GPU: no room on the host
   Duration took{};
   const Clock& clock = SteadyClock::instance();
   const bool ran = device_.tracker.with_any_context([&](CUcontext, CUstream stream) {
     const MonoTime start = clock.now();
-    // Device-backed allocations by copies (the backing synchronizes), managed ones by prefetch.
+    // Device-backed allocations by copies (the backing synchronizes), managed ones by prefetch,
+    // both within the host room.
+    std::uint64_t room = to_host ? room_source_() : 0;
     const BackingSwap backed =
-        to_host ? device_.backing.swap_out(stream, host_room()) : device_.backing.swap_in(stream);
+        to_host ? device_.backing.swap_out(stream, room) : device_.backing.swap_in(stream);
+    room -= std::min(room, backed.host_copies_made);
     moved += backed.bytes;
     for (const ManagedRange& range : ranges) {
+      if (to_host) {
+        if (range.bytes > room) {
+          left += range.bytes;
+          continue;
+        }
+        room -= range.bytes;
+      }
       const CUresult rc = prefetch(range.address, range.bytes, to_host, device_.ordinal, stream);
       if (rc == CUDA_SUCCESS) {
         moved += range.bytes;
@@ -48,6 +77,13 @@ std::uint64_t GpuAgent::move(bool to_host) {
     took = clock.now() - start;
   });
   if (!ran) return 0;
+  if (left > 0) {
+    NVSHARE_WARN(
+        "swap out: %s of managed memory stays on the GPU: it would not fit in the memory this "
+        "process may still take (its cgroup's limit, or the host's)",
+        format_bytes(left).c_str());
+  }
+  managed_left_ = to_host ? left : 0;
   if (to_host) {
     device_.swapped_out.store(true, std::memory_order_release);
     device_.swapped_bytes.store(moved, std::memory_order_relaxed);
@@ -73,9 +109,9 @@ void GpuAgent::prepare_swap_out() {
   if (device_.preparing_host_copies.exchange(true, std::memory_order_acq_rel)) return;
   DeviceState* device = &device_;  // never destroyed (device_state.h)
   try {
-    std::thread([device] {
+    std::thread([device, room = room_source_] {
       const auto start = std::chrono::steady_clock::now();
-      const std::uint64_t bytes = device->backing.prepare_host_copies(host_room());
+      const std::uint64_t bytes = device->backing.prepare_host_copies(room());
       if (bytes > 0) {
         NVSHARE_DEBUG(
             "%s: host copies of %s prepared for the announced swap-out in %.1f ms",
@@ -93,7 +129,7 @@ void GpuAgent::prepare_swap_out() {
 std::uint64_t GpuAgent::recent_host_room() {
   const MonoTime now = SteadyClock::instance().now();
   if (!room_read_at_ || now - *room_read_at_ >= kHostRoomRefresh) {
-    room_ = host_room();
+    room_ = room_source_();
     room_read_at_ = now;
   }
   return room_;
@@ -107,8 +143,26 @@ DeviceUsage GpuAgent::usage() {
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.queue_waited = device_.tracker.bound_waited();
   usage.refused_allocations = device_.ledger.refused();
-  usage.pinned_bytes = device_.backing.unmovable_bytes(recent_host_room());
+  if (device_.swapped_out.load(std::memory_order_acquire)) {
+    usage.pinned_bytes = device_.backing.plan(0).unmovable + managed_left_;
+  } else {
+    const std::uint64_t room = recent_host_room();
+    const HostCopyPlan plan = device_.backing.plan(room);
+    usage.pinned_bytes = plan.unmovable + managed_beyond(room - std::min(room, plan.to_make));
+  }
   return usage;
+}
+
+std::uint64_t GpuAgent::managed_beyond(std::uint64_t room) const {
+  std::uint64_t beyond = 0;
+  for (const ManagedRange& range : managed_ranges_of(device_.ordinal)) {
+    if (range.bytes > room) {
+      beyond += range.bytes;
+    } else {
+      room -= range.bytes;
+    }
+  }
+  return beyond;
 }
 
 void GpuAgent::apply_limits(const protocol::Limits& limits) {

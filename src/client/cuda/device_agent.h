@@ -6,15 +6,18 @@
 //    host / back, on the library's private stream: device-backed ones by copies
 //    (device_backing.h), managed ones (converted device allocations in the unified mode and the
 //    application's own managed memory) by bulk prefetch; then synchronize that stream. swap_out
-//    measures the bandwidth it achieved (the expensive direction, so the one worth reporting).
-//    While swapped out, new allocations stay off the GPU until swap_in.
+//    moves only what fits in the host room (client/host_room.h), read once per swap-out: host
+//    copies first, then managed ranges in address order; the rest stays on the GPU. It measures
+//    the bandwidth it achieved (the expensive direction, so the one worth reporting). While
+//    swapped out, new allocations stay off the GPU until swap_in.
 //  - prepare_swap_out(): makes the host copies of the device-backed allocations on a thread of its
 //    own (DeviceBacking::prepare_host_copies), one such thread per GPU at a time.
 //  - idle_for(): WorkTracker::idle_for (queries only, never synchronizes).
 //  - usage(): allocated = the ledger's bytes (context included); resident = allocated minus what a
-//    swap moved to the host; pinned = what a swap-out would leave on the GPU (DeviceBacking::
-//    unmovable_bytes: exported for CUDA IPC, or beyond the host room, read at most every
-//    kHostRoomRefresh).
+//    swap moved to the host; pinned = what a swap-out would leave on the GPU (DeviceBacking::plan:
+//    exported for CUDA IPC, or beyond the host room, read at most every kHostRoomRefresh; and the
+//    managed ranges beyond what the host copies leave of the room), or, while swapped out, what
+//    the swap-out left there.
 //  - apply_limits(): the scheduler's memory limit replaces the declared one (0: none). A lower
 //  limit
 //    frees nothing; later allocations fail instead.
@@ -42,7 +45,7 @@ inline constexpr Duration kHostRoomRefresh = std::chrono::seconds(1);
 
 class GpuAgent final : public DeviceAgent {
  public:
-  explicit GpuAgent(DeviceState& device) : device_(device) {}
+  explicit GpuAgent(DeviceState& device);
 
   Duration drain() override;
   std::uint64_t swap_out() override;
@@ -59,13 +62,20 @@ class GpuAgent final : public DeviceAgent {
   // The drain bound the limits imply: the configured one, at most kLowDrainBound for a low client
   // and kCappedDrainBound for a capped one.
   void apply_drain_bound(const protocol::Limits& limits);
+  // Where the host room is read from: client::host_room() unless a test gives its own.
+  using HostRoomSource = std::uint64_t (*)();
+  void set_host_room_source(HostRoomSource source);
 
  private:
   std::uint64_t move(bool to_host);
   std::uint64_t recent_host_room();
+  // Of the managed ranges, in address order, the bytes that do not fit in `room`.
+  std::uint64_t managed_beyond(std::uint64_t room) const;
   DeviceState& device_;
+  HostRoomSource room_source_;
   std::optional<MonoTime> room_read_at_;
   std::uint64_t room_ = 0;
+  std::uint64_t managed_left_ = 0;  // managed bytes the last swap-out left on the GPU
 };
 
 }  // namespace nvshare::client::cuda

@@ -265,9 +265,11 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
   out_ = true;
   std::vector<std::pair<CUdeviceptr, Range*>> copied;
   std::uint64_t no_room = 0;
+  BackingSwap done;
   for (auto& [address, range] : ranges_) {
     if (range.handle == 0 || range.pinned) continue;
-    if (range.needs_host_copy()) {
+    const bool new_copy = range.needs_host_copy();
+    if (new_copy) {
       if (range.bytes > host_room) {
         no_room += range.bytes;
         continue;
@@ -276,6 +278,7 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
     }
     CUresult rc = ensure_host_copy(range);
     if (rc == CUDA_SUCCESS) {
+      if (new_copy) done.host_copies_made += range.bytes;
       rc = to_host != nullptr ? to_host(range.host, address, range.bytes, stream)
                               : CUDA_ERROR_NOT_FOUND;
     }
@@ -292,7 +295,6 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
         "this process may still take (its cgroup's limit, or the host's)",
         format_bytes(no_room).c_str());
   }
-  BackingSwap done;
   if (copied.empty()) return done;
   const CUresult synced = hooks::driver().cuStreamSynchronize(stream);
   if (synced != CUDA_SUCCESS) {
@@ -493,21 +495,22 @@ std::uint64_t DeviceBacking::pinned_bytes() const {
   return total;
 }
 
-std::uint64_t DeviceBacking::unmovable_bytes(std::uint64_t host_room) const {
+HostCopyPlan DeviceBacking::plan(std::uint64_t host_room) const {
   std::lock_guard lock(mu_);
-  std::uint64_t total = 0;
+  HostCopyPlan plan;
   for (const auto& [address, range] : ranges_) {
     if (range.pinned) {
-      total += range.bytes;
+      plan.unmovable += range.bytes;
     } else if (range.needs_host_copy()) {
       if (range.bytes > host_room) {
-        total += range.bytes;
+        plan.unmovable += range.bytes;
       } else {
         host_room -= range.bytes;
+        plan.to_make += range.bytes;
       }
     }
   }
-  return total;
+  return plan;
 }
 
 std::uint64_t DeviceBacking::peers() const {

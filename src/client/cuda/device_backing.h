@@ -61,6 +61,13 @@ CUresult grant_access(CUdeviceptr address, std::uint64_t bytes, std::uint64_t gp
 struct BackingSwap {
   std::uint64_t bytes = 0;  // moved
   std::uint64_t ranges = 0;
+  std::uint64_t host_copies_made = 0;  // of the room given, what new host copies took
+};
+
+// What a swap-out given a host room would do with the device-backed ranges.
+struct HostCopyPlan {
+  std::uint64_t unmovable = 0;  // left on the GPU: pinned, or no room for its host copy
+  std::uint64_t to_make = 0;    // host copies it would make, out of the room
 };
 
 class DeviceBacking {
@@ -119,7 +126,8 @@ class DeviceBacking {
   std::uint64_t pinned_bytes() const;
   // What a swap_out() given `host_room` would leave on the GPU: the pinned allocations, and the
   // mapped ones (in address order) whose host copies, not made yet, no longer fit in the room.
-  std::uint64_t unmovable_bytes(std::uint64_t host_room) const;
+  std::uint64_t unmovable_bytes(std::uint64_t host_room) const { return plan(host_room).unmovable; }
+  HostCopyPlan plan(std::uint64_t host_room) const;
 
   // Bytes of host copies held (pinned host memory).
   std::uint64_t host_bytes() const;
