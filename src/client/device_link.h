@@ -67,8 +67,7 @@ inline constexpr std::chrono::milliseconds kDefaultRegisterWait{1000};
 struct DeviceUsage {
   std::uint64_t allocated_bytes = 0;
   std::uint64_t resident_bytes = 0;
-  std::uint64_t swap_bytes_per_s = 0;  // measured by the last swap, 0 until one happened
-  Duration queue_waited{0};  // submitting threads' waits for the drain bound so far (pace_meter.h)
+  std::uint64_t swap_bytes_per_s = 0;     // measured by the last swap, 0 until one happened
   std::uint64_t refused_allocations = 0;  // allocations refused by the memory limit so far
   std::uint64_t pinned_bytes = 0;         // of allocated, what a swap leaves on the GPU (CUDA IPC)
 };
@@ -94,6 +93,9 @@ class DeviceAgent {
   // flight.
   virtual Duration idle_for() = 0;
   virtual DeviceUsage usage() = 0;
+  // Submitting threads' waits for the drain bound so far (pace_meter.h): cheap, read at every
+  // event of the link, unlike usage().
+  virtual Duration queue_waited() = 0;
   // New limits from the scheduler (memory 0 = unlimited; core is informational for the client).
   virtual void apply_limits(const protocol::Limits& limits) = 0;
   // The limits this process must keep are not known yet (see settings_file.h: a managed container

@@ -68,6 +68,7 @@ class SimClient final : public client::SessionProbe {
   std::uint64_t inside() override { return in_launch ? 1 : 0; }
   Duration idle_for() override;
   client::DeviceUsage usage() override { return {spec.bytes, swapped ? 0 : spec.bytes, 0}; }
+  Duration queue_waited() override { return Duration{0}; }
 
   World& world_;
   const int index;

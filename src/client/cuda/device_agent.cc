@@ -40,6 +40,8 @@ Duration GpuAgent::drain() { return device_.tracker.drain(); }
 
 Duration GpuAgent::idle_for() { return device_.tracker.idle_for(); }
 
+Duration GpuAgent::queue_waited() { return device_.tracker.bound_waited(); }
+
 std::uint64_t GpuAgent::move(bool to_host) {
   const std::vector<ManagedRange> ranges = managed_ranges_of(device_.ordinal);
   std::uint64_t moved = 0;
@@ -141,7 +143,6 @@ DeviceUsage GpuAgent::usage() {
   const std::uint64_t swapped = device_.swapped_bytes.load(std::memory_order_relaxed);
   usage.resident_bytes = usage.allocated_bytes > swapped ? usage.allocated_bytes - swapped : 0;
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
-  usage.queue_waited = device_.tracker.bound_waited();
   usage.refused_allocations = device_.ledger.refused();
   if (device_.swapped_out.load(std::memory_order_acquire)) {
     usage.pinned_bytes = device_.backing.plan(0).unmovable + managed_left_;

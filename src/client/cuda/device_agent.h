@@ -13,6 +13,7 @@
 //  - prepare_swap_out(): makes the host copies of the device-backed allocations on a thread of its
 //    own (DeviceBacking::prepare_host_copies), one such thread per GPU at a time.
 //  - idle_for(): WorkTracker::idle_for (queries only, never synchronizes).
+//  - queue_waited(): WorkTracker::bound_waited.
 //  - usage(): allocated = the ledger's bytes (context included); resident = allocated minus what a
 //    swap moved to the host; pinned = what a swap-out would leave on the GPU (DeviceBacking::plan:
 //    exported for CUDA IPC, or beyond the host room, read at most every kHostRoomRefresh; and the
@@ -53,6 +54,7 @@ class GpuAgent final : public DeviceAgent {
   void prepare_swap_out() override;
   Duration idle_for() override;
   DeviceUsage usage() override;
+  Duration queue_waited() override;
   void apply_limits(const protocol::Limits& limits) override;
   void limits_unknown() override;
   // The scheduler's memory mode (a protocol::Limits code) for allocations from now on, unless the

@@ -282,7 +282,7 @@ std::optional<MonoTime> GrantSession::next_deadline() const {
 // reported with the usage.
 void GrantSession::observe_pace(MonoTime now) {
   const std::optional<std::uint16_t> pace =
-      pace_.observe(now, state_ == GrantState::kHeld, probe_.usage().queue_waited);
+      pace_.observe(now, state_ == GrantState::kHeld, probe_.queue_waited());
   if (pace && *pace != pace_permille_) {
     pace_permille_ = *pace;
     usage_dirty_ = true;

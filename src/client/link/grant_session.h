@@ -57,7 +57,7 @@
 //    provisional one applies only where it is stricter. While the scheduler is unreachable the
 //    file is read now and then for a changed limit. Limits never fail open.
 //  - Pace: over each half second of held time, the share spent with a deep queue (threads waiting
-//    for the drain bound, probe usage().queue_waited) is measured (PaceMeter) and, when it changed,
+//    for the drain bound, probe queue_waited()) is measured (PaceMeter) and, when it changed,
 //    sent with the next usage report (protocol version 3).
 //  - Registration is settled (SettleRegistration) at the first limits frame of a session, at a
 //    failed connect, a lost connection or Stop, unless the limits are still unknown.
@@ -138,10 +138,11 @@ struct SessionConfig {
 class SessionProbe {
  public:
   virtual ~SessionProbe() = default;
-  virtual int waiters() = 0;           // application threads waiting at the closed gate
-  virtual std::uint64_t inside() = 0;  // threads inside a submission
-  virtual Duration idle_for() = 0;     // DeviceAgent::idle_for()
-  virtual DeviceUsage usage() = 0;     // DeviceAgent::usage()
+  virtual int waiters() = 0;            // application threads waiting at the closed gate
+  virtual std::uint64_t inside() = 0;   // threads inside a submission
+  virtual Duration idle_for() = 0;      // DeviceAgent::idle_for()
+  virtual DeviceUsage usage() = 0;      // DeviceAgent::usage()
+  virtual Duration queue_waited() = 0;  // DeviceAgent::queue_waited()
 };
 
 namespace session {

@@ -266,6 +266,10 @@ Duration DeviceChannel::idle_for() { return agent_allowed() ? agent_.idle_for() 
 
 DeviceUsage DeviceChannel::usage() { return agent_allowed() ? agent_.usage() : DeviceUsage{}; }
 
+Duration DeviceChannel::queue_waited() {
+  return agent_allowed() ? agent_.queue_waited() : Duration{0};
+}
+
 void DeviceChannel::run() {
   try {
     while (!engine_.stopping_.load(std::memory_order_acquire)) {

@@ -120,6 +120,7 @@ class DeviceChannel final : public DeviceLink, private SessionProbe {
   std::uint64_t inside() override { return gate_.inside(); }
   Duration idle_for() override;
   DeviceUsage usage() override;
+  Duration queue_waited() override;
 
   void slow_enter();
   void ensure_started();

@@ -19,11 +19,13 @@ class Probe final : public SessionProbe {
   std::uint64_t inside() override { return inside_now; }
   Duration idle_for() override { return idle; }
   DeviceUsage usage() override { return use; }
+  Duration queue_waited() override { return waited; }
 
   int waiting = 0;
   std::uint64_t inside_now = 0;
   Duration idle{0};
   DeviceUsage use{1ull << 30, 1ull << 30, 0};
+  Duration waited{0};
 };
 
 template <typename T>
@@ -318,7 +320,7 @@ TEST_F(GrantSessionTest, PaceIsReportedPerWindowOfHeldTime) {
   const protocol::Usage* first = nullptr;
   hold(1, 10ms);
   // 400 ms of the first 500 ms held were spent waiting for the bound.
-  probe_.use.queue_waited = 400ms;
+  probe_.waited = 400ms;
   ASSERT_TRUE(engine_->next_deadline().has_value());
   EXPECT_LE(*engine_->next_deadline(), MonoTime{510ms});
   first = sent<protocol::Usage>(at(510ms, Tick{}));
@@ -326,11 +328,11 @@ TEST_F(GrantSessionTest, PaceIsReportedPerWindowOfHeldTime) {
   EXPECT_EQ(first->deep_queue_permille, 800);
   // Revoked at 600 ms (90 ms more held, all of it waiting), given back, then granted again at
   // 2 s: the 1.4 s between is not held and counts for nothing.
-  probe_.use.queue_waited = 500ms;
+  probe_.waited = 500ms;
   at(600ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, false}});
   at(601ms, Drained{});
   ASSERT_EQ(engine_->state(), GrantState::kRequested);
-  probe_.use.queue_waited = 900ms;  // waits while not held are not counted
+  probe_.waited = 900ms;  // waits while not held are not counted
   at(2000ms, FrameReceived{protocol::Grant{2}});
   ASSERT_EQ(engine_->state(), GrantState::kHeld);
   EXPECT_EQ(sent<protocol::Usage>(at(2409ms, Tick{})), nullptr);  // 499 ms held so far
@@ -339,7 +341,7 @@ TEST_F(GrantSessionTest, PaceIsReportedPerWindowOfHeldTime) {
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->deep_queue_permille, 200);
   // An unchanged figure is not sent again.
-  probe_.use.queue_waited = 1000ms;
+  probe_.waited = 1000ms;
   EXPECT_EQ(sent<protocol::Usage>(at(2900ms, Tick{})), nullptr);
 }
 

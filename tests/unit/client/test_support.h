@@ -50,6 +50,7 @@ class FakeAgent final : public DeviceAgent {
   std::uint64_t swap_in() override;
   Duration idle_for() override;
   DeviceUsage usage() override;
+  Duration queue_waited() override { return Duration{0}; }
   void apply_limits(const protocol::Limits& limits) override;
   void limits_unknown() override;
 
