@@ -34,4 +34,12 @@ struct HostRoomPaths {
 // Bytes of host memory the process may still take; UINT64_MAX where nothing limits it.
 std::uint64_t host_room(const HostRoomPaths& paths = {});
 
+// Takes `bytes` out of `room` when they fit; false, and `room` unchanged, when they do not. A
+// swap-out spends its room this way, range by range in address order.
+inline bool take_room(std::uint64_t& room, std::uint64_t bytes) {
+  if (bytes > room) return false;
+  room -= bytes;
+  return true;
+}
+
 }  // namespace nvshare::client

@@ -58,12 +58,9 @@ std::uint64_t GpuAgent::move(bool to_host) {
     room -= std::min(room, backed.host_copies_made);
     moved += backed.bytes;
     for (const ManagedRange& range : ranges) {
-      if (to_host) {
-        if (range.bytes > room) {
-          left += range.bytes;
-          continue;
-        }
-        room -= range.bytes;
+      if (to_host && !take_room(room, range.bytes)) {
+        left += range.bytes;
+        continue;
       }
       const CUresult rc = prefetch(range.address, range.bytes, to_host, device_.ordinal, stream);
       if (rc == CUDA_SUCCESS) {
@@ -157,11 +154,7 @@ DeviceUsage GpuAgent::usage() {
 std::uint64_t GpuAgent::managed_beyond(std::uint64_t room) const {
   std::uint64_t beyond = 0;
   for (const ManagedRange& range : managed_ranges_of(device_.ordinal)) {
-    if (range.bytes > room) {
-      beyond += range.bytes;
-    } else {
-      room -= range.bytes;
-    }
+    if (!take_room(room, range.bytes)) beyond += range.bytes;
   }
   return beyond;
 }

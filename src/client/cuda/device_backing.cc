@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "client/hooks/hook_table.h"
+#include "client/host_room.h"
 #include "common/log.h"
 #include "common/quantity.h"
 
@@ -269,12 +270,9 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
   for (auto& [address, range] : ranges_) {
     if (range.handle == 0 || range.pinned) continue;
     const bool new_copy = range.needs_host_copy();
-    if (new_copy) {
-      if (range.bytes > host_room) {
-        no_room += range.bytes;
-        continue;
-      }
-      host_room -= range.bytes;
+    if (new_copy && !take_room(host_room, range.bytes)) {
+      no_room += range.bytes;
+      continue;
     }
     CUresult rc = ensure_host_copy(range);
     if (rc == CUDA_SUCCESS) {
@@ -502,12 +500,7 @@ HostCopyPlan DeviceBacking::plan(std::uint64_t host_room) const {
     if (range.pinned) {
       plan.unmovable += range.bytes;
     } else if (range.needs_host_copy()) {
-      if (range.bytes > host_room) {
-        plan.unmovable += range.bytes;
-      } else {
-        host_room -= range.bytes;
-        plan.to_make += range.bytes;
-      }
+      (take_room(host_room, range.bytes) ? plan.to_make : plan.unmovable) += range.bytes;
     }
   }
   return plan;

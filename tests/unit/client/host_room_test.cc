@@ -76,5 +76,16 @@ TEST_F(HostRoomTest, UnknownLimitsAreNoLimits) {
   EXPECT_EQ(host_room(paths()), std::numeric_limits<std::uint64_t>::max());
 }
 
+TEST(TakeRoom, TakesWhatFitsAndLeavesTheRoomAsItWasOtherwise) {
+  std::uint64_t room = 100;
+  EXPECT_TRUE(take_room(room, 60));
+  EXPECT_EQ(room, 40u);
+  EXPECT_FALSE(take_room(room, 41));
+  EXPECT_EQ(room, 40u);
+  EXPECT_TRUE(take_room(room, 40));
+  EXPECT_EQ(room, 0u);
+  EXPECT_TRUE(take_room(room, 0));
+}
+
 }  // namespace
 }  // namespace nvshare::client
