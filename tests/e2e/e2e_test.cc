@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -545,24 +544,23 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
   std::vector<Interval> kb = intervals(b.progress(), 1);
   EXPECT_LT(overlap_s(ka, kb), 0.05) << "kernels of trainers that do not fit ran at the same time";
   // Per trainer: the epochs announced, and those whose release swapped out after a notice.
-  std::ifstream lines(trace);
-  std::map<double, std::set<double>> noticed;
-  std::map<double, int> announced_swaps;
-  std::map<double, int> swaps;
-  for (std::string line; std::getline(lines, line);) {
-    auto event = parse_json(line);
-    ASSERT_TRUE(event.ok()) << line;
-    const double pid = json_number(&event.value(), "pid");
-    const double epoch = json_number(&event.value(), "epoch");
-    const std::string what = json_string(&event.value(), "event");
-    if (what == "swap-notice") noticed[pid].insert(epoch);
-    if (what == "release" && json_number(&event.value(), "swap_bytes", 0) > 0) {
-      ++swaps[pid];
-      announced_swaps[pid] += noticed[pid].count(epoch) > 0 ? 1 : 0;
+  std::map<pid_t, int> announced_swaps;
+  std::map<pid_t, int> swaps;
+  for (Trainer* t : {&a, &b}) {
+    const Result<std::vector<Json>> events = trace_events(trace, t->pid());
+    ASSERT_TRUE(events.ok()) << (events.ok() ? "" : events.error().message);
+    std::set<double> noticed;
+    for (const Json& e : events.value()) {
+      const std::string what = json_string(&e, "event");
+      if (what == "swap-notice") noticed.insert(json_number(&e, "epoch"));
+      if (what == "release" && json_number(&e, "swap_bytes", 0) > 0) {
+        ++swaps[t->pid()];
+        announced_swaps[t->pid()] += noticed.count(json_number(&e, "epoch")) > 0 ? 1 : 0;
+      }
     }
   }
   for (Trainer* t : {&a, &b}) {
-    const double pid = t->pid();
+    const pid_t pid = t->pid();
     EXPECT_GE(swaps[pid], 1) << t->name() << " never swapped out";
     // The first grant may end before the other trainer asks: every later swap-out was announced.
     EXPECT_GE(announced_swaps[pid], swaps[pid] - 1) << t->name();

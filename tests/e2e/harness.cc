@@ -368,31 +368,29 @@ std::string json_string(const Json* object, std::string_view key) {
   return *member->as_string();
 }
 
-namespace {
-
-// Calls `each(event, t)` for every event of `pid` in a hand-off trace; false when it cannot be
-// read.
-template <typename Each>
-bool trace_events(const std::string& trace, pid_t pid, Each&& each) {
+Result<std::vector<Json>> trace_events(const std::string& trace, pid_t pid) {
   std::ifstream lines(trace);
-  if (!lines) return false;
+  if (!lines) return make_error("cannot read the hand-off trace " + trace);
+  std::vector<Json> events;
   for (std::string line; std::getline(lines, line);) {
     auto event = parse_json(line);
-    if (!event.ok() || json_number(&event.value(), "pid") != pid) continue;
-    each(json_string(&event.value(), "event"), json_number(&event.value(), "t"));
+    if (event.ok() && json_number(&event.value(), "pid") == pid) {
+      events.push_back(std::move(event.value()));
+    }
   }
-  return true;
+  return events;
 }
-
-}  // namespace
 
 std::pair<double, double> grant_span(const std::string& trace, pid_t pid) {
   std::pair<double, double> span{-1, -1};
-  trace_events(trace, pid, [&](const std::string& what, double t) {
-    if (what != "grant") return;
+  const Result<std::vector<Json>> events = trace_events(trace, pid);
+  if (!events.ok()) return span;
+  for (const Json& e : events.value()) {
+    if (json_string(&e, "event") != "grant") continue;
+    const double t = json_number(&e, "t");
     if (span.first < 0) span.first = t;
     span.second = t;
-  });
+  }
   return span;
 }
 
@@ -403,15 +401,18 @@ double held_share(const std::string& trace, pid_t pid, double begin, double end)
   auto add = [&](double from, double to) {
     held += std::max(0.0, std::min(to, end) - std::max(from, begin));
   };
-  const bool read = trace_events(trace, pid, [&](const std::string& what, double t) {
+  const Result<std::vector<Json>> events = trace_events(trace, pid);
+  if (!events.ok()) return -1;
+  for (const Json& e : events.value()) {
+    const std::string what = json_string(&e, "event");
+    const double t = json_number(&e, "t");
     if (what == "grant") {
       held_since = t;
     } else if ((what == "release" || what == "idle-release") && held_since) {
       add(*held_since, t);
       held_since.reset();
     }
-  });
-  if (!read) return -1;
+  }
   if (held_since) add(*held_since, end);
   return 100.0 * held / (end - begin);
 }

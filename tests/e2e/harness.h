@@ -155,6 +155,9 @@ const Json* find_client(const Json& status, pid_t pid);
 double json_number(const Json* object, std::string_view key, double fallback = -1);
 std::string json_string(const Json* object, std::string_view key);
 
+// The events of process `pid` in a hand-off trace (NVSHARE_TRACE_FILE), in the order written; lines
+// that do not parse (one being written) are skipped. An error when the trace cannot be read.
+Result<std::vector<Json>> trace_events(const std::string& trace, pid_t pid);
 // The share (%) of [begin, end] (CLOCK_MONOTONIC seconds) during which process `pid` held a grant,
 // from the hand-off trace it wrote (NVSHARE_TRACE_FILE): grant to release, a revoke's drain
 // included; a grant not yet released counts until `end`. What a compute cap governs, observed from
