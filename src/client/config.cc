@@ -182,8 +182,9 @@ constexpr std::array<ClientKnob, 13> kKnobs = {{
     {knobtable::kLogLevel.name, knobtable::kLogLevel.default_value, knobtable::kLogLevel.range,
      knobtable::kLogLevel.meaning, apply_log_level},
     {"trace-file", "", "empty, or a filesystem path",
-     "Appends one JSON line per grant event (request, grant, revoke, release, idle release) with "
-     "its CLOCK_MONOTONIC time, for benchmarks and schedule plots. Empty: no trace.",
+     "Appends one JSON line per grant event (request, grant, revoke, release, idle release, swap "
+     "notice, eviction) with its CLOCK_MONOTONIC time, for benchmarks and schedule plots. Empty: "
+     "no trace.",
      apply_trace_file},
 }};
 

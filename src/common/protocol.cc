@@ -80,6 +80,9 @@ void decode_payload(ByteReader& r, Grant& m, bool&) { m.epoch = r.u64(); }
 void encode_payload(ByteWriter& w, const SwapNotice& m) { w.u64(m.epoch); }
 void decode_payload(ByteReader& r, SwapNotice& m, bool&) { m.epoch = r.u64(); }
 
+void encode_payload(ByteWriter&, const Evict&) {}
+void decode_payload(ByteReader&, Evict&, bool&) {}
+
 void encode_payload(ByteWriter& w, const Revoke& m) {
   w.u64(m.epoch);
   w.u8(static_cast<std::uint8_t>(m.reason));
@@ -233,8 +236,8 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
 constexpr std::size_t kMessageTypes = std::variant_size_v<Message>;
 static_assert(std::is_same_v<std::variant_alternative_t<0, Message>, Hello>);
-static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, SwapNotice>);
-static_assert(static_cast<std::size_t>(MessageType::kSwapNotice) == kMessageTypes);
+static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, Evict>);
+static_assert(static_cast<std::size_t>(MessageType::kEvict) == kMessageTypes);
 
 template <std::size_t I>
 Message decode_alternative(ByteReader& r, bool& valid) {
@@ -278,6 +281,8 @@ std::uint16_t introduced_in(MessageType type) {
       return 6;
     case MessageType::kSwapNotice:
       return 8;
+    case MessageType::kEvict:
+      return 9;
     default:
       return kMinVersion;
   }
@@ -350,6 +355,8 @@ std::string_view to_string(MessageType type) {
       return "ipc-answer";
     case MessageType::kSwapNotice:
       return "swap-notice";
+    case MessageType::kEvict:
+      return "evict";
   }
   return "unknown";
 }

@@ -36,7 +36,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 8;
+inline constexpr std::uint16_t kMaxVersion = 9;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -62,6 +62,8 @@ enum class MessageType : std::uint16_t {
   kIpcAnswer = 15,    // scheduler -> client; a successful import carries the descriptor
   // Version 8.
   kSwapNotice = 16,  // scheduler -> client, the holder's turn will end with a swap-out
+  // Version 9.
+  kEvict = 17,  // scheduler -> client without the grant: move your device memory to the host
 };
 
 // kYield is a soft revoke: someone waits for this holder and the hand-off moves no memory, so the
@@ -248,9 +250,18 @@ struct SwapNotice {
   bool operator==(const SwapNotice&) const = default;
 };
 
+// Version 9: a client that does not hold the grant keeps memory on the GPU (it released while idle,
+// after a turn that moved no memory, or never ran), and the head of the queue needs that room. The
+// client drains what it may still have queued, swaps out as for a revoke with swap_out, and reports
+// its usage at once (resident below allocated tells the scheduler it did). It keeps its place in
+// the queue, if it has one; a later grant swaps its memory back in. Ignored while holding a grant.
+struct Evict {
+  bool operator==(const Evict&) const = default;
+};
+
 using Message =
     std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits, Wait, Ping,
-                 Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer, SwapNotice>;
+                 Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer, SwapNotice, Evict>;
 
 MessageType type_of(const Message& message);
 // The first protocol version that has the message type (a sender never sends a type to a peer

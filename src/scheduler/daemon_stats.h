@@ -12,8 +12,7 @@
 namespace nvshare::scheduler {
 
 struct DaemonStats {
-  static constexpr std::size_t kTypes =
-      static_cast<std::size_t>(protocol::MessageType::kSwapNotice) + 1;
+  static constexpr std::size_t kTypes = static_cast<std::size_t>(protocol::MessageType::kEvict) + 1;
 
   std::array<std::uint64_t, kTypes> frames_in{};  // indexed by MessageType
   std::array<std::uint64_t, kTypes> frames_out{};

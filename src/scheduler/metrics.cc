@@ -178,6 +178,10 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
        "Allocated memory that stays on the GPU when the process swaps out (mapped by another "
        "process through CUDA IPC).",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.pinned_bytes); });
+  each("nvshare_client_memory_parked_bytes", "gauge",
+       "Memory the process keeps on the GPU while it holds no grant (counted for the others, "
+       "evicted when the next process to run needs the room).",
+       [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.parked_bytes); });
   each("nvshare_client_memory_limit_bytes", "gauge",
        "The process's memory limit (no series: no limit).",
        [&](const ClientStatus& c, const Labels& l) {
@@ -237,6 +241,9 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
   each("nvshare_client_swap_notices_total", "counter",
        "Times the process was told ahead that its turn ends with a swap-out.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.swap_notices); });
+  each("nvshare_client_evictions_total", "counter",
+       "Times the process was asked to move memory it kept on the GPU without a grant.",
+       [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.evictions); });
   each("nvshare_client_releases_total", "counter", "Releases answering a revoke.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.releases); });
   each("nvshare_client_idle_releases_total", "counter",

@@ -271,6 +271,8 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
             }
           } else if constexpr (std::is_same_v<T, policy::SendSwapNotice>) {
             channel_.send(a.client, protocol::SwapNotice{a.epoch});
+          } else if constexpr (std::is_same_v<T, policy::SendEvict>) {
+            channel_.send(a.client, protocol::Evict{});
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {
@@ -363,7 +365,11 @@ Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
                client.pod_uid ? client.pod_uid->c_str() : "-", client.process_name.c_str(),
                source.c_str());
   Gpu& gpu = gpu_for(client.gpu, now);
-  const policy::Registered event{id, client.effective};
+  // A peer that speaks version 9 and can swap can be asked to move memory it keeps without a grant.
+  const bool evictable =
+      hello.max_version >= protocol::introduced_in(protocol::MessageType::kEvict) &&
+      (hello.capabilities & protocol::capability::kSwap) != 0;
+  const policy::Registered event{id, client.effective, evictable};
   client.gang = gang_of(client);
   const std::string gang = client.gang;
   clients_.emplace(id, std::move(client));
@@ -820,6 +826,7 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("epoch", c.view.epoch);
       j.set("allocated_bytes", c.view.allocated_bytes);
       j.set("pinned_bytes", c.view.pinned_bytes);
+      j.set("parked_bytes", c.view.parked_bytes);
       j.set("resident_bytes", c.view.resident_bytes);
       j.set("memory_limit_bytes",
             c.limits.memory_bytes != 0 ? Json(c.limits.memory_bytes) : Json());

@@ -206,6 +206,8 @@ TEST_F(DaemonProcessTest, ClientsThatDoNotFitTakeTurnsAndStaleReleasesAreIgnored
   EXPECT_FALSE(early.ok()) << "B was granted epoch " << early.value().epoch
                            << " on a stale release";
 
+  // As the library does after a swap-out: the usage that shows it, then the release.
+  ASSERT_TRUE(a.send(Usage{700 * Mi, 0, 0}).ok());
   ASSERT_TRUE(a.send(Released{first.value().epoch, 300'000, 1'000}).ok());
   auto second = b.wait_for<Grant>(2000ms);
   ASSERT_TRUE(second.ok()) << second.error().message;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -567,6 +568,61 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
     EXPECT_NE(t->stderr_text().find("prepared for the announced swap-out"), std::string::npos)
         << t->name() << " made no host copies ahead of a swap-out";
   }
+}
+
+// Memory a process keeps on the GPU while it holds no grant counts for the others, and is evicted
+// when the next one to run needs the room: trainer A runs its kernels, then idles with its 128Mi
+// device-backed allocation still on the device; B (128Mi) does not fit beside it in 192Mi (90%
+// usable), so A is asked to move its memory to the host, and B runs only once it has.
+TEST_F(E2eTest, AnIdleProcessesMemoryIsEvictedForTheNextToRun) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "192Mi"}));
+  const std::string trace = dir_.path() + "/handoff.jsonl";
+  const std::string done = dir_.path() + "/a.done";
+  const Env env = {{"NVSHARE_TRACE_FILE", trace}};
+  Trainer& a = start_trainer(
+      {"A",
+       {"--bytes", "128Mi", "--kernels", "5", "--kernel-us", "2000", "--ipc-wait", done},
+       env});
+  ASSERT_FALSE(HasFailure());
+  const bool parked = wait_until(
+      [&] {
+        auto status = poll_status();
+        if (!status.ok()) return false;
+        const Json* c = find_client(status.value(), a.pid());
+        return json_string(c, "state") == "idle" && json_number(c, "parked_bytes", 0) >= 128 * kMi;
+      },
+      20);
+  ASSERT_TRUE(parked) << "A never idled with its memory parked on the device\n" << a.describe();
+  Trainer& b = start_trainer(
+      {"B", {"--bytes", "128Mi", "--kernels", "20", "--kernel-us", "10000", "--progress"}, env});
+  ASSERT_FALSE(HasFailure());
+  bool b_ran = false;
+  bool b_ran_beside_a = false;
+  while (b.running()) {
+    auto status = poll_status();
+    auto stat = fake_stat();
+    if (status.ok() && stat.ok() && holds_gpu_with_memory(find_client(status.value(), b.pid()))) {
+      b_ran = true;
+      const Json* slot = context_of(first_device(stat.value()), a.pid());
+      if (slot != nullptr && json_number(slot, "allocated") > 0) b_ran_beside_a = true;
+    }
+    sleep_s(0.01);
+  }
+  std::ofstream(done) << "done\n";
+  Json ra = finish(a);
+  Json rb = finish(b);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&ra, "result"), "ok") << ra.dump();
+  EXPECT_EQ(json_string(&rb, "result"), "ok") << rb.dump();
+  EXPECT_TRUE(b_ran) << "B was never seen holding the GPU";
+  EXPECT_FALSE(b_ran_beside_a) << "B ran while A's memory was still on the device";
+  const Result<std::vector<Json>> events = trace_events(trace, a.pid());
+  ASSERT_TRUE(events.ok()) << (events.ok() ? "" : events.error().message);
+  double evicted_bytes = 0;
+  for (const Json& e : events.value()) {
+    if (json_string(&e, "event") == "evicted") evicted_bytes += json_number(&e, "swap_bytes", 0);
+  }
+  EXPECT_GE(evicted_bytes, 128 * kMi) << "A's trace shows no eviction that moved its memory";
 }
 
 // CUDA IPC of device-backed memory between two processes of one user (off Kubernetes): the

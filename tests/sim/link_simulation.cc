@@ -171,6 +171,8 @@ class World final : public scheduler::ClientChannel {
 
   // ---- properties
   void check_step();
+  // Holders of GPU `gpu` the scheduler declared unresponsive: how many, and their memory.
+  std::pair<int, std::uint64_t> unresponsive_holders(int gpu) const;
   void check_limits_applied(const SimClient& c, const protocol::Limits& limits);
   void check_limits_current();
   Duration stuck_bound() const;
@@ -650,6 +652,21 @@ Duration World::stuck_bound() const {
   return n * per_turn + down + 500ms + sc_.config.quota_window + 1s;
 }
 
+std::pair<int, std::uint64_t> World::unresponsive_holders(int gpu) const {
+  int count = 0;
+  std::uint64_t bytes = 0;
+  const scheduler::StatusSnapshot snapshot = scheduler_->snapshot(now_);
+  for (const scheduler::GpuStatus& status : snapshot.gpus) {
+    if (status.uuid != gpu_uuid(gpu)) continue;
+    for (const policy::ClientView& v : status.view.clients) {
+      if (v.state != policy::ClientState::kUnresponsive) continue;
+      ++count;
+      bytes += v.allocated_bytes;
+    }
+  }
+  return {count, bytes};
+}
+
 void World::check_step() {
   if (!result_.ok) return;
   for (int g = 0; g < sc_.gpus; ++g) {
@@ -667,11 +684,19 @@ void World::check_step() {
       ++holders;
       bytes += c.spec.bytes;
     }
-    if (sc_.config.mode == policy::Mode::kExclusive && holders > 1) {
+    const double usable = static_cast<double>(sc_.gpu_bytes) * (1 - sc_.config.reserve_fraction);
+    const bool exclusive = sc_.config.mode == policy::Mode::kExclusive;
+    if (holders > 1 && (exclusive || static_cast<double>(bytes) > usable)) {
+      // A holder the scheduler declared unresponsive (past its grace and swap allowance: a swap
+      // slower than the allowance, a swap-in after an eviction) no longer blocks, by design.
+      const auto [count, unresponsive] = unresponsive_holders(g);
+      bytes -= std::min(bytes, unresponsive);
+      holders -= count;
+    }
+    if (exclusive && holders > 1) {
       fail(std::to_string(holders) + " clients hold GPU " + std::to_string(g) +
            " in exclusive mode");
     }
-    const double usable = static_cast<double>(sc_.gpu_bytes) * (1 - sc_.config.reserve_fraction);
     if (holders > 1 && static_cast<double>(bytes) > usable) {
       fail(std::to_string(holders) + " holders of GPU " + std::to_string(g) + " need " +
            std::to_string(bytes >> 20) + " MiB, more than fits");

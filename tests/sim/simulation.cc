@@ -51,6 +51,11 @@ struct SimClient {
   MonoTime noticed_at{};
   std::optional<MonoTime> host_copies_at;  // when its host copies are (or were) made
   bool swapped_out = false;  // released with a swap-out; its next grant swaps its memory in
+  // Evictions: the last one asked (its answer is ignored once a grant overtook it), and whether it
+  // let one run out (a hung client): its memory no longer counts for the engine until it runs.
+  std::uint64_t eviction = 0;
+  bool eviction_pending = false;
+  MonoTime eviction_sent_at{};
   std::uint64_t allocated = 0;
   Limits limits;
   // The current wait.
@@ -74,7 +79,8 @@ enum class What {
   kPace,
   kDisconnect,
   kLimitChange,
-  kStaleRelease
+  kStaleRelease,
+  kEvicted,  // an eviction's swap-out is done (epoch: the eviction it answers)
 };
 
 struct SimEvent {
@@ -299,6 +305,7 @@ class World {
     c->revoked = false;
     c->unresponsive = false;
     c->hanging = false;
+    c->eviction_pending = false;  // the grant overtakes it: its memory is its working set
     const int index = static_cast<int>(c - clients_.data());
     if (c->behaviour == Behaviour::kBursty) {
       schedule(now_ + rng_.between(50ms, 2s), What::kRelease, index, a.epoch);
@@ -390,6 +397,37 @@ class World {
     start_host_copies(*c);
   }
 
+  void on_action(const policy::SendEvict& a) {
+    SimClient* c = by_id(a.client);
+    log("<- evict c" + std::to_string(a.client));
+    if (c == nullptr) return fail("evict to unknown client " + std::to_string(a.client));
+    if (c->holding) return fail("evict sent to " + name(*c) + ", which holds a grant");
+    if (c->swapped_out && !c->spec.lies()) {  // a liar's reports may say anything
+      return fail("evict sent to " + name(*c) + ", whose memory is on the host\n" +
+                  dump(engine_.view(now_)));
+    }
+    if (c->eviction_pending) return fail("a second evict to " + name(*c) + " before its answer");
+    ++result_.evictions;
+    c->eviction_pending = true;
+    c->eviction_sent_at = now_;
+    ++c->eviction;
+    // A hung client never answers: its memory stops counting after the deadline.
+    if (c->behaviour == Behaviour::kHung) return;
+    const Duration swap =
+        from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
+    schedule(now_ + host_copies_left(*c) + swap, What::kEvicted,
+             static_cast<int>(c - clients_.data()), c->eviction);
+  }
+
+  void evicted(SimClient& c, std::uint64_t eviction) {
+    if (!c.connected || c.holding || !c.eviction_pending || eviction != c.eviction) return;
+    c.eviction_pending = false;
+    c.swapped_out = true;
+    result_.swap_time += from_seconds(static_cast<double>(c.allocated) / c.spec.swap_bytes_per_s);
+    report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
+                 "usage after eviction " + name(c));
+  }
+
   // Host copies are made once per connection, from a swap notice or at the first swap-out.
   void start_host_copies(SimClient& c) {
     if (c.host_copies_at || c.spec.host_copy_bytes_per_s <= 0) return;
@@ -464,6 +502,34 @@ class World {
 
   // ---- properties after every handle() ----
 
+  // What is on the device by the simulation's account: holders' memory and the memory of clients
+  // without a grant that did not swap out, within usable unless one client's is all there is.
+  // Clients whose word the engine cannot take are left out: those that lie about their memory (the
+  // check is off), holders that ignored a revoke, and clients whose eviction ran past its deadline
+  // (hung, or slower than the swap allowance): the engine stops counting both, by design.
+  bool device_fits(const GpuView& view) const {
+    if (view.usable_bytes == 0) return true;  // capacity unknown: nothing is judged to fit or not
+    std::uint64_t bytes = 0;
+    int present = 0;
+    for (const SimClient& c : clients_) {
+      if (!c.connected || c.allocated == 0) continue;
+      if (c.spec.lies()) return true;
+      if (c.holding ? c.unresponsive : (c.swapped_out || given_up(c, view))) continue;
+      bytes += c.allocated;
+      ++present;
+    }
+    return present <= 1 || bytes <= view.usable_bytes;
+  }
+
+  // An eviction the engine no longer waits for: pending here, its memory no longer parked there.
+  static bool given_up(const SimClient& c, const GpuView& view) {
+    if (!c.eviction_pending) return false;
+    for (const policy::ClientView& v : view.clients) {
+      if (v.client == c.id) return v.parked_bytes == 0;
+    }
+    return false;
+  }
+
   void check_state(bool granted) {
     if (!result_.ok) return;
     const std::optional<MonoTime> deadline = engine_.next_deadline();
@@ -529,6 +595,17 @@ class World {
         grantable_waits = true;
       }
     }
+    // The device itself never goes over usable memory by a grant: the holders' memory and what
+    // clients without a grant keep there (parked), unless one client's memory is all there is.
+    if (granted && !device_fits(view)) {
+      std::string on_device;
+      for (const SimClient& c : clients_) {
+        if (c.connected && !c.swapped_out)
+          on_device += " " + name(c) + (c.holding ? "(holds)" : "");
+      }
+      return fail("a grant put the device over usable memory; on it:" + on_device + "\n" +
+                  dump(view));
+    }
     if (s_.config.mode == Mode::kAuto) {
       // Never over capacity: runners fit in usable, unless one runs alone.
       if (running > 1 && running_bytes > view.usable_bytes) {
@@ -560,9 +637,18 @@ class World {
     if (granted && (holder_ranks & (holder_ranks - 1)) != 0) {
       return fail("a grant left two classes holding together\n" + dump(view));
     }
-    // Work conservation: nobody holds the GPU while a client that could run waits.
-    if (holding == 0 && grantable_waits) return fail("idle GPU while a grantable client waits");
-    if (holding == 0 && held_back_waits) {
+    // Work conservation: nobody holds the GPU while a client that could run waits, except while
+    // memory that clients without a grant keep on the device is being evicted for it, each
+    // eviction for at most the grace and the largest swap allowance (then it stops counting).
+    const Duration eviction_bound = s_.config.revoke_grace + s_.config.swap_allowance_max + 1ms;
+    const bool evicting = std::any_of(clients_.begin(), clients_.end(), [&](const SimClient& c) {
+      return c.connected && c.eviction_pending && !c.holding &&
+             now_ - c.eviction_sent_at <= eviction_bound;
+    });
+    if (holding == 0 && grantable_waits && !evicting) {
+      return fail("idle GPU while a grantable client waits\n" + dump(view));
+    }
+    if (holding == 0 && held_back_waits && !evicting) {
       if (!idle_for_priority_since_) idle_for_priority_since_ = now_;
       if (now_ - *idle_for_priority_since_ > s_.config.priority_floor + 1ms) {
         return fail("idle GPU for longer than the priority floor while a lower class waits\n" +
@@ -582,6 +668,9 @@ class World {
       text += "\n  c" + std::to_string(v.client) + " " + std::string(to_string(v.state)) +
               " epoch " + std::to_string(v.epoch) + " ws " + std::to_string(v.allocated_bytes) +
               " cap " + std::to_string(v.effective_cap_percent);
+      if (v.resident_bytes < v.allocated_bytes)
+        text += " resident " + std::to_string(v.resident_bytes);
+      if (v.parked_bytes > 0) text += " parked " + std::to_string(v.parked_bytes);
       if (const auto p = protocol::priority_of(v.limits.priority)) {
         text += " class " + std::string(to_string(*p));
       }
@@ -613,7 +702,7 @@ class World {
         return grow(c, e.client);
       case What::kPace:
         if (!c.connected) return;
-        return report_usage(c, c.holding ? c.allocated : 0, 0, "pace " + name(c));
+        return report_usage(c, resident(c), 0, "pace " + name(c));
       case What::kDisconnect:
         return disconnect(c, e.client);
       case What::kStaleRelease:
@@ -626,8 +715,14 @@ class World {
         return feed(policy::Released{c.id, e.epoch, 0ms, 0ms}, "stale release " + name(c));
       case What::kLimitChange:
         return;
+      case What::kEvicted:
+        return evicted(c, e.epoch);
     }
   }
+
+  // What is on the device: all of its memory unless it swapped out (then nothing), as the library
+  // reports it.
+  static std::uint64_t resident(const SimClient& c) { return c.swapped_out ? 0 : c.allocated; }
 
   void connect(SimClient& c, int index) {
     c.id = next_id_++;
@@ -636,10 +731,12 @@ class World {
     c.wants = false;
     c.holding = 0;
     c.reason.reset();
-    c.allocated = c.spec.working_set;
+    c.allocated = 0;  // until its first usage report, below
     c.limits = c.spec.limits;
     c.noticed = 0;
     c.host_copies_at.reset();
+    c.swapped_out = false;
+    c.eviction_pending = false;
     c.outcome = ConnectionOutcome{};
     const std::optional<Priority> priority = protocol::priority_of(c.limits.priority);
     c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +
@@ -647,6 +744,7 @@ class World {
                       (priority ? ", " + std::string(to_string(*priority)) : "") + ")";
     c.outcome.limits = c.limits;
     feed(policy::Registered{c.id, c.limits}, "register " + name(c));
+    c.allocated = c.spec.working_set;
     report_usage(c, c.allocated, 0, "usage " + name(c));
     if (c.behaviour == Behaviour::kIdle) {
       schedule(now_ + rng_.between(500ms, 5s), What::kRequest, index);
@@ -666,6 +764,14 @@ class World {
     const bool swapped = c.revoked && c.swap_out;
     const Duration held = now_ - c.hold_since;
     const Duration drained = c.revoked ? now_ - c.revoked_at : 0s;
+    // As the library does, the usage that shows the memory moved goes before the release.
+    if (swapped) {
+      result_.swap_time += from_seconds(static_cast<double>(c.allocated) / c.spec.swap_bytes_per_s);
+      result_.handoff_time += drained;
+      c.swapped_out = true;
+      report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
+                   "usage after swap " + name(c));
+    }
     c.holding = 0;
     c.revoked = false;
     c.unresponsive = false;
@@ -675,15 +781,6 @@ class World {
     if (answered_revoke) start_wait(c);
     feed(policy::Released{c.id, epoch, held, drained},
          std::string(answered_revoke ? "release " : "idle release ") + name(c));
-    if (swapped) {
-      result_.swap_time += from_seconds(static_cast<double>(c.allocated) / c.spec.swap_bytes_per_s);
-      result_.handoff_time += drained;
-      c.swapped_out = true;
-    }
-    if (swapped && c.connected) {
-      report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
-                   "usage after swap " + name(c));
-    }
     if (!answered_revoke) {
       const Duration gap = c.behaviour == Behaviour::kIdle ? rng_.between(3s, 10s)
                            : stepped(c)                    ? rng_.between(100us, 1ms)
@@ -699,7 +796,7 @@ class World {
     if (!c.connected) return;
     c.allocated = static_cast<std::uint64_t>(static_cast<double>(c.spec.working_set) *
                                              rng_.uniform(0.5, 1.5));
-    report_usage(c, c.holding ? c.allocated : 0, 0, "grow " + name(c));
+    report_usage(c, resident(c), 0, "grow " + name(c));
     schedule(now_ + rng_.between(500ms, 3s), What::kUsage, index);
   }
 

@@ -387,6 +387,8 @@ void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
           on_revoke(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SwapNotice>) {
           on_swap_notice(m);
+        } else if constexpr (std::is_same_v<T, protocol::Evict>) {
+          on_evict(now);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
           on_limits(m);
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
@@ -520,8 +522,28 @@ void GrantSession::on_swap_notice(const protocol::SwapNotice& notice) {
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});
 }
 
+void GrantSession::on_evict(MonoTime now) {
+  if (state_ != GrantState::kIdle && state_ != GrantState::kRequested) {
+    if (config_.debug_notes)
+      debug("eviction ignored (state " + std::string(to_string(state_)) + ")");
+    return;
+  }
+  if (swapped_out_ || !config_.can_swap) {
+    send_usage(now, true);  // nothing more to move: the report says so
+    return;
+  }
+  evicting_ = true;
+  evict_at_ = now;
+  out_.emplace_back(session::Record{"evict", epoch_});
+  await(Awaiting::kDrained, session::Drain{});
+}
+
 void GrantSession::on_drained(MonoTime now) {
   drained_at_ = now;
+  if (evicting_) {
+    await(Awaiting::kSwappedOut, session::SwapOut{});
+    return;
+  }
   if (revoke_.swap_out) {
     await(Awaiting::kSwappedOut, session::SwapOut{});
     return;
@@ -539,7 +561,14 @@ void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
     debug("swapped out " + std::to_string(bytes) + " bytes in " + std::to_string(to_ms(took)) +
           " ms");
   }
-  finish_revoke(now, session::SwapRecord{static_cast<std::int64_t>(bytes), to_ms(took)});
+  const session::SwapRecord swap{static_cast<std::int64_t>(bytes), to_ms(took)};
+  if (evicting_) {
+    evicting_ = false;
+    send_usage(now, true);
+    out_.emplace_back(session::Record{"evicted", epoch_, to_ms(now - evict_at_), swap});
+    return;
+  }
+  finish_revoke(now, swap);
 }
 
 void GrantSession::finish_revoke(MonoTime now, session::SwapRecord swap) {

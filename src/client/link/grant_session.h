@@ -51,6 +51,9 @@
 //    A yield (soft revoke) for the held grant shortens the idle time after which it is released.
 //    A swap notice for the held grant (protocol version 8: its revoke will ask for a swap-out)
 //    asks the agent to ready the swap while the grant is held (PrepareSwapOut); others are ignored.
+//  - An eviction (protocol version 9) in kIdle or kRequested: the memory kept on the GPU without a
+//    grant goes to the host (Drain, then SwapOut) and the usage is reported at once; a grant later
+//    swaps it back in. Already swapped out: the usage is reported again. Ignored while holding.
 //  - Limits: the declared ones (or the settings file's) apply before anything else; while the
 //    settings file says the pod's limit is pending, LimitsUnknown comes first and the file is
 //    read until it gives one. An authoritative limits frame replaces the limits known to hold; a
@@ -292,6 +295,7 @@ class GrantSession {
   void on_swapped_in(std::uint64_t bytes, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
   void on_swap_notice(const protocol::SwapNotice& notice);
+  void on_evict(MonoTime now);
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
   void on_swapped_out(std::uint64_t bytes, MonoTime now);
@@ -351,6 +355,8 @@ class GrantSession {
   MonoTime inside_deadline_{};
   MonoTime drained_at_{};
   bool swapped_out_ = false;
+  bool evicting_ = false;  // the drain and swap-out in progress answer an eviction
+  MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};
   std::uint64_t yield_epoch_ = 0;  // a yield asks to release this grant once idle

@@ -38,6 +38,7 @@ struct ClientCounters {
   std::array<std::uint64_t, 7> revokes{};  // indexed by RevokeReason (kTurn..kPriority)
   std::uint64_t yields = 0;                // asked to hand over when idle
   std::uint64_t swap_notices = 0;          // told a swap-out is coming (SendSwapNotice)
+  std::uint64_t evictions = 0;             // asked to move its parked memory out (SendEvict)
   std::uint64_t releases = 0;              // answers to revokes
   std::uint64_t idle_releases = 0;         // released unasked (idle)
   // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before
@@ -63,6 +64,13 @@ struct ClientRecord {
   // another process maps): counted for every client in every fit check, never moved by a swap.
   std::uint64_t pinned_bytes = 0;
   std::uint64_t swap_bytes_per_s = 0;  // its last non-zero measured swap bandwidth, as reported
+  // Whether it can be asked to move memory it keeps while it holds no grant (SendEvict, protocol
+  // version 9). Only such a client's parked memory counts: an older one is never asked.
+  bool evictable = true;
+  // An eviction is pending: when it stops counting if the client has not answered by then.
+  std::optional<MonoTime> evict_until;
+  // It let an eviction run out: its parked memory no longer counts until its next grant.
+  bool evict_ignored = false;
   // Times it ignored a revoke past its grace. A client with a strike gets no swap allowance and
   // (auto quantum) the shortest quantum from then on: it cannot hold others out twice as long.
   int strikes = 0;
@@ -140,9 +148,19 @@ struct ClientRecord {
   bool active() const { return state != ClientState::kIdle; }
   // Its memory is on the device, as it last reported (none of it was swapped out to the host).
   bool memory_on_device() const { return resident_bytes >= allocated_bytes; }
-  // What a swap moves: the working set less its pinned bytes.
-  std::uint64_t movable_bytes() const {
+  // Memory it keeps on the device while it holds no grant (idle, waiting: it released at an idle
+  // moment, after a turn that moved no memory, or has not run yet): its movable bytes, as long as
+  // it reports none of them swapped out. Counted in every fit check beside the pinned bytes, and
+  // moved out by an eviction when the head needs the room.
+  std::uint64_t parked_bytes() const {
+    if (holds() || !evictable || evict_ignored || !memory_on_device()) return 0;
     return allocated_bytes - std::min(pinned_bytes, allocated_bytes);
+  }
+  // What a swap moves: the working set less its pinned bytes.
+  // What would have to come onto the device for it to run (or stays, for a holder): its working
+  // set less its pinned and parked bytes, which are on the device already.
+  std::uint64_t movable_bytes() const {
+    return allocated_bytes - std::min(pinned_bytes, allocated_bytes) - parked_bytes();
   }
 };
 

@@ -28,6 +28,8 @@ using protocol::WaitReason;
 struct Registered {
   ClientId client = 0;
   Limits limits;
+  // It can be asked to move memory it keeps on the device while it holds no grant (SendEvict).
+  bool evictable = true;
 };
 
 // The client wants to run. A client that already runs, waits or is being revoked is unaffected (a
@@ -123,6 +125,14 @@ struct SendSwapNotice {
   GrantEpoch epoch = 0;
 };
 
+// A client that holds no grant keeps memory on the device (its parked bytes) that the head of the
+// queue needs: it is asked to move it to the host. It answers with a usage report that shows its
+// memory swapped out; until then, and at most for the revoke grace plus its swap allowance, that
+// memory still counts.
+struct SendEvict {
+  ClientId client = 0;
+};
+
 struct SendWait {
   ClientId client = 0;
   WaitReason reason = WaitReason::kTurn;
@@ -139,7 +149,7 @@ struct HolderUnresponsive {
   GrantEpoch epoch = 0;
 };
 
-using Action = std::variant<SendGrant, SendRevoke, SendYield, SendSwapNotice, SendWait, SendLimits,
-                            HolderUnresponsive>;
+using Action = std::variant<SendGrant, SendRevoke, SendYield, SendSwapNotice, SendEvict, SendWait,
+                            SendLimits, HolderUnresponsive>;
 
 }  // namespace nvshare::policy

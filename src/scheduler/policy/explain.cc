@@ -70,6 +70,7 @@ GpuView GpuPolicy::view(MonoTime now) const {
     cv.allocated_bytes = c.allocated_bytes;
     cv.resident_bytes = c.resident_bytes;
     cv.pinned_bytes = c.pinned_bytes;
+    cv.parked_bytes = c.parked_bytes();
     cv.limits = c.limits;
     cv.effective_cap_percent = effective_cap(c) * 100;
     cv.share_percent = c.usage.share(now, config_.quota_window) * 100;
@@ -121,6 +122,27 @@ std::string GpuPolicy::describe_quota(const ClientRecord& c, MonoTime now) const
                                              " beside capped clients";
   return limit + ", used " + percent(c.usage.share(now, config_.quota_window)) + " over the last " +
          secs(config_.quota_window);
+}
+
+std::string GpuPolicy::describe_parked(const ClientRecord& c) const {
+  std::vector<const ClientRecord*> parked;
+  std::vector<const ClientRecord*> asked;
+  std::uint64_t bytes = 0;
+  for (const ClientRecord& o : clients_) {
+    if (o.id == c.id || o.parked_bytes() == 0) continue;
+    parked.push_back(&o);
+    bytes += o.parked_bytes();
+    if (o.evict_until) asked.push_back(&o);
+  }
+  if (parked.empty()) return "";
+  std::string text = "; client" + std::string(parked.size() > 1 ? "s " : " ") +
+                     client_list(parked) + (parked.size() > 1 ? " keep " : " keeps ") +
+                     format_bytes(bytes) + " on the GPU without a grant";
+  if (!asked.empty()) {
+    text += ", and client" + std::string(asked.size() > 1 ? "s " : " ") + client_list(asked) +
+            (asked.size() > 1 ? " were" : " was") + " asked to move it to the host";
+  }
+  return text;
 }
 
 std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) const {
@@ -184,10 +206,11 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
                        std::to_string(next->id) + " (first in line), position " +
                        std::to_string(position) + " of " + std::to_string(queue_.size());
     if (reason_for(c, next) == WaitReason::kMemory) {
-      text +=
-          "; it needs " + format_bytes(c.allocated_bytes) + " and " +
-          format_bytes(usable() - std::min(usable(), sum_working_sets(holders) + pinned_total())) +
-          " of " + format_bytes(usable()) + " usable is free";
+      const std::uint64_t used =
+          sum_working_sets(holders) + pinned_total() + parked_total() - c.parked_bytes();
+      text += "; it needs " + format_bytes(c.allocated_bytes) + " and " +
+              format_bytes(usable() - std::min(usable(), used)) + " of " + format_bytes(usable()) +
+              " usable is free";
     }
     return text + waited;
   }
@@ -217,11 +240,16 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
              "; saturating clients take turns rather than time-slice (running for " + running + ")";
     }
   } else {
-    const std::uint64_t used = sum_working_sets(holders) + pinned_total();
+    const std::uint64_t used =
+        sum_working_sets(holders) + pinned_total() + parked_total() - c.parked_bytes();
     text = who + " waits for memory: it needs " + format_bytes(c.allocated_bytes) + " but " +
            format_bytes(usable() - std::min(usable(), used)) + " of " + format_bytes(usable()) +
-           " usable is free beside client" + (holders.size() > 1 ? "s " : " ") +
-           client_list(holders) + " (running for " + running + ")";
+           " usable is free";
+    if (!holders.empty()) {
+      text += " beside client" + std::string(holders.size() > 1 ? "s " : " ") +
+              client_list(holders) + " (running for " + running + ")";
+    }
+    text += describe_parked(c);
   }
   const std::optional<TurnPlan> plan = turn_plan(c);
   if (yield_target() == &c) {

@@ -151,6 +151,7 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
   ClientRecord* c = find(e.client);
   if (c == nullptr) c = &clients_.emplace_back(e.client, now);
   c->limits = e.limits;
+  c->evictable = e.evictable;
   if (!c->capped()) {
     c->quota.reset();
     c->throttled = false;
@@ -197,6 +198,7 @@ void GpuPolicy::on_usage(const UsageReported& e) {
     c->deep_queue_permille = std::min<std::uint16_t>(*e.deep_queue_permille, 1000);
     c->saturating = classify_pace(c->saturating, *c->deep_queue_permille);
   }
+  if (c->parked_bytes() == 0) c->evict_until.reset();  // an eviction answered (or moot)
 }
 
 void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
@@ -247,6 +249,7 @@ void GpuPolicy::settle(MonoTime now) {
 void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   update_caps();
   expire_grace(now, out);
+  expire_evictions(now);
   release_throttles();
   hold_back_lower_classes(now);
   revoke_spent_quota(now, out);
@@ -256,6 +259,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   grant_in_order(now, out);
   revoke_fair_turns(now, out);
   revoke_ended_turns(now, out);
+  evict_for_head(now, out);
   send_wait_reasons(out);
   send_yields(out);
   send_swap_notices(out);
@@ -378,6 +382,56 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
   }
 }
 
+void GpuPolicy::expire_evictions(MonoTime now) {
+  for (ClientRecord& c : clients_) {
+    if (!c.evict_until || *c.evict_until > now) continue;
+    c.evict_until.reset();
+    c.evict_ignored = true;
+    ++c.strikes;
+  }
+}
+
+void GpuPolicy::evict_for_head(MonoTime now, std::vector<Action>& out) {
+  const ClientRecord* next = head();
+  if (next == nullptr || fits_on_idle_gpu(*next)) return;
+  const std::uint64_t need = next->movable_bytes() + pinned_total() + parked_total();
+  if (need <= usable()) return;  // it waits for the pinned memory, which no eviction moves
+  std::uint64_t excess = need - usable();
+  // Idle clients first (they do not even want the GPU), then waiters from the tail of the queue
+  // (they run last); the largest first within each.
+  std::vector<ClientRecord*> parked;
+  for (ClientRecord& c : clients_) {
+    if (c.id == next->id || c.parked_bytes() == 0) continue;
+    if (c.evict_until) {  // already asked: what it moves counts
+      excess -= std::min(excess, c.parked_bytes());
+      continue;
+    }
+    parked.push_back(&c);
+  }
+  const auto last_to_run = [this](const ClientRecord* c) {
+    if (c->state == ClientState::kIdle) return queue_.size();
+    const auto at = std::find(queue_.begin(), queue_.end(), c->id);
+    return static_cast<std::size_t>(at - queue_.begin());
+  };
+  std::sort(parked.begin(), parked.end(), [&](const ClientRecord* a, const ClientRecord* b) {
+    const std::size_t pa = last_to_run(a);
+    const std::size_t pb = last_to_run(b);
+    if (pa != pb) return pa > pb;
+    return a->parked_bytes() != b->parked_bytes() ? a->parked_bytes() > b->parked_bytes()
+                                                  : a->id < b->id;
+  });
+  for (ClientRecord* c : parked) {
+    if (excess == 0) break;
+    excess -= std::min(excess, c->parked_bytes());
+    c->evict_until = now + config_.revoke_grace +
+                     std::min(client_swap_time(config_, c->parked_bytes(), c->swap_bytes_per_s,
+                                               config_.device_bytes),
+                              config_.swap_allowance_max);
+    ++c->counters.evictions;
+    out.push_back(SendEvict{c->id});
+  }
+}
+
 void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state != ClientState::kRunning || !binds(c) || (!c.quota->spent() && !held_by_floor(c))) {
@@ -408,7 +462,7 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
   for (const ClientRecord* c : running) total += c->movable_bytes();
   // Working sets grew after the grants: the lowest class leaves first, and within a class the
   // newest grants, until the others fit again.
-  while (running.size() > 1 && !fits(total)) {
+  while (running.size() > 1 && !fits_ignoring_parked(total)) {
     ClientRecord* newest = running.back();
     running.pop_back();
     total -= newest->movable_bytes();
@@ -743,6 +797,7 @@ std::optional<MonoTime> GpuPolicy::compute_deadline() const {
   };
   for (const ClientRecord& c : clients_) {
     if (c.state == ClientState::kRevoking) consider(c.unresponsive_at);
+    consider(c.evict_until);
     if (c.state == ClientState::kRunning && binds(c)) consider(c.quota->spent_at());
     if (c.state == ClientState::kWaiting && c.throttled && c.quota) {
       std::optional<MonoTime> refilled = c.quota->refilled_at();
@@ -818,6 +873,12 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   c.throttled = false;
   c.resume_floor.reset();
   c.swap_out = false;
+  // Its memory is its working set now, and on the device once it has swapped in (the estimate
+  // above is taken first): counted as there from now on, until a report says otherwise. An
+  // eviction on its way is overtaken by the grant.
+  c.resident_bytes = std::max(c.resident_bytes, c.allocated_bytes);
+  c.evict_until.reset();
+  c.evict_ignored = false;
   out.push_back(SendGrant{c.id, c.epoch});
 }
 
@@ -885,14 +946,25 @@ std::uint64_t GpuPolicy::usable() const {
 }
 
 bool GpuPolicy::fits(std::uint64_t movable) const {
+  return fits_ignoring_parked(movable + parked_total());
+}
+
+bool GpuPolicy::fits_ignoring_parked(std::uint64_t movable) const {
   return capacity() > 0 && movable + pinned_total() <= usable();
+}
+
+std::uint64_t GpuPolicy::parked_total() const {
+  std::uint64_t parked = 0;
+  for (const ClientRecord& c : clients_) parked += c.parked_bytes();
+  return parked;
 }
 
 bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,
                                const ClientRecord& head) const {
   // An idle GPU takes the head however large, unless memory other clients pinned leaves it too
-  // little room (it waits, without holding up the queue, until that memory is freed).
-  if (staying.empty()) return fits_beside_pinned(head);
+  // little room (it waits, without holding up the queue, until that memory is freed) or memory
+  // others keep parked does (it waits for their eviction).
+  if (staying.empty()) return fits_on_idle_gpu(head);
   // A lower class revoked for the head's, its memory left in place, gives the GPU up at once: its
   // gate is closed, and the kernels it still has in flight (one kernel cannot be taken back) are
   // time-sliced by the GPU beside the head's instead of making the head wait for them. Its memory
@@ -940,7 +1012,14 @@ std::vector<const ClientRecord*> GpuPolicy::blocking_holders() const {
 }
 
 bool GpuPolicy::fits_beside_pinned(const ClientRecord& c) const {
-  return pinned_total() == c.pinned_bytes || fits(c.movable_bytes());
+  return pinned_total() == c.pinned_bytes ||
+         fits_ignoring_parked(c.movable_bytes() + c.parked_bytes());
+}
+
+bool GpuPolicy::fits_on_idle_gpu(const ClientRecord& c) const {
+  // While the capacity is unknown nothing can be judged to fit: parked memory holds nobody up.
+  return fits_beside_pinned(c) &&
+         (capacity() == 0 || parked_total() == c.parked_bytes() || fits(c.movable_bytes()));
 }
 
 const ClientRecord* GpuPolicy::head() const {

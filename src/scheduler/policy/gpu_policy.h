@@ -116,6 +116,9 @@ struct ClientView {
   std::uint64_t allocated_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::uint64_t pinned_bytes = 0;  // stays on the device when it swaps out (CUDA IPC)
+  // Kept on the device without a grant (idle or waiting, memory not swapped out): counted in fit
+  // checks, evicted when the head needs the room.
+  std::uint64_t parked_bytes = 0;
   Limits limits;
   double effective_cap_percent = 100;  // after proportional scaling
   double share_percent = 0;            // GPU time billed over the last quota window, % of wall time
@@ -239,6 +242,13 @@ class GpuPolicy {
   // quota window.
   Duration quota_cycle(const ClientRecord& c) const;
   void expire_grace(MonoTime now, std::vector<Action>& out);
+  // An eviction left unanswered past its deadline: the client's parked memory stops counting
+  // (until its next grant), with a strike.
+  void expire_evictions(MonoTime now);
+  // The head cannot fit, even on an otherwise idle GPU, beside the memory other clients keep
+  // parked: enough of them are asked to move it out (idle clients first, then waiters from the
+  // tail of the queue, each the largest first), counting those already asked.
+  void evict_for_head(MonoTime now, std::vector<Action>& out);
   void revoke_spent_quota(MonoTime now, std::vector<Action>& out);
   void revoke_overflow(MonoTime now, std::vector<Action>& out);
   // Mode auto: at most one saturating client runs; others that run beside it are revoked.
@@ -314,12 +324,21 @@ class GpuPolicy {
   std::uint64_t resident_besides(const std::vector<Leaver*>& leaving) const;
   std::uint64_t capacity() const;
   std::uint64_t usable() const;
-  // Whether `movable` bytes (sums of movable_bytes()) fit beside every client's pinned bytes.
+  // Whether `movable` bytes (sums of movable_bytes()) fit beside every client's pinned bytes and
+  // the memory clients without a grant keep parked on the device.
   bool fits(std::uint64_t movable) const;
+  // The same, the parked memory aside (runners whose working sets grew: parked memory is evicted
+  // for a head, never a reason to revoke a runner).
+  bool fits_ignoring_parked(std::uint64_t movable) const;
   std::uint64_t pinned_total() const { return pinned_total_; }
+  // Σ parked_bytes() over the clients of this GPU.
+  std::uint64_t parked_total() const;
   // Whether `c` could run at all beside the memory pinned on this GPU: it fits beside it, or
   // nobody but itself pinned any (then, as ever, an idle GPU takes it however large it is).
   bool fits_beside_pinned(const ClientRecord& c) const;
+  // Whether `c` could run on an otherwise idle GPU now: beside the pinned memory (as above) and
+  // beside what other clients keep parked, or alone when nobody else parks any.
+  bool fits_on_idle_gpu(const ClientRecord& c) const;
   // Whether `head` may run now beside the holders that stay: an idle GPU takes anyone; otherwise
   // it must take turns with none of them and fit beside their memory.
   bool can_run_beside(const std::vector<const ClientRecord*>& staying,
@@ -380,6 +399,9 @@ class GpuPolicy {
   std::string describe_quota(const ClientRecord& c, MonoTime now) const;
   std::string describe_yield(const ClientRecord& c, MonoTime now) const;
   std::string describe_pace(const ClientRecord& c) const;
+  // "; clients 2, 3 keep 8Gi on the GPU without a grant[, and ... asked to move it to the host]",
+  // or "" when no client but `c` parks memory.
+  std::string describe_parked(const ClientRecord& c) const;
 
   PolicyConfig config_;
   SwapEstimate swap_;

@@ -277,6 +277,37 @@ TEST_F(GrantSessionTest, SwapNoticeForTheHeldGrantReadiesTheSwapOut) {
       << "not holding";
 }
 
+// An eviction without a grant (protocol version 9): drain, swap out, report the usage at once; the
+// next grant swaps the memory back in. Ignored while holding; already out, only the usage again.
+TEST_F(GrantSessionTest, AnEvictionWithoutAGrantSwapsOutAndReports) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  EXPECT_EQ(find<Drain>(at(20ms, FrameReceived{protocol::Evict{}})), nullptr) << "holding";
+  probe_.idle = 1s;
+  at(200ms, Tick{});
+  at(200ms, GateClosed{0});  // released while idle, its memory on the GPU
+  ASSERT_EQ(engine_->state(), GrantState::kIdle);
+  const auto evicted = at(300ms, FrameReceived{protocol::Evict{}});
+  EXPECT_NE(find<Drain>(evicted), nullptr);
+  EXPECT_NE(find<SwapOut>(at(301ms, Drained{})), nullptr);
+  probe_.use = {1ull << 30, 0, 0};
+  const auto out = at(350ms, SwappedOut{1ull << 30});
+  ASSERT_NE(sent<protocol::Usage>(out), nullptr) << "the report goes at once";
+  EXPECT_EQ(sent<protocol::Released>(out), nullptr) << "nothing to release";
+  EXPECT_EQ(engine_->state(), GrantState::kIdle);
+  // Out already: the report again, nothing moved.
+  const auto again = at(400ms, FrameReceived{protocol::Evict{}});
+  EXPECT_EQ(find<Drain>(again), nullptr);
+  EXPECT_NE(sent<protocol::Usage>(again), nullptr);
+  // The next grant swaps the memory back in before the gate opens.
+  probe_.idle = Duration{0};
+  probe_.waiting = 1;
+  at(500ms, Tick{});
+  EXPECT_NE(find<SwapIn>(at(510ms, FrameReceived{protocol::Grant{4}})), nullptr);
+}
+
 TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
   welcome();
   hold(1, 10ms);

@@ -191,7 +191,10 @@ TEST(LinkWithScheduler, ClientsThatDoNotFitSwapAtTheHandOver) {
   a.submit();
   ASSERT_TRUE(a.submitted_within(5s)) << scheduler.log();
   EXPECT_EQ(a.agent().swap_ins.load(), 1);
-  EXPECT_EQ(b.agent().swap_outs.load(), 1);
+  // b's memory left the device for each of a's turns: evicted while b idled before its first turn
+  // (700Mi allocated and on the device), then revoked, or evicted once b idled in its turn.
+  EXPECT_GE(b.agent().swap_outs.load(), 1);
+  EXPECT_LE(b.agent().swap_outs.load(), 2);
 }
 
 TEST(LinkWithScheduler, SchedulerRestartIsSurvived) {

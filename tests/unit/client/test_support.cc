@@ -117,6 +117,7 @@ std::uint64_t FakeAgent::swap_out() {
   const Duration delay(swap_delay_ns.load());
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
   ++swap_outs;
+  swapped_.store(true);
   return swap_bytes.load();
 }
 
@@ -125,6 +126,7 @@ std::uint64_t FakeAgent::swap_in() {
   const Duration delay(swap_delay_ns.load());
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
   ++swap_ins;
+  swapped_.store(false);
   return swap_bytes.load();
 }
 
@@ -137,7 +139,9 @@ Duration FakeAgent::idle_for() {
 DeviceUsage FakeAgent::usage() {
   record("usage");
   std::lock_guard lock(mu_);
-  return usage_;
+  DeviceUsage usage = usage_;
+  if (swapped_.load()) usage.resident_bytes = 0;  // as the library reports it: on the host
+  return usage;
 }
 
 void FakeAgent::set_usage(DeviceUsage usage) {

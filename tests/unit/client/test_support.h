@@ -79,6 +79,7 @@ class FakeAgent final : public DeviceAgent {
 
   std::atomic<Duration::rep> idle_ns_{0};
   std::atomic<bool> hold_drain_{false};
+  std::atomic<bool> swapped_{false};  // swapped out since the last swap_in
   mutable std::mutex mu_;
   std::condition_variable drain_cv_;
   bool drain_released_ = false;

@@ -43,6 +43,7 @@ std::vector<Message> every_message() {
       IpcAnswer{0x1122334455667788ULL, 64ULL << 20, ""},
       IpcAnswer{0, 0, "no export with this handle is shared with this process's pod or user"},
       SwapNotice{0x0807060504030201ULL},
+      Evict{},
   };
 }
 
@@ -221,7 +222,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 8, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 9, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }
@@ -298,7 +299,7 @@ TEST(Protocol, UnknownVersionIsRejected) {
 }
 
 TEST(Protocol, UnknownTypeIsRejected) {
-  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{17}, std::uint16_t{0xFFFF}}) {
+  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{18}, std::uint16_t{0xFFFF}}) {
     auto decoded = decode_frame(raw_frame(kMagic, 1, type, {}));
     ASSERT_FALSE(decoded.ok()) << type;
     EXPECT_NE(decoded.error().message.find("type"), std::string::npos);

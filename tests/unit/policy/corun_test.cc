@@ -54,11 +54,9 @@ TEST(CoRun, VirtualCapacityOverridesTheDevicesMemory) {
   config.device_bytes = 80 * kGiB;
   config.capacity_bytes = 10 * kGiB;  // a small GPU emulated on a big one: 9Gi usable
   Harness h(config);
-  h.add(1, 5 * kGiB);
-  h.add(2, 5 * kGiB);
   EXPECT_EQ(h.policy.view(h.now).capacity_bytes, 10 * kGiB);
-  EXPECT_TRUE(granted(h.request(1), 1));
-  EXPECT_FALSE(granted(h.request(2), 2));
+  EXPECT_TRUE(granted(h.add_and_request(1, 5 * kGiB), 1));
+  EXPECT_FALSE(granted(h.add_and_request(2, 5 * kGiB), 2));
 }
 
 TEST(CoRun, UnknownCapacityRunsOneAtATime) {
@@ -85,13 +83,17 @@ TEST(Fifo, LaterArrivalsDoNotOvertakeABlockedHead) {
   Harness h(virtual_gpu());
   h.add_and_request(1, 10 * kGiB);
   h.add_and_request(2, 12 * kGiB);                      // does not fit: head of the queue
-  const auto actions = h.add_and_request(3, 1 * kGiB);  // would fit, but 2 is first
+  const auto actions = h.add_and_request(3, 1 * kGiB);  // would fit beside 1, but 2 is first
   EXPECT_FALSE(granted(actions, 3));
-  EXPECT_EQ(wait_of(actions, 3), WaitReason::kTurn);
+  // 2's memory, allocated before its turn, is on the device too: 3 does not fit beside it.
+  EXPECT_EQ(wait_of(actions, 3), WaitReason::kMemory);
   EXPECT_EQ(h.policy.view(h.now).queue, (std::vector<ClientId>{2, 3}));
 
-  // When 1 leaves, 2 runs first; 3 then fits beside 2 and follows in the same pass.
-  const auto next = h.release(1);
+  // When 1 leaves (idle, its memory kept on the device until the eviction moves it), 2 runs
+  // first; 3 then fits beside 2 and follows in the same pass.
+  const auto released = h.release(1);
+  EXPECT_TRUE(only<SendGrant>(released).empty());
+  const auto next = h.answer_evictions(released);
   ASSERT_EQ(only<SendGrant>(next).size(), 2u);
   EXPECT_EQ(only<SendGrant>(next)[0].client, 2u);
   EXPECT_EQ(only<SendGrant>(next)[1].client, 3u);
@@ -114,10 +116,13 @@ TEST(Oversize, ClientLargerThanTheGpuRunsAlone) {
   h.add_and_request(1, 2 * kGiB);
   const auto waiting = h.add_and_request(2, 30 * kGiB);  // larger than the whole GPU
   EXPECT_EQ(wait_of(waiting, 2), WaitReason::kMemory);
-  EXPECT_FALSE(granted(h.add_and_request(3, 1 * kGiB), 3));  // queued behind it
+  h.add_on_host(3, 1 * kGiB);
+  EXPECT_FALSE(granted(h.request(3), 3));  // queued behind it
 
-  EXPECT_TRUE(granted(h.release(1), 2));  // an idle GPU grants the head, however large
-  EXPECT_FALSE(granted(h.last, 3));       // and nobody runs beside it
+  // 1 idles: once the memory others keep parked is evicted, the idle GPU grants the head, however
+  // large, and nobody runs beside it.
+  EXPECT_TRUE(granted(h.answer_evictions(h.release(1)), 2));
+  EXPECT_FALSE(granted(h.last, 3));
   EXPECT_EQ(h.state(3), ClientState::kWaiting);
   EXPECT_EQ(h.client(3).waiting_for, WaitReason::kMemory);
 }

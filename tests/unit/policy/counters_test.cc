@@ -48,7 +48,7 @@ TEST(Counters, AWaitIsSplitByItsReasons) {
   h.feed(UsageReported{1, 17 * kGiB + kGiB / 2, 17 * kGiB + kGiB / 2, 0, {}});
   ASSERT_EQ(h.client(2).waiting_for, WaitReason::kMemory);
   h.now += 40ms;
-  h.release(1);  // 2 runs
+  h.answer_evictions(h.release(1));  // 1 idles, its memory is evicted, and 2 runs
   EXPECT_EQ(h.state(2), ClientState::kRunning);
   EXPECT_EQ(h.client(2).counters.waited_for(WaitReason::kTurn), 50ms);
   EXPECT_EQ(h.client(2).counters.waited_for(WaitReason::kMemory), 40ms);

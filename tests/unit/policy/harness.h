@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -64,6 +65,7 @@ class Harness {
 
   std::vector<Action> feed(const Event& event) {
     last = policy.handle(event, now);
+    for (const SendRevoke& r : only<SendRevoke>(last)) swap_asked[r.client] = r.swap_out;
     return last;
   }
 
@@ -73,15 +75,41 @@ class Harness {
     feed(UsageReported{id, working_set, working_set, 0, {}});
     return out;
   }
+  // Registers a client whose memory is on the host (it will have to come in for it to run), not
+  // parked on the device.
+  std::vector<Action> add_on_host(ClientId id, std::uint64_t working_set) {
+    std::vector<Action> out = add(id, working_set);
+    swapped_out(id);
+    return out;
+  }
   std::vector<Action> request(ClientId id) { return feed(Requested{id}); }
   std::vector<Action> add_and_request(ClientId id, std::uint64_t working_set,
                                       std::uint8_t core_percent = 100) {
     add(id, working_set, core_percent);
     return request(id);
   }
-  // Releases the client's current grant.
-  std::vector<Action> release(ClientId id) { return feed(Released{id, epoch(id), 0ms, 0ms}); }
+  // Releases the client's current grant. After a revoke that asked for a swap-out, first reports
+  // its memory moved to the host (all but the pinned bytes), as the library does.
+  std::vector<Action> release(ClientId id) {
+    if (swap_asked[id] && state(id) != ClientState::kRunning) swapped_out(id);
+    swap_asked[id] = false;
+    return feed(Released{id, epoch(id), 0ms, 0ms});
+  }
 
+  // A client without a grant moved its memory to the host (all but the pinned bytes), as the
+  // library does when evicted; returns the actions of its usage report.
+  std::vector<Action> swapped_out(ClientId id) {
+    const ClientView c = client(id);
+    return feed(UsageReported{id, c.allocated_bytes, c.pinned_bytes, 0, {}, c.pinned_bytes});
+  }
+  // Answers every eviction in `actions`; returns the actions of the answers, in order.
+  std::vector<Action> answer_evictions(const std::vector<Action>& actions) {
+    std::vector<Action> all;
+    for (const SendEvict& e : only<SendEvict>(actions)) {
+      for (const Action& a : swapped_out(e.client)) all.push_back(a);
+    }
+    return all;
+  }
   // Moves time forward to `now + d`, firing every deadline on the way; returns all actions.
   std::vector<Action> advance(Duration d) {
     const MonoTime target = now + d;
@@ -115,6 +143,7 @@ class Harness {
   GpuPolicy policy;
   MonoTime now{100s};
   std::vector<Action> last;
+  std::map<ClientId, bool> swap_asked;  // the last revoke of each client asked for a swap-out
 };
 
 // The default configuration in the given mode on a 24 GiB GPU (its memory as the device reports

@@ -155,7 +155,10 @@ TEST(WaitReasons, SentWhenWaitingStartsAndWhenTheReasonChanges) {
   Harness h(virtual_gpu());
   h.add_and_request(1, 10 * kGiB);
   h.add_and_request(2, 6 * kGiB);  // fits: runs
-  EXPECT_EQ(wait_of(h.add_and_request(3, 12 * kGiB), 3), WaitReason::kMemory);
+  // 3's memory is on the host (it would otherwise count where it is, parked on the device).
+  h.add(3, 12 * kGiB);
+  h.swapped_out(3);
+  EXPECT_EQ(wait_of(h.request(3), 3), WaitReason::kMemory);
   // 4 would fit beside the runners but is behind 3: its turn.
   EXPECT_EQ(wait_of(h.add_and_request(4, 1 * kGiB), 4), WaitReason::kTurn);
   // 4 grows and no longer fits: the reason changes to memory, and is sent again.

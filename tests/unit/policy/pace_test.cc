@@ -119,6 +119,8 @@ TEST(Pace, NoClientPassesAHeadItWouldLeaveNoRoomFor) {
   add_paced(h, 1, 8 * kGiB, 1000);
   add_paced(h, 2, 8 * kGiB, 1000);
   add_paced(h, 3, 4 * kGiB, 0);
+  h.swapped_out(2);  // their memory comes in when they run
+  h.swapped_out(3);
   h.request(1);
   h.request(2);
   // 8 + 4 fits beside client 1, but then client 2 would no longer fit when its turn comes.
@@ -144,6 +146,8 @@ TEST(Pace, ExplainTellsATurnAmongSaturatingFromAWaitForMemory) {
   add_paced(m, 1, 4 * kGiB, 0);
   add_paced(m, 2, 8 * kGiB, 1000);
   add_paced(m, 3, 8 * kGiB, 1000);
+  m.swapped_out(2);  // their memory comes in when they run
+  m.swapped_out(3);
   m.request(1);
   m.request(2);
   m.request(3);  // 4 + 8 + 8 GiB do not fit: it waits for memory

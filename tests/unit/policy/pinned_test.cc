@@ -48,10 +48,12 @@ TEST(Pinned, WithoutPinnedBytesTheSamePairTakesTurnsAsBefore) {
 TEST(Pinned, AClientThatCannotFitBesidePinnedMemoryWaitsWithoutHoldingUpOthers) {
   Harness h(virtual_gpu());
   add_pinned(h, 1, 14 * kGiB, 12 * kGiB);  // registered, not running: 12 GiB stay pinned
-  h.add_and_request(2, 10 * kGiB);         // 10 + 12 > 18, even on an idle GPU
+  h.add_on_host(2, 10 * kGiB);
+  h.request(2);  // 10 + 12 > 18, even on an idle GPU
   EXPECT_FALSE(granted(h.last, 2));
   EXPECT_EQ(wait_of(h.last, 2), WaitReason::kMemory);
-  h.add_and_request(3, 4 * kGiB);  // 4 + 12 fit: not held up by 2
+  h.add_on_host(3, 4 * kGiB);
+  h.request(3);  // 4 + 12 (+ the 2 GiB client 1 keeps parked) fit: not held up by 2
   EXPECT_TRUE(granted(h.last, 3));
   EXPECT_EQ(h.state(2), ClientState::kWaiting);
   // The owner frees its shared memory: 2 fits beside 3 now.

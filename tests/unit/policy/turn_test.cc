@@ -77,14 +77,15 @@ TEST(Quantum, AutoQuantumDrivesTheRevoke) {
   config.quantum_max = 1000s;
   Harness h(config);
   h.add_and_request(1, 4 * kGiB);
-  h.add_and_request(2, 16 * kGiB);
+  h.add_on_host(2, 16 * kGiB);  // all of it has to come in
+  h.request(2);
   const MonoTime expected = h.now + std::chrono::nanoseconds(536'870'912'000);  // see above
   ASSERT_TRUE(h.policy.next_deadline());
   EXPECT_EQ(*h.policy.next_deadline(), expected);
   EXPECT_EQ(h.policy.view(h.now).quantum, expected - h.now);
   // Both measured 20 GB/s: the quantum shortens at once.
   h.feed(UsageReported{1, 4 * kGiB, 4 * kGiB, 20'000'000'000, {}});
-  h.feed(UsageReported{2, 16 * kGiB, 16 * kGiB, 20'000'000'000, {}});
+  h.feed(UsageReported{2, 16 * kGiB, 0, 20'000'000'000, {}});
   const Duration swap = client_swap_time(config, 4 * kGiB, 20'000'000'000, 0) +
                         client_swap_time(config, 16 * kGiB, 20'000'000'000, 0);
   EXPECT_EQ(*h.policy.next_deadline(), h.now + quantum_for(config, swap));
