@@ -119,6 +119,36 @@ stop_scheduler
 record turns A "$out/turns.native.a.json" "$out/turns.nvshare.a.json" wall_s "24Gi capacity, 2 x 14Gi"
 record turns B "$out/turns.native.b.json" "$out/turns.nvshare.b.json" wall_s "24Gi capacity, 2 x 14Gi"
 
+# 3b. An idle job's memory is evicted for the next: A (10 GiB) runs its loop, then idles 8 s holding
+#     its tensors; B (10 GiB) asks for the GPU meanwhile under a 16Gi virtual capacity, so A is asked
+#     to move its memory to the host and B runs once it has. A then checks every tensor (its memory
+#     swapped back in). Native: the same two, B started 2 s after A.
+$torch_job --gib 10 --iters 300 --pause-s 8 >"$out/evict.native.a.json" 2>&1 &
+a=$!
+sleep 2
+$torch_job --gib 10 --iters 1500 >"$out/evict.native.b.json" 2>&1
+wait $a
+start_scheduler evict --capacity 16Gi
+NVSHARE_TRACE_FILE="$out/evict/trace.jsonl" under -- $torch_job --gib 10 --iters 300 --pause-s 8 \
+  >"$out/evict.nvshare.a.json" 2>"$out/evict.nvshare.a.err" &
+a=$!
+sleep 2
+NVSHARE_TRACE_FILE="$out/evict/trace.jsonl" under -- $torch_job --gib 10 --iters 1500 \
+  >"$out/evict.nvshare.b.json" 2>"$out/evict.nvshare.b.err"
+wait $a
+stop_scheduler
+record evict "A (idles, evicted)" "$out/evict.native.a.json" "$out/evict.nvshare.a.json" wall_s \
+  "tensors checked after the pause"
+record evict "B" "$out/evict.native.b.json" "$out/evict.nvshare.b.json" wall_s "16Gi capacity, 2 x 10 GiB"
+evicted=$(python3 -c 'import json,sys
+moved=0
+for line in open(sys.argv[1]):
+  e=json.loads(line)
+  if e.get("event")=="evicted": moved+=e.get("swap_bytes",0)
+print(moved)' "$out/evict/trace.jsonl" 2>/dev/null)
+printf 'evict\tbytes evicted\t\t%s\t\t%s\texpect >= 10 GiB (10737418240)\n' "${evicted:-}" \
+  "$([ "${evicted:-0}" -ge 10737418240 ] 2>/dev/null && echo ok || echo missing)" >>"$results"
+
 # 4. A 4Gi memory limit: torch.cuda.mem_get_info reports it and a 5 GiB tensor raises OutOfMemoryError.
 $torch_job --mode limit --gib 5 >"$out/limit.native.json" 2>"$out/limit.native.err"
 start_scheduler limit

@@ -2,7 +2,9 @@
 
 Modes:
   loop      allocate --gib GiB as three fp32 tensors and run `z = x + y` for --iters iterations
-            (--matmul: 8192 x 8192 matmuls instead, for --iters or --seconds, with progress lines)
+            (--matmul: 8192 x 8192 matmuls instead, for --iters or --seconds, with progress lines);
+            --pause-s: then idle that long, holding the tensors, and check them all again (memory the
+            library moved away meanwhile must come back intact)
   limit     report torch.cuda.mem_get_info(), then try to allocate --gib GiB and report whether PyTorch
             raised its out-of-memory error
 The script checks its own numerical result so a run under the library that computes garbage fails.
@@ -21,6 +23,8 @@ def main() -> int:
     ap.add_argument("--matmul", action="store_true", help="compute-bound matmul loop instead")
     ap.add_argument("--seconds", type=float, default=0,
                     help="matmul: run for this long instead of --iters iterations")
+    ap.add_argument("--pause-s", type=float, default=0,
+                    help="loop: idle this long after the loop, then check every tensor again")
     ap.add_argument("--progress-every", type=int, default=0,
                     help="matmul: synchronize every N iterations and print a progress line on "
                          "stderr: {\"progress\":i,\"done_s\":t,\"iters\":i} (monotonic time)")
@@ -79,6 +83,11 @@ def main() -> int:
             torch.add(x, y, out=z)
         torch.cuda.synchronize()
         ok = bool((z[:1024] == 3.75).all()) and bool((z[-1024:] == 3.75).all())
+        if args.pause_s > 0:
+            time.sleep(args.pause_s)
+            t_check = time.monotonic()
+            ok = ok and bool((x == 1.5).all()) and bool((y == 2.25).all()) and bool((z == 3.75).all())
+            out["after_pause_check_s"] = time.monotonic() - t_check
     t2 = time.monotonic()
     out.update(setup_s=t1 - t0, loop_s=t2 - t1, wall_s=t2 - t0, iters=args.iters,
                result="ok" if ok else "wrong-result")

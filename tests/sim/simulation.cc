@@ -521,6 +521,18 @@ class World {
     return present <= 1 || bytes <= view.usable_bytes;
   }
 
+  // Whether `v` (of class `rank`) cannot fit on the device beside the memory that clients of a
+  // higher class keep there without a grant (no eviction of its moves that memory).
+  static bool kept_out_by_higher_class(const GpuView& view, const policy::ClientView& v, int rank) {
+    std::uint64_t kept = 0;
+    for (const policy::ClientView& o : view.clients) {
+      if (static_cast<int>(protocol::effective_priority(o.limits.priority)) > rank) {
+        kept += o.parked_bytes;
+      }
+    }
+    return kept > 0 && v.allocated_bytes + kept > view.usable_bytes;
+  }
+
   // An eviction the engine no longer waits for: pending here, its memory no longer parked there.
   static bool given_up(const SimClient& c, const GpuView& view) {
     if (!c.eviction_pending) return false;
@@ -566,7 +578,10 @@ class World {
       }
       const int rank = static_cast<int>(protocol::effective_priority(v.limits.priority));
       if (v.state == ClientState::kRunning) lowest_runner = std::min(lowest_runner, rank);
-      if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota) {
+      // One that cannot fit beside the memory a higher class keeps on the device waits for that
+      // class: it neither stops a lower class running nor counts as held back.
+      const bool kept_out = kept_out_by_higher_class(view, v, rank);
+      if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota && !kept_out) {
         highest_waiter = std::max(highest_waiter, rank);
       }
       if (v.state == ClientState::kRunning) {
@@ -588,9 +603,10 @@ class World {
         }
       }
       // A lower class held back for a higher one between its steps (the interference budget is
-      // spent) leaves the GPU idle on purpose, for at most the priority floor (below).
+      // spent) leaves the GPU idle on purpose, for at most the priority floor (below). One that
+      // waits for the memory a higher class keeps on the device waits as long as it is kept there.
       if (v.state == ClientState::kWaiting && v.waiting_for == WaitReason::kPriority) {
-        held_back_waits = true;
+        if (!kept_out) held_back_waits = true;
       } else if (v.state == ClientState::kWaiting && v.waiting_for != WaitReason::kQuota) {
         grantable_waits = true;
       }

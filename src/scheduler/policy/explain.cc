@@ -185,7 +185,19 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
       if (h->rank() > c.rank()) above.push_back(h);
     }
     const bool holding = !above.empty();
-    if (!holding && next != nullptr) above.push_back(next);
+    if (!holding && next != nullptr && next->rank() > c.rank()) above.push_back(next);
+    if (above.empty()) {  // memory a higher class keeps on the device
+      std::vector<const ClientRecord*> parked;
+      for (const ClientRecord& o : clients_) {
+        if (o.rank() > c.rank() && o.parked_bytes() > 0) parked.push_back(&o);
+      }
+      return who + " waits for a higher class's memory: it is " +
+             std::string(to_string(c.priority())) + ", needs " + format_bytes(c.allocated_bytes) +
+             ", and client" + (parked.size() > 1 ? "s " : " ") + client_list(parked) + " keep" +
+             (parked.size() > 1 ? " " : "s ") + format_bytes(parked_above(c)) +
+             " on the GPU without a grant; a lower class never moves a higher class's memory" +
+             waited;
+    }
     const std::string theirs(to_string(above.front()->priority()));
     return who + " waits for a higher class: it is " + std::string(to_string(c.priority())) +
            " and client" + (above.size() > 1 ? "s " : " ") + client_list(above) + " (" + theirs +
@@ -196,6 +208,15 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
            waited;
   }
 
+  if (next == nullptr || (&c != next && !fits_beside_kept(c))) {
+    // Skipped: it cannot fit even on an idle GPU beside the memory no eviction of its moves.
+    return who + " waits for memory: it needs " + format_bytes(c.allocated_bytes) + " and " +
+           format_bytes(usable() - std::min(usable(), pinned_total() + parked_above(c))) + " of " +
+           format_bytes(usable()) +
+           " usable can be free beside the memory other processes map (CUDA IPC) or a higher "
+           "class keeps on the device; it does not hold up those behind it" +
+           describe_parked(c) + waited;
+  }
   if (&c != next) {
     std::size_t position = 0;
     for (ClientId id : queue_) {

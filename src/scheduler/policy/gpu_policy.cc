@@ -259,6 +259,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   grant_in_order(now, out);
   revoke_fair_turns(now, out);
   revoke_ended_turns(now, out);
+  evict_for_runners(now, out);
   evict_for_head(now, out);
   send_wait_reasons(out);
   send_yields(out);
@@ -396,12 +397,29 @@ void GpuPolicy::evict_for_head(MonoTime now, std::vector<Action>& out) {
   if (next == nullptr || fits_on_idle_gpu(*next)) return;
   const std::uint64_t need = next->movable_bytes() + pinned_total() + parked_total();
   if (need <= usable()) return;  // it waits for the pinned memory, which no eviction moves
-  std::uint64_t excess = need - usable();
-  // Idle clients first (they do not even want the GPU), then waiters from the tail of the queue
-  // (they run last); the largest first within each.
+  evict_parked(need - usable(), next->rank(), next->id, now, out);
+}
+
+void GpuPolicy::evict_for_runners(MonoTime now, std::vector<Action>& out) {
+  if (capacity() == 0) return;
+  const std::vector<const ClientRecord*> holders = blocking_holders();
+  if (holders.empty()) return;
+  const std::uint64_t need = sum_working_sets(holders) + pinned_total() + parked_total();
+  if (need <= usable()) return;
+  int top = 0;
+  for (const ClientRecord* h : holders) top = std::max(top, h->rank());
+  const ClientRecord* next = head();
+  evict_parked(need - usable(), top, next != nullptr ? next->id : 0, now, out);
+}
+
+void GpuPolicy::evict_parked(std::uint64_t excess, int max_rank, ClientId spared, MonoTime now,
+                             std::vector<Action>& out) {
+  // The lowest class first; within a class, idle clients (they do not even want the GPU), then
+  // waiters from the tail of the queue (they run last), the largest first.
   std::vector<ClientRecord*> parked;
   for (ClientRecord& c : clients_) {
-    if (c.id == next->id || c.parked_bytes() == 0) continue;
+    // A lower class never moves a higher class's memory off the device.
+    if (c.id == spared || c.parked_bytes() == 0 || c.rank() > max_rank) continue;
     if (c.evict_until) {  // already asked: what it moves counts
       excess -= std::min(excess, c.parked_bytes());
       continue;
@@ -414,6 +432,7 @@ void GpuPolicy::evict_for_head(MonoTime now, std::vector<Action>& out) {
     return static_cast<std::size_t>(at - queue_.begin());
   };
   std::sort(parked.begin(), parked.end(), [&](const ClientRecord* a, const ClientRecord* b) {
+    if (a->rank() != b->rank()) return a->rank() < b->rank();  // the lowest class first
     const std::size_t pa = last_to_run(a);
     const std::size_t pb = last_to_run(b);
     if (pa != pb) return pa > pb;
@@ -549,7 +568,7 @@ void GpuPolicy::hold_back_lower_classes(MonoTime now) {
   if (held_since_ && !floor_grant_held && now - *held_since_ >= config_.priority_floor) {
     for (ClientId id : queue_) {
       const ClientRecord* c = find(id);
-      if (holds_back(*c) && fits_beside_pinned(*c)) {
+      if (holds_back(*c) && fits_beside_kept(*c)) {
         first = c;
         break;
       }
@@ -613,7 +632,7 @@ void GpuPolicy::grant_in_order(MonoTime now, std::vector<Action>& out) {
     ClientRecord* c = find(queue_[i]);
     // Waits for its bucket, or for memory others pinned, not for anyone's turn: must not hold up
     // those behind it.
-    if (c->throttled || c->held_back || !fits_beside_pinned(*c)) {
+    if (c->throttled || c->held_back || !fits_beside_kept(*c)) {
       ++i;
       continue;
     }
@@ -953,6 +972,14 @@ bool GpuPolicy::fits_ignoring_parked(std::uint64_t movable) const {
   return capacity() > 0 && movable + pinned_total() <= usable();
 }
 
+std::uint64_t GpuPolicy::parked_above(const ClientRecord& c) const {
+  std::uint64_t parked = 0;
+  for (const ClientRecord& o : clients_) {
+    if (o.rank() > c.rank()) parked += o.parked_bytes();
+  }
+  return parked;
+}
+
 std::uint64_t GpuPolicy::parked_total() const {
   std::uint64_t parked = 0;
   for (const ClientRecord& c : clients_) parked += c.parked_bytes();
@@ -1011,21 +1038,22 @@ std::vector<const ClientRecord*> GpuPolicy::blocking_holders() const {
   return holders;
 }
 
-bool GpuPolicy::fits_beside_pinned(const ClientRecord& c) const {
-  return pinned_total() == c.pinned_bytes ||
-         fits_ignoring_parked(c.movable_bytes() + c.parked_bytes());
+bool GpuPolicy::fits_beside_kept(const ClientRecord& c) const {
+  const std::uint64_t kept_above = parked_above(c);
+  return (pinned_total() == c.pinned_bytes && kept_above == 0) ||
+         fits_ignoring_parked(c.movable_bytes() + c.parked_bytes() + kept_above);
 }
 
 bool GpuPolicy::fits_on_idle_gpu(const ClientRecord& c) const {
   // While the capacity is unknown nothing can be judged to fit: parked memory holds nobody up.
-  return fits_beside_pinned(c) &&
+  return fits_beside_kept(c) &&
          (capacity() == 0 || parked_total() == c.parked_bytes() || fits(c.movable_bytes()));
 }
 
 const ClientRecord* GpuPolicy::head() const {
   for (ClientId id : queue_) {
     const ClientRecord* c = find(id);
-    if (!c->throttled && !c->held_back && fits_beside_pinned(*c)) return c;
+    if (!c->throttled && !c->held_back && fits_beside_kept(*c)) return c;
   }
   return nullptr;
 }
@@ -1040,6 +1068,11 @@ std::optional<WaitReason> GpuPolicy::reason_for(const ClientRecord& c,
   if (above(head) || std::any_of(holders.begin(), holders.end(), above)) {
     return WaitReason::kPriority;
   }
+  // Memory a higher class keeps on the device keeps it out even of an idle GPU after every
+  // eviction it may ask for: it waits for that class (without holding up those behind it).
+  if (!fits_beside_kept(c) && parked_above(c) > 0) return WaitReason::kPriority;
+  // Nobody holds the GPU and it cannot run yet: it waits for memory that others keep there.
+  if (holders.empty() && !fits_on_idle_gpu(c)) return WaitReason::kMemory;
   if (config_.mode == Mode::kExclusive) return WaitReason::kTurn;
   if (&c != head && can_run_beside(holders, c)) return WaitReason::kTurn;  // behind the head
   // For its turn when it would fit beside the holders (one at a time while a cap binds, or among

@@ -246,9 +246,18 @@ class GpuPolicy {
   // (until its next grant), with a strike.
   void expire_evictions(MonoTime now);
   // The head cannot fit, even on an otherwise idle GPU, beside the memory other clients keep
-  // parked: enough of them are asked to move it out (idle clients first, then waiters from the
-  // tail of the queue, each the largest first), counting those already asked.
+  // parked: enough of them are asked to move it out (the lowest class first, never a class above
+  // the head's; within a class idle clients, then waiters from the tail of the queue, the largest
+  // first), counting those already asked.
   void evict_for_head(MonoTime now, std::vector<Action>& out);
+  // The holders' working sets grew (allocations after their grants) past what fits beside the
+  // memory others keep parked: parked memory is moved out for them the same way (the classes of
+  // the holders and below, never the head's), so the device holds no more than usable.
+  void evict_for_runners(MonoTime now, std::vector<Action>& out);
+  // Asks clients keeping parked memory, of class max_rank or below, never `spared`, to move out
+  // at least `excess` bytes (those already asked count), in the order above.
+  void evict_parked(std::uint64_t excess, int max_rank, ClientId spared, MonoTime now,
+                    std::vector<Action>& out);
   void revoke_spent_quota(MonoTime now, std::vector<Action>& out);
   void revoke_overflow(MonoTime now, std::vector<Action>& out);
   // Mode auto: at most one saturating client runs; others that run beside it are revoked.
@@ -331,11 +340,14 @@ class GpuPolicy {
   // for a head, never a reason to revoke a runner).
   bool fits_ignoring_parked(std::uint64_t movable) const;
   std::uint64_t pinned_total() const { return pinned_total_; }
-  // Σ parked_bytes() over the clients of this GPU.
+  // Σ parked_bytes() over the clients of this GPU, and over those of a higher class than `c`.
   std::uint64_t parked_total() const;
-  // Whether `c` could run at all beside the memory pinned on this GPU: it fits beside it, or
-  // nobody but itself pinned any (then, as ever, an idle GPU takes it however large it is).
-  bool fits_beside_pinned(const ClientRecord& c) const;
+  std::uint64_t parked_above(const ClientRecord& c) const;
+  // Whether `c` could run at all beside the memory that no eviction it may ask for moves: pinned
+  // memory, and what clients of a higher class keep parked. It fits beside it, or nobody but
+  // itself keeps any (then, as ever, an idle GPU takes it however large it is). Those that cannot
+  // wait without holding up the queue.
+  bool fits_beside_kept(const ClientRecord& c) const;
   // Whether `c` could run on an otherwise idle GPU now: beside the pinned memory (as above) and
   // beside what other clients keep parked, or alone when nobody else parks any.
   bool fits_on_idle_gpu(const ClientRecord& c) const;

@@ -119,7 +119,8 @@ TEST(Bounds, AHolderThatIgnoredARevokeGetsNoAllowanceAndTheShortestQuantumAfterw
   config.revoke_grace = 2s;
   Harness h(config);
   h.add_and_request(1, 10 * kGiB);
-  h.add_and_request(2, 20 * kGiB);  // does not fit beside 1: turns
+  h.add_on_host(2, 20 * kGiB);
+  h.request(2);  // does not fit beside 1: turns
   // 1's quantum: k x (10Gi + 20Gi at 2 GB/s) = 80 s -> 15 s.
   EXPECT_EQ(h.policy.next_deadline(), h.now + 15s);
   ASSERT_TRUE(revoke_of(h.fire(), 1));

@@ -114,6 +114,56 @@ TEST(Parked, IdleClientsGoFirstAndNoMoreThanTheHeadNeeds) {
   EXPECT_EQ(h.client(3).counters.evictions, 0u);
 }
 
+// A lower class never moves a higher class's memory: a low head that cannot fit beside a high
+// client's parked memory waits for it (reason priority), and evicts only lower or equal classes.
+TEST(Parked, ALowerClassNeverEvictsAHigherClassesMemory) {
+  Harness h(virtual_gpu());  // 18 GiB usable
+  Limits high;
+  high.priority = protocol::priority_code(Priority::kHigh);
+  Limits low;
+  low.priority = protocol::priority_code(Priority::kLow);
+  h.feed(Registered{1, high});
+  h.feed(UsageReported{1, 10 * kGiB, 10 * kGiB, 0, {}});
+  h.request(1);
+  h.release(1);  // the high service idles, its 10 GiB kept on the device
+  h.feed(Registered{2, low});
+  h.feed(UsageReported{2, 12 * kGiB, 0, 0, {}});  // on the host
+  const auto actions = h.request(2);
+  EXPECT_FALSE(granted(actions, 2));
+  EXPECT_TRUE(only<SendEvict>(actions).empty());
+  EXPECT_EQ(wait_of(actions, 2), WaitReason::kPriority);
+  EXPECT_NE(h.policy.explain(2, h.now).find("a lower class never moves a higher class's memory"),
+            std::string::npos)
+      << h.policy.explain(2, h.now);
+  // An idle client of its own class has its memory moved for it.
+  h.feed(Registered{3, low});
+  h.feed(UsageReported{3, 8 * kGiB, 8 * kGiB, 0, {}});
+  h.request(3);  // runs beside the parked 10 GiB
+  ASSERT_EQ(h.state(3), ClientState::kRunning);
+  h.release(3);  // and idles, 8 GiB parked
+  EXPECT_EQ(h.state(3), ClientState::kIdle);
+  h.feed(Disconnected{1});  // the high service leaves: 2 fits once 3's memory goes
+  const auto next = h.last;
+  ASSERT_EQ(only<SendEvict>(next).size(), 1u);
+  EXPECT_EQ(only<SendEvict>(next)[0].client, 3u);
+  EXPECT_TRUE(granted(h.answer_evictions(next), 2));
+}
+
+// A runner that allocates more after its grant, past what fits beside the memory others keep
+// parked, has that memory moved out for it (a runner is never revoked for parked memory).
+TEST(Parked, ARunnerThatGrowsHasParkedMemoryEvicted) {
+  Harness h(virtual_gpu());  // 18 GiB usable
+  h.add_and_request(1, 4 * kGiB);
+  h.add(2, 8 * kGiB);  // idle, 8 GiB on the device: 12 fit
+  EXPECT_TRUE(only<SendEvict>(h.last).empty());
+  const auto grown = h.feed(UsageReported{1, 12 * kGiB, 12 * kGiB, 0, {}});
+  ASSERT_EQ(only<SendEvict>(grown).size(), 1u);
+  EXPECT_EQ(only<SendEvict>(grown)[0].client, 2u);
+  EXPECT_FALSE(revoke_of(grown, 1)) << "the runner keeps running";
+  h.swapped_out(2);
+  EXPECT_EQ(on_device(h), 12 * kGiB);
+}
+
 TEST(Parked, AnOlderClientsMemoryIsNotCounted) {
   Harness h(virtual_gpu());
   h.feed(Registered{1, Limits{}, /*evictable=*/false});
