@@ -540,11 +540,7 @@ void GrantSession::on_evict(MonoTime now) {
 
 void GrantSession::on_drained(MonoTime now) {
   drained_at_ = now;
-  if (evicting_) {
-    await(Awaiting::kSwappedOut, session::SwapOut{});
-    return;
-  }
-  if (revoke_.swap_out) {
+  if (evicting_ || revoke_.swap_out) {
     await(Awaiting::kSwappedOut, session::SwapOut{});
     return;
   }

@@ -156,7 +156,6 @@ struct ClientRecord {
     if (holds() || !evictable || evict_ignored || !memory_on_device()) return 0;
     return allocated_bytes - std::min(pinned_bytes, allocated_bytes);
   }
-  // What a swap moves: the working set less its pinned bytes.
   // What would have to come onto the device for it to run (or stays, for a holder): its working
   // set less its pinned and parked bytes, which are on the device already.
   std::uint64_t movable_bytes() const {
