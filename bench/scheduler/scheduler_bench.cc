@@ -6,7 +6,9 @@
 // while, releases, thinks, and requests again; every client also pings periodically. Half of the
 // GPUs are "roomy" (all their clients fit together, so a request is granted at once); on the other
 // half only a few clients fit at a time, so most grants are handed over by a release (memory waits
-// and FIFO hand-offs).
+// and FIFO hand-offs). As the library does, a client reports its memory moved to the host before a
+// release a revoke asked to swap out, and when it is asked to evict the memory it keeps on the GPU
+// between turns (without a grant it counts as parked there until then).
 //
 // Reported (a table on stdout, JSON in --out):
 //  - decision latency measured in the daemon (control API `stats`): from a request or release being
@@ -364,6 +366,7 @@ class LoadGenerator {
   std::uint64_t sent_frames = 0;
   std::uint64_t received_frames = 0;
   std::uint64_t waits = 0;
+  std::uint64_t evictions = 0;
   std::uint64_t registered = 0;
 
  private:
@@ -478,9 +481,15 @@ class LoadGenerator {
     } else if (const auto* revoke = std::get_if<protocol::Revoke>(&message)) {
       if (c.phase == Phase::kHolding && revoke->epoch == c.epoch) {
         c.phase = Phase::kIdle;
+        // As the library does: a swap-out is reported before the release that follows it.
+        if (revoke->swap_out) send(idx, protocol::Usage{c.allocated, 0, 0});
         send(idx, protocol::Released{c.epoch, 0, 0});
         schedule(idx, 0, exponential(o_.think_ms));
       }
+    } else if (std::holds_alternative<protocol::Evict>(message)) {
+      // Memory kept on the device without a grant, moved out when asked.
+      if (c.phase != Phase::kHolding) send(idx, protocol::Usage{c.allocated, 0, 0});
+      if (measuring_) ++evictions;
     } else if (std::holds_alternative<protocol::Wait>(message)) {
       if (measuring_) ++waits;
     }
@@ -695,6 +704,7 @@ int main(int argc, char** argv) {
   std::printf("  %-58s %12.0f\n", "  frames out/s", frames_out / elapsed);
   std::printf("  %-58s %12.0f\n", "grants/s", static_cast<double>(load.grants) / elapsed);
   std::printf("  %-58s %12.0f\n", "memory waits/s", static_cast<double>(load.waits) / elapsed);
+  std::printf("  %-58s %12.0f\n", "evictions/s", static_cast<double>(load.evictions) / elapsed);
   std::printf("  %-58s %12.1f\n", "daemon CPU (% of one core)", 100 * cpu / elapsed);
   std::printf("  %-58s %12zu\n", "client sessions at the end", sessions);
   if (o.scrape_ms > 0) {
@@ -735,6 +745,7 @@ int main(int argc, char** argv) {
   out.set("frames_out_per_s", frames_out / elapsed);
   out.set("grants_per_s", static_cast<double>(load.grants) / elapsed);
   out.set("waits_per_s", static_cast<double>(load.waits) / elapsed);
+  out.set("evictions_per_s", static_cast<double>(load.evictions) / elapsed);
   out.set("daemon_cpu_percent", 100 * cpu / elapsed);
   out.set("daemon_stats", stats_json);
   if (o.scrape_ms > 0) {

@@ -1,6 +1,7 @@
 #include "simulation.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -550,6 +551,14 @@ class World {
       return fail("next_deadline() " + fmt_time(*deadline) + " is not in the future\n" +
                   dump(view));
     }
+
+    // The parked sums the fit checks use, kept as clients change, are each class's parked bytes.
+    std::array<std::uint64_t, policy::ClientRecord::kRanks> parked{};
+    for (const policy::ClientView& v : view.clients) {
+      parked[static_cast<std::size_t>(protocol::effective_priority(v.limits.priority))] +=
+          v.parked_bytes;
+    }
+    if (parked != view.parked_by_rank) return fail("the parked sums went astray\n" + dump(view));
 
     std::uint64_t running_bytes = 0;
     std::uint64_t blocking_bytes = 0;

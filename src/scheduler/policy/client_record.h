@@ -71,6 +71,10 @@ struct ClientRecord {
   std::optional<MonoTime> evict_until;
   // It let an eviction run out: its parked memory no longer counts until its next grant.
   bool evict_ignored = false;
+  // What the policy's parked sums hold for it (GpuPolicy::recount_parked): its parked_bytes() and
+  // rank() when they were last counted.
+  std::uint64_t parked_counted = 0;
+  int parked_counted_rank = 0;
   // Times it ignored a revoke past its grace. A client with a strike gets no swap allowance and
   // (auto quantum) the shortest quantum from then on: it cannot hold others out twice as long.
   int strikes = 0;
@@ -136,6 +140,7 @@ struct ClientRecord {
   // Its priority class (normal unless its limits name one); higher ranks first.
   Priority priority() const { return protocol::effective_priority(limits.priority); }
   int rank() const { return static_cast<int>(priority()); }
+  static constexpr std::size_t kRanks = static_cast<std::size_t>(Priority::kHigh) + 1;
   // The cap in percent, 1..100 (0 never reaches us from the wire; treated as the smallest cap).
   int cap_percent() const { return std::max<int>(1, limits.core_percent); }
   bool holds() const { return policy::holds(state); }

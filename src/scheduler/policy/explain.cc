@@ -50,6 +50,7 @@ GpuView GpuPolicy::view(MonoTime now) const {
   v.usable_bytes = usable();
   for (const ClientRecord* c : blocking_holders()) v.running_bytes += c->movable_bytes();
   v.running_bytes += pinned_total();
+  v.parked_by_rank = parked_by_rank_;
   v.last_epoch = last_epoch_;
   v.unresponsive_holders = unresponsive_count_;
   v.swap_bytes_per_s = swap_.bytes_per_s();

@@ -152,6 +152,7 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
   if (c == nullptr) c = &clients_.emplace_back(e.client, now);
   c->limits = e.limits;
   c->evictable = e.evictable;
+  recount_parked(*c);
   if (!c->capped()) {
     c->quota.reset();
     c->throttled = false;
@@ -198,6 +199,7 @@ void GpuPolicy::on_usage(const UsageReported& e) {
     c->deep_queue_permille = std::min<std::uint16_t>(*e.deep_queue_permille, 1000);
     c->saturating = classify_pace(c->saturating, *c->deep_queue_permille);
   }
+  recount_parked(*c);
   if (c->parked_bytes() == 0) c->evict_until.reset();  // an eviction answered (or moot)
 }
 
@@ -207,6 +209,7 @@ void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
   const bool was_capped = c->capped();
   const int was_rank = c->rank();
   c->limits = e.limits;
+  recount_parked(*c);
   if (c->rank() != was_rank && c->state == ClientState::kWaiting) {
     // A new class: its place in the queue is at the back of that class.
     queue_.erase(std::remove(queue_.begin(), queue_.end(), c->id), queue_.end());
@@ -223,7 +226,10 @@ void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
 
 void GpuPolicy::on_disconnected(const Disconnected& e) {
   queue_.erase(std::remove(queue_.begin(), queue_.end(), e.client), queue_.end());
-  if (const ClientRecord* c = find(e.client)) pinned_total_ -= c->pinned_bytes;
+  if (const ClientRecord* c = find(e.client)) {
+    pinned_total_ -= c->pinned_bytes;
+    parked_by_rank_[static_cast<std::size_t>(c->parked_counted_rank)] -= c->parked_counted;
+  }
   clients_.erase(std::remove_if(clients_.begin(), clients_.end(),
                                 [&](const ClientRecord& c) { return c.id == e.client; }),
                  clients_.end());
@@ -389,6 +395,7 @@ void GpuPolicy::expire_evictions(MonoTime now) {
     c.evict_until.reset();
     c.evict_ignored = true;
     ++c.strikes;
+    recount_parked(c);
   }
 }
 
@@ -852,6 +859,7 @@ void GpuPolicy::set_state(ClientRecord& c, ClientState state, MonoTime now) {
   }
   c.state = state;
   c.state_since = now;
+  recount_parked(c);
 }
 
 // Books the wait since the reason last changed to that reason.
@@ -898,6 +906,7 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   c.resident_bytes = std::max(c.resident_bytes, c.allocated_bytes);
   c.evict_until.reset();
   c.evict_ignored = false;
+  recount_parked(c);
   out.push_back(SendGrant{c.id, c.epoch});
 }
 
@@ -974,16 +983,23 @@ bool GpuPolicy::fits_ignoring_parked(std::uint64_t movable) const {
 
 std::uint64_t GpuPolicy::parked_above(const ClientRecord& c) const {
   std::uint64_t parked = 0;
-  for (const ClientRecord& o : clients_) {
-    if (o.rank() > c.rank()) parked += o.parked_bytes();
+  for (std::size_t r = static_cast<std::size_t>(c.rank()) + 1; r < parked_by_rank_.size(); ++r) {
+    parked += parked_by_rank_[r];
   }
   return parked;
 }
 
 std::uint64_t GpuPolicy::parked_total() const {
   std::uint64_t parked = 0;
-  for (const ClientRecord& c : clients_) parked += c.parked_bytes();
+  for (std::uint64_t bytes : parked_by_rank_) parked += bytes;
   return parked;
+}
+
+void GpuPolicy::recount_parked(ClientRecord& c) {
+  parked_by_rank_[static_cast<std::size_t>(c.parked_counted_rank)] -= c.parked_counted;
+  c.parked_counted = c.parked_bytes();
+  c.parked_counted_rank = c.rank();
+  parked_by_rank_[static_cast<std::size_t>(c.parked_counted_rank)] += c.parked_counted;
 }
 
 bool GpuPolicy::can_run_beside(const std::vector<const ClientRecord*>& staying,

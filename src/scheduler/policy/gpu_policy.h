@@ -92,6 +92,7 @@
 //    revokes keeps a waiting client out for at most hog_bound(config) (config.h).
 #pragma once
 
+#include <array>
 #include <deque>
 #include <optional>
 #include <string>
@@ -142,6 +143,8 @@ struct GpuView {
   std::uint64_t capacity_bytes = 0;  // effective capacity (virtual or reported); 0: unknown
   std::uint64_t usable_bytes = 0;    // capacity x (1 - reserve)
   std::uint64_t running_bytes = 0;   // working sets of the blocking holders (running, revoking)
+  // The parked bytes the fit checks count, by class (index: rank), as the policy keeps them.
+  std::array<std::uint64_t, ClientRecord::kRanks> parked_by_rank{};
   GrantEpoch last_epoch = 0;
   std::uint64_t unresponsive_holders = 0;  // count since start
   Duration quantum{0};                     // the quantum that applies now
@@ -323,7 +326,7 @@ class GpuPolicy {
   void grant(ClientRecord& c, MonoTime now, std::vector<Action>& out);
   void revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
               std::vector<Action>& out);
-  static void set_state(ClientRecord& c, ClientState state, MonoTime now);
+  void set_state(ClientRecord& c, ClientState state, MonoTime now);
   static void book_wait(ClientRecord& c, MonoTime now);
 
   // Memory and turn arithmetic.
@@ -343,6 +346,10 @@ class GpuPolicy {
   // Σ parked_bytes() over the clients of this GPU, and over those of a higher class than `c`.
   std::uint64_t parked_total() const;
   std::uint64_t parked_above(const ClientRecord& c) const;
+  // Counts `c`'s parked bytes, at its class, in place of what was counted for it before: called
+  // after every change to what parked_bytes() and rank() depend on (its state, memory, limits,
+  // eviction), so that the sums above stay O(1) on every decision's path.
+  void recount_parked(ClientRecord& c);
   // Whether `c` could run at all beside the memory that no eviction it may ask for moves: pinned
   // memory, and what clients of a higher class keep parked. It fits beside it, or nobody but
   // itself keeps any (then, as ever, an idle GPU takes it however large it is). Those that cannot
@@ -422,6 +429,8 @@ class GpuPolicy {
   // Σ pinned_bytes over clients_, kept where a client's pinned bytes change (its usage, its
   // disconnect): fits() is on every decision's path.
   std::uint64_t pinned_total_ = 0;
+  // Σ parked_bytes() by rank, kept by recount_parked().
+  std::array<std::uint64_t, ClientRecord::kRanks> parked_by_rank_{};
   GrantEpoch last_epoch_ = 0;
   std::uint64_t unresponsive_count_ = 0;
   double cap_scale_ = 1;       // applied to the caps of active capped clients
