@@ -41,6 +41,16 @@ std::string client_list(const std::vector<const ClientRecord*>& clients) {
   return text;
 }
 
+// The clients other than `c` that keep memory parked on the device, of rank `min_rank` or above.
+std::vector<const ClientRecord*> parking(const std::vector<ClientRecord>& clients,
+                                         const ClientRecord& c, int min_rank) {
+  std::vector<const ClientRecord*> out;
+  for (const ClientRecord& o : clients) {
+    if (o.id != c.id && o.rank() >= min_rank && o.parked_bytes() > 0) out.push_back(&o);
+  }
+  return out;
+}
+
 }  // namespace
 
 GpuView GpuPolicy::view(MonoTime now) const {
@@ -126,14 +136,12 @@ std::string GpuPolicy::describe_quota(const ClientRecord& c, MonoTime now) const
 }
 
 std::string GpuPolicy::describe_parked(const ClientRecord& c) const {
-  std::vector<const ClientRecord*> parked;
+  const std::vector<const ClientRecord*> parked = parking(clients_, c, 0);
   std::vector<const ClientRecord*> asked;
   std::uint64_t bytes = 0;
-  for (const ClientRecord& o : clients_) {
-    if (o.id == c.id || o.parked_bytes() == 0) continue;
-    parked.push_back(&o);
-    bytes += o.parked_bytes();
-    if (o.evict_until) asked.push_back(&o);
+  for (const ClientRecord* o : parked) {
+    bytes += o->parked_bytes();
+    if (o->evict_until) asked.push_back(o);
   }
   if (parked.empty()) return "";
   std::string text = "; client" + std::string(parked.size() > 1 ? "s " : " ") +
@@ -188,10 +196,7 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
     const bool holding = !above.empty();
     if (!holding && next != nullptr && next->rank() > c.rank()) above.push_back(next);
     if (above.empty()) {  // memory a higher class keeps on the device
-      std::vector<const ClientRecord*> parked;
-      for (const ClientRecord& o : clients_) {
-        if (o.rank() > c.rank() && o.parked_bytes() > 0) parked.push_back(&o);
-      }
+      const std::vector<const ClientRecord*> parked = parking(clients_, c, c.rank() + 1);
       return who + " waits for a higher class's memory: it is " +
              std::string(to_string(c.priority())) + ", needs " + format_bytes(c.allocated_bytes) +
              ", and client" + (parked.size() > 1 ? "s " : " ") + client_list(parked) + " keep" +
