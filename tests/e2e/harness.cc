@@ -396,25 +396,76 @@ std::pair<double, double> grant_span(const std::string& trace, pid_t pid) {
 
 double held_share(const std::string& trace, pid_t pid, double begin, double end) {
   if (end <= begin) return -1;
-  std::optional<double> held_since;
+  if (!trace_events(trace, pid).ok()) return -1;
   double held = 0;
-  auto add = [&](double from, double to) {
-    held += std::max(0.0, std::min(to, end) - std::max(from, begin));
-  };
+  for (const Interval& g : held_intervals(trace, pid, end)) {
+    held += std::max(0.0, std::min(g.end, end) - std::max(g.begin, begin));
+  }
+  return 100.0 * held / (end - begin);
+}
+
+std::vector<Interval> intervals(const std::vector<Json>& progress, int owner) {
+  std::vector<Interval> out;
+  for (const Json& p : progress) {
+    out.push_back({json_number(&p, "launch_s"), json_number(&p, "done_s"), owner});
+  }
+  return out;
+}
+
+std::vector<Interval> held_intervals(const std::string& trace, pid_t pid, double end) {
+  std::vector<Interval> out;
   const Result<std::vector<Json>> events = trace_events(trace, pid);
-  if (!events.ok()) return -1;
+  if (!events.ok()) return out;
+  std::optional<double> since;
   for (const Json& e : events.value()) {
     const std::string what = json_string(&e, "event");
-    const double t = json_number(&e, "t");
     if (what == "grant") {
-      held_since = t;
-    } else if ((what == "release" || what == "idle-release") && held_since) {
-      add(*held_since, t);
-      held_since.reset();
+      since = json_number(&e, "t");
+    } else if ((what == "release" || what == "idle-release") && since) {
+      out.push_back({*since, json_number(&e, "t"), 1});
+      since.reset();
     }
   }
-  if (held_since) add(*held_since, end);
-  return 100.0 * held / (end - begin);
+  if (since) out.push_back({*since, std::max(*since, end), 1});
+  return out;
+}
+
+double overlap_s(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  double total = 0;
+  std::size_t j = 0;
+  for (const Interval& x : a) {
+    while (j < b.size() && b[j].end <= x.begin) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].begin < x.end; ++k) {
+      total += std::max(0.0, std::min(x.end, b[k].end) - std::max(x.begin, b[k].begin));
+    }
+  }
+  return total;
+}
+
+CapUse cap_use(const std::string& trace, const Trainer& t) {
+  CapUse use;
+  const std::vector<Interval> ran = intervals(t.progress(), 0);
+  if (ran.empty()) return use;
+  const auto [first, last] = grant_span(trace, t.pid());
+  use.held_percent = held_share(trace, t.pid(), first, last);
+  const std::vector<Interval> grants = held_intervals(trace, t.pid(), ran.back().end);
+  double held_s = 0;
+  for (const Interval& g : grants) held_s += g.end - g.begin;
+  double ran_s = 0;
+  for (const Interval& k : ran) ran_s += k.end - k.begin;
+  const double inside_s = overlap_s(ran, grants);
+  use.ran_in_grants = ran_s > 0 ? inside_s / ran_s : 0;
+  use.grants_used = held_s > 0 ? inside_s / held_s : 0;
+  return use;
+}
+
+void expect_cap_held(const CapUse& use, double cap_percent, const std::string& what) {
+  measure(what + ": held, first grant to last (client trace)", use.held_percent, "%");
+  measure(what + ": kernel time inside grants", 100 * use.ran_in_grants, "%");
+  measure(what + ": time held that kernels ran", 100 * use.grants_used, "%");
+  EXPECT_NEAR(use.held_percent, cap_percent, 2.0) << what << ": the time held";
+  EXPECT_GE(use.ran_in_grants, 0.99) << what << ": kernels ran without a grant";
+  EXPECT_GE(use.grants_used, 0.85) << what << ": the grants went unused";
 }
 
 Trainer::Trainer(TrainerOptions options, std::string dir)

@@ -167,6 +167,20 @@ double held_share(const std::string& trace, pid_t pid, double begin, double end)
 // it has none.
 std::pair<double, double> grant_span(const std::string& trace, pid_t pid);
 
+// A span of CLOCK_MONOTONIC seconds: a kernel's, a grant's.
+struct Interval {
+  double begin = 0;
+  double end = 0;
+  int owner = 0;
+};
+// Kernel intervals [launch_s, done_s] from a trainer's --progress lines.
+std::vector<Interval> intervals(const std::vector<Json>& progress, int owner);
+// The grants process `pid` held, grant to release (a revoke's drain included), from its hand-off
+// trace; a grant not released when the trace ends lasts until `end`. Empty when it cannot be read.
+std::vector<Interval> held_intervals(const std::string& trace, pid_t pid, double end);
+// Seconds during which intervals of both lists (each in time order) were open at once.
+double overlap_s(const std::vector<Interval>& a, const std::vector<Interval>& b);
+
 // One nvshare-trainer run.
 struct TrainerOptions {
   TrainerOptions(std::string name_, std::vector<std::string> args_, Env env_ = {},
@@ -209,6 +223,23 @@ class Trainer {
   std::string stderr_path_;
   std::unique_ptr<Process> process_;
 };
+
+// A cap as a capped trainer lived it, from its own side: its hand-off trace (NVSHARE_TRACE_FILE)
+// and its --progress lines. A cap governs the time a client holds a grant, and the gate keeps its
+// kernels inside its grants. Its kernel time can fall short of the time it held by the host's own
+// cost between kernels (launch, synchronize, a simulated kernel that completes late): more under
+// the sanitizers or on a busy host, so K x D / wall time is a ceiling there, not a measure of the
+// cap.
+struct CapUse {
+  double held_percent = -1;  // of its first grant to its last, the time it held one
+  double ran_in_grants = 0;  // of its kernel time, the fraction inside its grants
+  double grants_used = 0;    // of the time it held grants, the fraction its kernels ran
+};
+CapUse cap_use(const std::string& trace, const Trainer& t);
+// Reports `use` (measure) and expects it of a `cap_percent` cap: held within 2 points, kernels
+// inside the grants (99% of their time), and the grants used (85% of their time: the gate opened
+// when they came).
+void expect_cap_held(const CapUse& use, double cap_percent, const std::string& what);
 
 // The program `name` as found on PATH (children are started with execve), or `name` itself.
 std::string on_path(const std::string& name);
