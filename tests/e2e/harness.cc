@@ -442,6 +442,20 @@ double overlap_s(const std::vector<Interval>& a, const std::vector<Interval>& b)
   return total;
 }
 
+double covered_s(std::vector<Interval> spans, double begin, double end) {
+  std::sort(spans.begin(), spans.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  double covered = 0;
+  double reached = begin;
+  for (const Interval& s : spans) {
+    const double from = std::max(s.begin, reached);
+    const double to = std::min(s.end, end);
+    if (to > from) covered += to - from;
+    reached = std::max(reached, std::min(s.end, end));
+  }
+  return covered;
+}
+
 CapUse cap_use(const std::string& trace, const Trainer& t) {
   CapUse use;
   const std::vector<Interval> ran = intervals(t.progress(), 0);

@@ -180,6 +180,8 @@ std::vector<Interval> intervals(const std::vector<Json>& progress, int owner);
 std::vector<Interval> held_intervals(const std::string& trace, pid_t pid, double end);
 // Seconds during which intervals of both lists (each in time order) were open at once.
 double overlap_s(const std::vector<Interval>& a, const std::vector<Interval>& b);
+// Seconds of [begin, end] during which at least one of `spans` (in any order) was open.
+double covered_s(std::vector<Interval> spans, double begin, double end);
 
 // One nvshare-trainer run.
 struct TrainerOptions {
