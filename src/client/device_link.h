@@ -80,9 +80,10 @@ class DeviceAgent {
   // stream is being captured (the agent waits for the capture to end first). Returns how long it
   // waited.
   virtual Duration drain() = 0;
-  // Moves this process's managed allocations on the GPU to host memory in bulk; returns bytes
-  // moved.
-  virtual std::uint64_t swap_out() = 0;
+  // Moves this process's allocations on the GPU to host memory in bulk, whole allocations, until at
+  // least `target` bytes moved (0: all of them); returns bytes moved. What stays is swapped in with
+  // the rest by swap_in(), and a later swap_out() moves more of it.
+  virtual std::uint64_t swap_out(std::uint64_t target = 0) = 0;
   // Moves them back to the GPU in bulk; returns bytes moved.
   virtual std::uint64_t swap_in() = 0;
   // The scheduler announced that this grant's revoke will ask for a swap-out: ready what it needs

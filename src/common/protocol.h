@@ -36,7 +36,9 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 9;
+inline constexpr std::uint16_t kMaxVersion = 10;
+// The version from which revokes and evictions carry byte targets (Revoke::swap_bytes, Evict::bytes).
+inline constexpr std::uint16_t kPartialSwapVersion = 10;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -155,6 +157,9 @@ struct Revoke {
   std::uint64_t epoch = 0;
   RevokeReason reason = RevokeReason::kTurn;
   bool swap_out = false;
+  // Version 10, with swap_out: move at least this many bytes to the host (whole allocations, so
+  // possibly more) and keep the rest on the device; 0: all of them. Older clients move all.
+  std::uint64_t swap_bytes = 0;
   bool operator==(const Revoke&) const = default;
 };
 
@@ -256,6 +261,8 @@ struct SwapNotice {
 // its usage at once (resident below allocated tells the scheduler it did). It keeps its place in
 // the queue, if it has one; a later grant swaps its memory back in. Ignored while holding a grant.
 struct Evict {
+  // Version 10: move at least this many bytes (whole allocations); 0: all of them.
+  std::uint64_t bytes = 0;
   bool operator==(const Evict&) const = default;
 };
 

@@ -261,7 +261,8 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
           if constexpr (std::is_same_v<T, policy::SendGrant>) {
             channel_.send(a.client, protocol::Grant{a.epoch});
           } else if constexpr (std::is_same_v<T, policy::SendRevoke>) {
-            channel_.send(a.client, protocol::Revoke{a.epoch, a.reason, a.swap_out});
+            channel_.send(a.client,
+                          protocol::Revoke{a.epoch, a.reason, a.swap_out, a.swap_bytes});
           } else if constexpr (std::is_same_v<T, policy::SendYield>) {
             // Only clients that understand it get a soft revoke; others keep their quantum.
             if (auto it = clients_.find(a.client);
@@ -272,7 +273,7 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
           } else if constexpr (std::is_same_v<T, policy::SendSwapNotice>) {
             channel_.send(a.client, protocol::SwapNotice{a.epoch});
           } else if constexpr (std::is_same_v<T, policy::SendEvict>) {
-            channel_.send(a.client, protocol::Evict{});
+            channel_.send(a.client, protocol::Evict{a.bytes});
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {
@@ -366,10 +367,12 @@ Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
                source.c_str());
   Gpu& gpu = gpu_for(client.gpu, now);
   // A peer that speaks version 9 and can swap can be asked to move memory it keeps without a grant.
+  const bool swaps = (hello.capabilities & protocol::capability::kSwap) != 0;
   const bool evictable =
-      hello.max_version >= protocol::introduced_in(protocol::MessageType::kEvict) &&
-      (hello.capabilities & protocol::capability::kSwap) != 0;
-  const policy::Registered event{id, client.effective, evictable};
+      swaps && hello.max_version >= protocol::introduced_in(protocol::MessageType::kEvict);
+  // Version 10 moves only the bytes a revoke or an eviction asks for.
+  const bool partial_swap = swaps && hello.max_version >= protocol::kPartialSwapVersion;
+  const policy::Registered event{id, client.effective, evictable, partial_swap};
   client.gang = gang_of(client);
   const std::string gang = client.gang;
   clients_.emplace(id, std::move(client));

@@ -551,6 +551,61 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
   EXPECT_GE(prepared, 1) << "no trainer made host copies ahead of an announced swap-out";
 }
 
+// Partial swap-outs (protocol version 10): two trainers of two 96 MiB allocations each under a
+// 384Mi virtual capacity (345.6Mi usable) take turns. A hand-off needs 38.4Mi of room, so the leaver
+// is asked for that much and moves one allocation (the library moves whole ones), keeping the other
+// on the simulated GPU while it waits; an eviction (the second trainer allocates before its first
+// grant) moves one the same way. Both finish ok, every swap-out moved 96Mi and none all 192Mi, and a
+// waiting trainer was seen with 96Mi on the device.
+TEST_F(E2eTest, TurnsMoveOnlyThePartThatDoesNotFit) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "384Mi", "--quantum", "0.5"}));
+  const std::vector<std::string> args = {"--bytes",  "96Mi",  "--spare-bytes", "96Mi",
+                                         "--kernels", "60",   "--kernel-us",   "20000",
+                                         "--progress"};
+  const std::string trace = dir_.path() + "/handoff.jsonl";
+  const Env env = {{"NVSHARE_TRACE_FILE", trace}};
+  Trainer& a = start_trainer({"A", args, env});
+  Trainer& b = start_trainer({"B", args, env});
+  ASSERT_FALSE(HasFailure());
+  const double range = 96.0 * 1024 * 1024;
+  bool saw_part_kept = false;
+  while (a.running() || b.running()) {
+    auto status = poll_status();
+    auto stat = fake_stat();
+    if (status.ok() && stat.ok()) {
+      for (const Trainer* t : {&a, &b}) {
+        const Json* c = find_client(status.value(), t->pid());
+        const Json* slot = context_of(first_device(stat.value()), t->pid());
+        if (json_string(c, "state") == "waiting" && json_number(c, "epoch") > 0 &&
+            slot != nullptr && json_number(slot, "allocated") == range) {
+          saw_part_kept = true;
+        }
+      }
+    }
+    sleep_s(0.02);
+  }
+  Json ra = finish(a);
+  Json rb = finish(b);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&ra, "result"), "ok") << ra.dump();
+  EXPECT_EQ(json_string(&rb, "result"), "ok") << rb.dump();
+  int swaps = 0;
+  for (const Trainer* t : {&a, &b}) {
+    const Result<std::vector<Json>> events = trace_events(trace, t->pid());
+    ASSERT_TRUE(events.ok()) << (events.ok() ? "" : events.error().message);
+    for (const Json& e : events.value()) {
+      const std::string what = json_string(&e, "event");
+      const double bytes = json_number(&e, "swap_bytes", 0);
+      if ((what != "release" && what != "evicted") || bytes <= 0) continue;
+      ++swaps;
+      EXPECT_EQ(bytes, range) << t->name() << " " << what << " at " << json_number(&e, "t");
+    }
+  }
+  measure("swap-outs (each one allocation of two)", swaps, "");
+  EXPECT_GE(swaps, 2) << "the trainers never took turns";
+  EXPECT_TRUE(saw_part_kept) << "never saw a waiting trainer keep one allocation on the device";
+}
+
 // Memory a process keeps on the GPU while it holds no grant counts for the others, and is evicted
 // when the next one to run needs the room: trainer A runs its kernels, then idles with its 128Mi
 // device-backed allocation still on the device; B (128Mi) does not fit beside it in 192Mi (90%

@@ -54,6 +54,8 @@ ClientSpec random_client(Rng& rng, std::uint64_t capacity, Duration length) {
     if (rng.chance(0.6)) c.reported_bytes = std::uint64_t{1} << 60;
     if (rng.chance(0.6)) c.reported_swap_bytes_per_s = 1;
   }
+  // Half take byte targets, moving whole allocations of 1 to 8 per working set.
+  if (rng.chance(0.5)) c.chunk = std::max<std::uint64_t>(1, c.working_set / rng.range(1, 8));
   return c;
 }
 

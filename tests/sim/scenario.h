@@ -60,6 +60,9 @@ struct ClientSpec {
   // From pace_change_at on, its drains take up to this instead of max_drain (its kernels changed
   // length).
   std::optional<Duration> later_max_drain;
+  // It takes byte targets (protocol version 10): asked for part of its memory, it moves whole
+  // allocations of this size, at least what was asked; 0: every swap-out moves all of it.
+  std::uint64_t chunk = 0;
   bool lies() const { return reported_bytes != 0 || reported_swap_bytes_per_s != 0; }
 };
 

@@ -44,6 +44,7 @@ struct SimClient {
   bool revoked = false;
   MonoTime revoked_at{};
   bool swap_out = false;
+  std::uint64_t swap_bytes = 0;  // with swap_out: what the revoke asked it to move (0: all)
   policy::RevokeReason revoke_reason = policy::RevokeReason::kTurn;
   bool unresponsive = false;
   bool hanging = false;
@@ -51,11 +52,13 @@ struct SimClient {
   GrantEpoch noticed = 0;  // the grant a swap notice was last sent for
   MonoTime noticed_at{};
   std::optional<MonoTime> host_copies_at;  // when its host copies are (or were) made
-  bool swapped_out = false;  // released with a swap-out; its next grant swaps its memory in
+  // Bytes it moved to the host (a swap-out, an eviction); its next grant swaps them back in.
+  std::uint64_t on_host = 0;
   // Evictions: the last one asked (its answer is ignored once a grant overtook it), and whether it
   // let one run out (a hung client): its memory no longer counts for the engine until it runs.
   std::uint64_t eviction = 0;
   bool eviction_pending = false;
+  std::uint64_t eviction_bytes = 0;  // what the pending one asked for (0: all)
   MonoTime eviction_sent_at{};
   std::uint64_t allocated = 0;
   Limits limits;
@@ -296,12 +299,12 @@ class World {
     check_wait(*c);
     c->holding = a.epoch;
     c->hold_since = now_;
-    if (c->swapped_out) {
+    if (c->on_host > 0) {
       const Duration swap_in =
-          from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
+          from_seconds(static_cast<double>(c->on_host) / c->spec.swap_bytes_per_s);
       result_.swap_time += swap_in;
       result_.handoff_time += swap_in;
-      c->swapped_out = false;
+      c->on_host = 0;
     }
     c->revoked = false;
     c->unresponsive = false;
@@ -331,6 +334,10 @@ class World {
     c->revoked = true;
     c->revoked_at = now_;
     c->swap_out = a.swap_out;
+    c->swap_bytes = a.swap_bytes;
+    if (a.swap_bytes > 0 && c->spec.chunk == 0) {
+      return fail("a byte target sent to " + name(*c) + ", which moves all or nothing");
+    }
     c->revoke_reason = a.reason;
     const int index = static_cast<int>(c - clients_.data());
     if (c->behaviour == Behaviour::kHung && c->revokes_answered >= c->spec.hang_after_revokes &&
@@ -354,7 +361,8 @@ class World {
       const Duration prepared = host_copies_left(*c);
       result_.host_copy_waits += prepared;
       delay += prepared;
-      delay += from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
+      delay += from_seconds(static_cast<double>(to_move(*c, a.swap_bytes)) /
+                            c->spec.swap_bytes_per_s);
     }
     schedule(now_ + delay, What::kRelease, index, a.epoch);
   }
@@ -403,19 +411,23 @@ class World {
     log("<- evict c" + std::to_string(a.client));
     if (c == nullptr) return fail("evict to unknown client " + std::to_string(a.client));
     if (c->holding) return fail("evict sent to " + name(*c) + ", which holds a grant");
-    if (c->swapped_out && !c->spec.lies()) {  // a liar's reports may say anything
+    if (resident(*c) == 0 && !c->spec.lies()) {  // a liar's reports may say anything
       return fail("evict sent to " + name(*c) + ", whose memory is on the host\n" +
                   dump(engine_.view(now_)));
+    }
+    if (a.bytes > 0 && c->spec.chunk == 0) {
+      return fail("a byte target sent to " + name(*c) + ", which moves all or nothing");
     }
     if (c->eviction_pending) return fail("a second evict to " + name(*c) + " before its answer");
     ++result_.evictions;
     c->eviction_pending = true;
     c->eviction_sent_at = now_;
+    c->eviction_bytes = a.bytes;
     ++c->eviction;
     // A hung client never answers: its memory stops counting after the deadline.
     if (c->behaviour == Behaviour::kHung) return;
     const Duration swap =
-        from_seconds(static_cast<double>(c->allocated) / c->spec.swap_bytes_per_s);
+        from_seconds(static_cast<double>(to_move(*c, a.bytes)) / c->spec.swap_bytes_per_s);
     schedule(now_ + host_copies_left(*c) + swap, What::kEvicted,
              static_cast<int>(c - clients_.data()), c->eviction);
   }
@@ -423,9 +435,10 @@ class World {
   void evicted(SimClient& c, std::uint64_t eviction) {
     if (!c.connected || c.holding || !c.eviction_pending || eviction != c.eviction) return;
     c.eviction_pending = false;
-    c.swapped_out = true;
-    result_.swap_time += from_seconds(static_cast<double>(c.allocated) / c.spec.swap_bytes_per_s);
-    report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
+    const std::uint64_t moved = to_move(c, c.eviction_bytes);
+    c.on_host += moved;
+    result_.swap_time += from_seconds(static_cast<double>(moved) / c.spec.swap_bytes_per_s);
+    report_usage(c, resident(c), static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
                  "usage after eviction " + name(c));
   }
 
@@ -515,8 +528,9 @@ class World {
     for (const SimClient& c : clients_) {
       if (!c.connected || c.allocated == 0) continue;
       if (c.spec.lies()) return true;
-      if (c.holding ? c.unresponsive : (c.swapped_out || given_up(c, view))) continue;
-      bytes += c.allocated;
+      if (c.holding ? c.unresponsive : given_up(c, view)) continue;
+      if (resident(c) == 0) continue;
+      bytes += resident(c);
       ++present;
     }
     return present <= 1 || bytes <= view.usable_bytes;
@@ -625,7 +639,7 @@ class World {
     if (granted && !device_fits(view)) {
       std::string on_device;
       for (const SimClient& c : clients_) {
-        if (c.connected && !c.swapped_out)
+        if (c.connected && resident(c) > 0)
           on_device += " " + name(c) + (c.holding ? "(holds)" : "");
       }
       return fail("a grant put the device over usable memory; on it:" + on_device + "\n" +
@@ -745,9 +759,20 @@ class World {
     }
   }
 
-  // What is on the device: all of its memory unless it swapped out (then nothing), as the library
-  // reports it.
-  static std::uint64_t resident(const SimClient& c) { return c.swapped_out ? 0 : c.allocated; }
+  // What is on the device, as the library reports it: what it allocated less what it moved out.
+  static std::uint64_t resident(const SimClient& c) {
+    return c.allocated - std::min(c.on_host, c.allocated);
+  }
+
+  // What a swap-out or eviction asked for `target` bytes moves: whole chunks of the client's
+  // memory on the device, at least the target where there is that much; all of it for a target of
+  // 0 (or a client that moves all or nothing).
+  static std::uint64_t to_move(const SimClient& c, std::uint64_t target) {
+    const std::uint64_t there = resident(c);
+    if (target == 0 || c.spec.chunk == 0) return there;
+    const std::uint64_t chunks = (target + c.spec.chunk - 1) / c.spec.chunk;
+    return std::min(there, chunks * c.spec.chunk);
+  }
 
   void connect(SimClient& c, int index) {
     c.id = next_id_++;
@@ -760,7 +785,7 @@ class World {
     c.limits = c.spec.limits;
     c.noticed = 0;
     c.host_copies_at.reset();
-    c.swapped_out = false;
+    c.on_host = 0;
     c.eviction_pending = false;
     c.outcome = ConnectionOutcome{};
     const std::optional<Priority> priority = protocol::priority_of(c.limits.priority);
@@ -768,7 +793,7 @@ class World {
                       std::to_string(c.limits.core_percent) + "%" +
                       (priority ? ", " + std::string(to_string(*priority)) : "") + ")";
     c.outcome.limits = c.limits;
-    feed(policy::Registered{c.id, c.limits}, "register " + name(c));
+    feed(policy::Registered{c.id, c.limits, true, c.spec.chunk > 0}, "register " + name(c));
     c.allocated = c.spec.working_set;
     report_usage(c, c.allocated, 0, "usage " + name(c));
     if (c.behaviour == Behaviour::kIdle) {
@@ -791,10 +816,11 @@ class World {
     const Duration drained = c.revoked ? now_ - c.revoked_at : 0s;
     // As the library does, the usage that shows the memory moved goes before the release.
     if (swapped) {
-      result_.swap_time += from_seconds(static_cast<double>(c.allocated) / c.spec.swap_bytes_per_s);
+      const std::uint64_t moved = to_move(c, c.swap_bytes);
+      result_.swap_time += from_seconds(static_cast<double>(moved) / c.spec.swap_bytes_per_s);
       result_.handoff_time += drained;
-      c.swapped_out = true;
-      report_usage(c, 0, static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
+      c.on_host += moved;
+      report_usage(c, resident(c), static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
                    "usage after swap " + name(c));
     }
     c.holding = 0;

@@ -42,8 +42,8 @@ Duration GpuAgent::idle_for() { return device_.tracker.idle_for(); }
 
 Duration GpuAgent::queue_waited() { return device_.tracker.bound_waited(); }
 
-std::uint64_t GpuAgent::move(bool to_host) {
-  const std::vector<ManagedRange> ranges = managed_ranges_of(device_.ordinal);
+std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
+  std::vector<ManagedRange> ranges = managed_ranges_of(device_.ordinal);
   std::uint64_t moved = 0;
   std::uint64_t left = 0;  // managed bytes kept on the GPU: no room on the host
   Duration took{};
@@ -54,9 +54,15 @@ std::uint64_t GpuAgent::move(bool to_host) {
     // both within the host room.
     std::uint64_t room = to_host ? room_source_() : 0;
     const BackingSwap backed =
-        to_host ? device_.backing.swap_out(stream, room) : device_.backing.swap_in(stream);
+        to_host ? device_.backing.swap_out(stream, room, target) : device_.backing.swap_in(stream);
     room -= std::min(room, backed.host_copies_made);
     moved += backed.bytes;
+    // Managed allocations move all together, once, where the device-backed ones did not meet the
+    // target; a swap-in brings back whatever is on the host.
+    const bool managed_too =
+        !to_host || (!managed_out_ && (target == 0 || backed.bytes < target));
+    if (!managed_too) ranges.clear();
+    if (to_host && managed_too) managed_out_ = true;
     for (const ManagedRange& range : ranges) {
       if (to_host && !take_room(room, range.bytes)) {
         left += range.bytes;
@@ -82,10 +88,16 @@ std::uint64_t GpuAgent::move(bool to_host) {
         "process may still take (its cgroup's limit, or the host's)",
         format_bytes(left).c_str());
   }
-  managed_left_ = to_host ? left : 0;
+  if (!to_host) {
+    managed_left_ = 0;
+    managed_out_ = false;
+  } else if (!ranges.empty()) {
+    managed_left_ = left;
+  }
   if (to_host) {
+    // A swap-out after one that moved part of the memory moves more of what stayed.
     device_.swapped_out.store(true, std::memory_order_release);
-    device_.swapped_bytes.store(moved, std::memory_order_relaxed);
+    device_.swapped_bytes.fetch_add(moved, std::memory_order_relaxed);
     if (moved > 0 && took.count() > 0) {
       device_.swap_bytes_per_s.store(static_cast<std::uint64_t>(static_cast<double>(moved) * 1e9 /
                                                                 static_cast<double>(took.count())),
@@ -100,9 +112,9 @@ std::uint64_t GpuAgent::move(bool to_host) {
   return moved;
 }
 
-std::uint64_t GpuAgent::swap_out() { return move(/*to_host=*/true); }
+std::uint64_t GpuAgent::swap_out(std::uint64_t target) { return move(/*to_host=*/true, target); }
 
-std::uint64_t GpuAgent::swap_in() { return move(/*to_host=*/false); }
+std::uint64_t GpuAgent::swap_in() { return move(/*to_host=*/false, 0); }
 
 void GpuAgent::prepare_swap_out() {
   if (device_.preparing_host_copies.exchange(true, std::memory_order_acq_rel)) return;
@@ -142,7 +154,9 @@ DeviceUsage GpuAgent::usage() {
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.refused_allocations = device_.ledger.refused();
   if (device_.swapped_out.load(std::memory_order_acquire)) {
-    usage.pinned_bytes = device_.backing.plan(0).unmovable + managed_left_;
+    // What stayed mapped moves at a later swap-out where its host copy fits (a swap-out asked for
+    // part of the memory leaves ranges that never got one); the managed memory it left stays.
+    usage.pinned_bytes = device_.backing.plan(recent_host_room()).unmovable + managed_left_;
   } else {
     const std::uint64_t room = recent_host_room();
     const HostCopyPlan plan = device_.backing.plan(room);

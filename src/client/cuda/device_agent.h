@@ -49,7 +49,7 @@ class GpuAgent final : public DeviceAgent {
   explicit GpuAgent(DeviceState& device);
 
   Duration drain() override;
-  std::uint64_t swap_out() override;
+  std::uint64_t swap_out(std::uint64_t target = 0) override;
   std::uint64_t swap_in() override;
   void prepare_swap_out() override;
   Duration idle_for() override;
@@ -69,7 +69,7 @@ class GpuAgent final : public DeviceAgent {
   void set_host_room_source(HostRoomSource source);
 
  private:
-  std::uint64_t move(bool to_host);
+  std::uint64_t move(bool to_host, std::uint64_t target);
   std::uint64_t recent_host_room();
   // Of the managed ranges, in address order, the bytes that do not fit in `room`.
   std::uint64_t managed_beyond(std::uint64_t room) const;
@@ -78,6 +78,7 @@ class GpuAgent final : public DeviceAgent {
   std::optional<MonoTime> room_read_at_;
   std::uint64_t room_ = 0;
   std::uint64_t managed_left_ = 0;  // managed bytes the last swap-out left on the GPU
+  bool managed_out_ = false;        // the managed allocations were moved out since the last swap-in
 };
 
 }  // namespace nvshare::client::cuda

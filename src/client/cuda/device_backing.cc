@@ -256,7 +256,8 @@ void DeviceBacking::free_host_copy(Range& range) {
   range.host_registered = false;
 }
 
-BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
+BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room,
+                                    std::uint64_t target) {
   auto to_host = hooks::real<HookId::cuMemcpyDtoHAsync_v2>();
   std::unique_lock lock(mu_);
   // A copy being prepared is further along than one this call would start; no other starts.
@@ -265,9 +266,11 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
   --swaps_waiting_;
   out_ = true;
   std::vector<std::pair<CUdeviceptr, Range*>> copied;
+  std::uint64_t copying = 0;
   std::uint64_t no_room = 0;
   BackingSwap done;
   for (auto& [address, range] : ranges_) {
+    if (target > 0 && copying >= target) break;  // what stays is swapped in with the rest
     if (range.handle == 0 || range.pinned) continue;
     const bool new_copy = range.needs_host_copy();
     if (new_copy && !take_room(host_room, range.bytes)) {
@@ -286,6 +289,7 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room) {
       continue;
     }
     copied.emplace_back(address, &range);
+    copying += range.bytes;
   }
   if (no_room > 0) {
     NVSHARE_WARN(

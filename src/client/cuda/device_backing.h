@@ -89,7 +89,8 @@ class DeviceBacking {
 
   // `host_room`: the host memory new host copies may take (client/host_room.h); a range whose copy
   // would not fit in what is left of it stays on the GPU.
-  BackingSwap swap_out(CUstream stream, std::uint64_t host_room);
+  // `target`: stops once at least that many bytes are being copied (whole ranges); 0: every range.
+  BackingSwap swap_out(CUstream stream, std::uint64_t host_room, std::uint64_t target = 0);
   BackingSwap swap_in(CUstream stream);
   // Returns the bytes whose host copies it made. Any thread but the link thread (it may take
   // seconds).

@@ -388,7 +388,7 @@ void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
         } else if constexpr (std::is_same_v<T, protocol::SwapNotice>) {
           on_swap_notice(m);
         } else if constexpr (std::is_same_v<T, protocol::Evict>) {
-          on_evict(now);
+          on_evict(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
           on_limits(m);
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
@@ -522,17 +522,20 @@ void GrantSession::on_swap_notice(const protocol::SwapNotice& notice) {
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});
 }
 
-void GrantSession::on_evict(MonoTime now) {
+void GrantSession::on_evict(const protocol::Evict& evict, MonoTime now) {
   if (state_ != GrantState::kIdle && state_ != GrantState::kRequested) {
     if (config_.debug_notes)
       debug("eviction ignored (state " + std::string(to_string(state_)) + ")");
     return;
   }
-  if (swapped_out_ || !config_.can_swap) {
-    send_usage(now, true);  // nothing more to move: the report says so
+  // After a swap-out that moved part of its memory (a byte target), an eviction moves more of what
+  // stayed; after one that moved all of it, or where nothing can move, the report says so.
+  if (!config_.can_swap || (swapped_out_ && swap_target_ == 0)) {
+    send_usage(now, true);
     return;
   }
   evicting_ = true;
+  evict_bytes_ = evict.bytes;
   evict_at_ = now;
   out_.emplace_back(session::Record{"evict", epoch_});
   await(Awaiting::kDrained, session::Drain{});
@@ -541,7 +544,8 @@ void GrantSession::on_evict(MonoTime now) {
 void GrantSession::on_drained(MonoTime now) {
   drained_at_ = now;
   if (evicting_ || revoke_.swap_out) {
-    await(Awaiting::kSwappedOut, session::SwapOut{});
+    swap_target_ = evicting_ ? evict_bytes_ : revoke_.swap_bytes;
+    await(Awaiting::kSwappedOut, session::SwapOut{swap_target_});
     return;
   }
   finish_revoke(now);

@@ -199,7 +199,9 @@ struct Publish {  // the new state for application threads (state(), epoch(), th
 };
 struct CloseGateToRelease {};  // close the gate; answer GateClosed with the threads inside
 struct Drain {};               // DeviceAgent::drain(); answer Drained
-struct SwapOut {};             // DeviceAgent::swap_out(); answer SwappedOut
+struct SwapOut {               // DeviceAgent::swap_out(bytes); answer SwappedOut
+  std::uint64_t bytes = 0;     // at least this many; 0: all
+};
 struct SwapIn {};              // DeviceAgent::swap_in(); answer SwappedIn
 struct PrepareSwapOut {};      // DeviceAgent::prepare_swap_out(); no answer (it does not block)
 struct ApplyLimits {
@@ -295,7 +297,7 @@ class GrantSession {
   void on_swapped_in(std::uint64_t bytes, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
   void on_swap_notice(const protocol::SwapNotice& notice);
-  void on_evict(MonoTime now);
+  void on_evict(const protocol::Evict& evict, MonoTime now);
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
   void on_swapped_out(std::uint64_t bytes, MonoTime now);
@@ -356,6 +358,8 @@ class GrantSession {
   MonoTime drained_at_{};
   bool swapped_out_ = false;
   bool evicting_ = false;  // the drain and swap-out in progress answer an eviction
+  std::uint64_t evict_bytes_ = 0;  // what that eviction asked for (0: all)
+  std::uint64_t swap_target_ = 0;  // the last swap-out's target (0: all), while swapped out
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};

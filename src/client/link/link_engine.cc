@@ -408,7 +408,9 @@ std::optional<session::Event> DeviceChannel::perform_agent(const session::Action
     if (allowed) agent_.drain();
     return Drained{};
   }
-  if (std::holds_alternative<SwapOut>(action)) return SwappedOut{allowed ? agent_.swap_out() : 0};
+  if (const auto* swap = std::get_if<SwapOut>(&action)) {
+    return SwappedOut{allowed ? agent_.swap_out(swap->bytes) : 0};
+  }
   if (std::holds_alternative<SwapIn>(action)) return SwappedIn{allowed ? agent_.swap_in() : 0};
   if (std::holds_alternative<PrepareSwapOut>(action)) {
     if (allowed) agent_.prepare_swap_out();

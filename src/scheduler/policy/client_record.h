@@ -71,6 +71,12 @@ struct ClientRecord {
   std::optional<MonoTime> evict_until;
   // It let an eviction run out: its parked memory no longer counts until its next grant.
   bool evict_ignored = false;
+  // It moves only the bytes a revoke or an eviction asks for (Registered::partial_swap).
+  bool partial_swap = false;
+  // The eviction pending: the bytes asked (0: all), and its parked bytes when asked. A usage
+  // report with fewer parked bytes answers it.
+  std::uint64_t evict_bytes = 0;
+  std::uint64_t evict_parked_from = 0;
   // What the policy's parked sums hold for it (GpuPolicy::recount_parked): its parked_bytes() and
   // rank() when they were last counted.
   std::uint64_t parked_counted = 0;
@@ -92,6 +98,7 @@ struct ClientRecord {
   MonoTime revoked_at{};
   RevokeReason revoke_reason = RevokeReason::kTurn;
   bool swap_out = false;
+  std::uint64_t swap_bytes = 0;  // with swap_out, what it was asked to move (0: all)
   MonoTime unresponsive_at{};
   GrantEpoch yield_epoch = 0;        // the grant a yield was sent for (once per grant)
   GrantEpoch swap_notice_epoch = 0;  // the grant a swap notice was sent for (once per grant)
@@ -157,14 +164,26 @@ struct ClientRecord {
   // moment, after a turn that moved no memory, or has not run yet): its movable bytes, as long as
   // it reports none of them swapped out. Counted in every fit check beside the pinned bytes, and
   // moved out by an eviction when the head needs the room.
+  // A client that moves only what it is asked to (partial_swap) parks whatever it reports resident
+  // beyond its pinned bytes; another parks all or nothing.
   std::uint64_t parked_bytes() const {
-    if (holds() || !evictable || evict_ignored || !memory_on_device()) return 0;
-    return allocated_bytes - std::min(pinned_bytes, allocated_bytes);
+    if (holds() || !evictable || evict_ignored) return 0;
+    const std::uint64_t on_device = partial_swap      ? std::min(resident_bytes, allocated_bytes)
+                                    : memory_on_device() ? allocated_bytes
+                                                         : 0;
+    return on_device - std::min(pinned_bytes, on_device);
   }
   // What would have to come onto the device for it to run (or stays, for a holder): its working
   // set less its pinned and parked bytes, which are on the device already.
   std::uint64_t movable_bytes() const {
     return allocated_bytes - std::min(pinned_bytes, allocated_bytes) - parked_bytes();
+  }
+  // What a revoking holder leaves on the device when it releases: all its movable bytes when it
+  // was not asked to swap out, what a byte target leaves when it was, else nothing.
+  std::uint64_t kept_at_release() const {
+    if (!swap_out) return movable_bytes();
+    if (swap_bytes == 0) return 0;
+    return movable_bytes() - std::min(swap_bytes, movable_bytes());
   }
 };
 

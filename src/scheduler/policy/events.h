@@ -30,6 +30,9 @@ struct Registered {
   Limits limits;
   // It can be asked to move memory it keeps on the device while it holds no grant (SendEvict).
   bool evictable = true;
+  // It moves only as many bytes as a revoke or an eviction asks for (protocol version 10), keeping
+  // the rest on the device; otherwise every swap-out moves all of its memory.
+  bool partial_swap = false;
 };
 
 // The client wants to run. A client that already runs, waits or is being revoked is unaffected (a
@@ -107,6 +110,7 @@ struct SendRevoke {
   GrantEpoch epoch = 0;
   RevokeReason reason = RevokeReason::kTurn;
   bool swap_out = false;  // the next runner does not fit beside this one: move memory to host first
+  std::uint64_t swap_bytes = 0;  // with swap_out: at least this many (partial_swap clients); 0: all
 };
 
 // Someone waits for this holder and would fit beside its memory (exclusive mode): the holder may
@@ -131,6 +135,7 @@ struct SendSwapNotice {
 // memory still counts.
 struct SendEvict {
   ClientId client = 0;
+  std::uint64_t bytes = 0;  // at least this many (partial_swap clients); 0: all
 };
 
 struct SendWait {

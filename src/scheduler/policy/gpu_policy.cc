@@ -152,6 +152,7 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
   if (c == nullptr) c = &clients_.emplace_back(e.client, now);
   c->limits = e.limits;
   c->evictable = e.evictable;
+  c->partial_swap = e.partial_swap;
   recount_parked(*c);
   if (!c->capped()) {
     c->quota.reset();
@@ -200,7 +201,8 @@ void GpuPolicy::on_usage(const UsageReported& e) {
     c->saturating = classify_pace(c->saturating, *c->deep_queue_permille);
   }
   recount_parked(*c);
-  if (c->parked_bytes() == 0) c->evict_until.reset();  // an eviction answered (or moot)
+  // An eviction answered (or moot): it reports fewer bytes parked than when it was asked.
+  if (c->parked_bytes() == 0 || c->parked_bytes() < c->evict_parked_from) c->evict_until.reset();
 }
 
 void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
@@ -428,7 +430,8 @@ void GpuPolicy::evict_parked(std::uint64_t excess, int max_rank, ClientId spared
     // A lower class never moves a higher class's memory off the device.
     if (c.id == spared || c.parked_bytes() == 0 || c.rank() > max_rank) continue;
     if (c.evict_until) {  // already asked: what it moves counts
-      excess -= std::min(excess, c.parked_bytes());
+      const std::uint64_t asked = c.evict_bytes == 0 ? c.parked_bytes() : c.evict_bytes;
+      excess -= std::min(excess, std::min(asked, c.parked_bytes()));
       continue;
     }
     parked.push_back(&c);
@@ -448,13 +451,18 @@ void GpuPolicy::evict_parked(std::uint64_t excess, int max_rank, ClientId spared
   });
   for (ClientRecord* c : parked) {
     if (excess == 0) break;
-    excess -= std::min(excess, c->parked_bytes());
-    c->evict_until = now + config_.revoke_grace +
-                     std::min(client_swap_time(config_, c->parked_bytes(), c->swap_bytes_per_s,
-                                               config_.device_bytes),
-                              config_.swap_allowance_max);
+    // A client that takes byte targets moves only the excess; another, all it parks.
+    const std::uint64_t moved =
+        c->partial_swap ? std::min(excess, c->parked_bytes()) : c->parked_bytes();
+    excess -= std::min(excess, moved);
+    c->evict_bytes = moved < c->parked_bytes() ? moved : 0;
+    c->evict_parked_from = c->parked_bytes();
+    c->evict_until =
+        now + config_.revoke_grace +
+        std::min(client_swap_time(config_, moved, c->swap_bytes_per_s, config_.device_bytes),
+                 config_.swap_allowance_max);
     ++c->counters.evictions;
-    out.push_back(SendEvict{c->id});
+    out.push_back(SendEvict{c->id, c->evict_bytes});
   }
 }
 
@@ -465,15 +473,15 @@ void GpuPolicy::revoke_spent_quota(MonoTime now, std::vector<Action>& out) {
     }
     // Memory must move only if the client that runs next cannot sit beside it.
     const ClientRecord* next = head();
-    bool swap_out = false;
+    SwapOrder order;
     if (next != nullptr) {
       std::vector<const ClientRecord*> staying = blocking_holders();
       remove_client(staying, &c);
-      std::uint64_t resident = next->movable_bytes() + c.movable_bytes();
+      std::uint64_t resident = next->movable_bytes();
       if (config_.mode == Mode::kAuto) resident += sum_working_sets(staying);
-      swap_out = !fits(resident);
+      order = order_for(c, resident);
     }
-    revoke(c, RevokeReason::kQuota, swap_out, now, out);
+    revoke(c, RevokeReason::kQuota, order, now, out);
   }
 }
 
@@ -510,7 +518,7 @@ void GpuPolicy::revoke_saturating_pairs(MonoTime now, std::vector<Action>& out) 
         return a->fair_s != b->fair_s ? a->fair_s < b->fair_s : a->epoch < b->epoch;
       });
   for (ClientRecord* c : saturating) {
-    if (c != *behind) revoke(*c, RevokeReason::kTurn, false, now, out);
+    if (c != *behind) revoke(*c, RevokeReason::kTurn, SwapOrder{}, now, out);
   }
 }
 
@@ -528,9 +536,8 @@ void GpuPolicy::revoke_for_priority(MonoTime now, std::vector<Action>& out) {
   std::sort(leaving.begin(), leaving.end(), keeps_longer);
   std::uint64_t resident = next->movable_bytes() + resident_besides(leaving);
   for (ClientRecord* r : leaving) {
-    const bool stays_resident = fits(resident + r->movable_bytes());
-    if (stays_resident) resident += r->movable_bytes();
-    revoke(*r, RevokeReason::kPriority, !stays_resident, now, out);
+    const SwapOrder order = order_for(*r, resident);
+    revoke(*r, RevokeReason::kPriority, order, now, out);
   }
 }
 
@@ -673,7 +680,7 @@ void GpuPolicy::revoke_ended_turns(MonoTime now, std::vector<Action>& out) {
   const std::optional<TurnPlan> plan = turn_plan(*next);
   if (!plan || plan->at > now) return;
   for (const PlannedLeaver& l : planned_leavers(*next, *plan)) {
-    revoke(*find(l.runner->id), RevokeReason::kTurn, l.swap_out, now, out);
+    revoke(*find(l.runner->id), RevokeReason::kTurn, l.order, now, out);
   }
 }
 
@@ -685,14 +692,11 @@ std::vector<GpuPolicy::PlannedLeaver> GpuPolicy::planned_leavers(const ClientRec
     if (r->id == plan.runner) break;
   }
   // Memory stays on the device for each leaver that still fits beside the head and whatever else
-  // stays resident (runners that stay, revoked holders not swapping out); the others swap out.
+  // stays resident (runners that stay, revoked holders not swapping out); the others swap out, all
+  // of it or, a client that takes byte targets, the part that does not fit.
   std::uint64_t resident = head.movable_bytes() + resident_besides(leaving);
   std::vector<PlannedLeaver> planned;
-  for (const ClientRecord* r : leaving) {
-    const bool stays_resident = fits(resident + r->movable_bytes());
-    if (stays_resident) resident += r->movable_bytes();
-    planned.push_back(PlannedLeaver{r, !stays_resident});
-  }
+  for (const ClientRecord* r : leaving) planned.push_back(PlannedLeaver{r, order_for(*r, resident)});
   return planned;
 }
 
@@ -705,7 +709,9 @@ void GpuPolicy::send_swap_notices(std::vector<Action>& out) {
   if (!plan) return;
   for (const PlannedLeaver& l : planned_leavers(*next, *plan)) {
     ClientRecord& c = *find(l.runner->id);
-    if (!l.swap_out || c.state != ClientState::kRunning || c.swap_notice_epoch == c.epoch) continue;
+    if (!l.order.swap_out || c.state != ClientState::kRunning || c.swap_notice_epoch == c.epoch) {
+      continue;
+    }
     c.swap_notice_epoch = c.epoch;
     ++c.counters.swap_notices;
     out.push_back(SendSwapNotice{c.id, c.epoch});
@@ -910,20 +916,36 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   out.push_back(SendGrant{c.id, c.epoch});
 }
 
-void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
+void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, SwapOrder order, MonoTime now,
                        std::vector<Action>& out) {
   set_state(c, ClientState::kRevoking, now);
   ++c.counters.revokes[static_cast<std::size_t>(reason)];
   c.revoked_at = now;
   c.revoke_reason = reason;
-  c.swap_out = swap_out;
+  c.swap_out = order.swap_out;
+  c.swap_bytes = order.swap_out ? order.bytes : 0;
   c.gang_unbilled = Duration::zero();
   c.gang_drain_waited = false;
   if (drain_waits_for_gang(c)) c.gang_unbilled_since = now;
   // A holder revoked while it still swaps in must finish that before it can drain.
   c.unresponsive_at =
-      std::max(now, c.runs_from) + config_.revoke_grace + swap_allowance(c, swap_out);
-  out.push_back(SendRevoke{c.id, c.epoch, reason, swap_out});
+      std::max(now, c.runs_from) + config_.revoke_grace + swap_allowance(c, order);
+  out.push_back(SendRevoke{c.id, c.epoch, reason, c.swap_out, c.swap_bytes});
+}
+
+GpuPolicy::SwapOrder GpuPolicy::order_for(const ClientRecord& leaver,
+                                          std::uint64_t& resident) const {
+  const std::uint64_t movable = leaver.movable_bytes();
+  if (fits(resident + movable)) {
+    resident += movable;
+    return {};
+  }
+  if (!leaver.partial_swap) return {true, 0};
+  // What may stay beside the rest: usable less pinned, parked and resident bytes.
+  const std::uint64_t taken = resident + pinned_total() + parked_total();
+  const std::uint64_t kept = std::min(movable, usable() - std::min(usable(), taken));
+  resident += kept;
+  return {true, movable - kept};
 }
 
 // ---- memory and turn arithmetic -----------------------------------------------------------------
@@ -933,9 +955,10 @@ std::uint64_t GpuPolicy::resident_besides(const std::vector<Leaver*>& leaving) c
   std::uint64_t resident = 0;
   for (const ClientRecord& c : clients_) {
     if (std::find(leaving.begin(), leaving.end(), &c) != leaving.end()) continue;
-    if ((c.state == ClientState::kRunning && config_.mode == Mode::kAuto) ||
-        (c.state == ClientState::kRevoking && !c.swap_out)) {
+    if (c.state == ClientState::kRunning && config_.mode == Mode::kAuto) {
       resident += c.movable_bytes();
+    } else if (c.state == ClientState::kRevoking) {
+      resident += c.kept_at_release();
     }
   }
   return resident;
@@ -958,11 +981,14 @@ Duration GpuPolicy::swap_in_estimate(const ClientRecord& c) const {
   return std::min(swap_time(c), config_.swap_allowance_max);
 }
 
-Duration GpuPolicy::swap_allowance(const ClientRecord& c, bool swap_out) const {
+Duration GpuPolicy::swap_allowance(const ClientRecord& c, SwapOrder order) const {
   // Moving a large working set to host legitimately takes a while; that is not unresponsiveness.
   // But only once: a client that already ignored a revoke gets the grace alone.
-  if (!swap_out || c.strikes > 0) return Duration::zero();
-  return std::min(swap_time(c), config_.swap_allowance_max);
+  if (!order.swap_out || c.strikes > 0) return Duration::zero();
+  if (order.bytes == 0) return std::min(swap_time(c), config_.swap_allowance_max);
+  const std::uint64_t bound = config_.device_bytes > 0 ? config_.device_bytes : capacity();
+  return std::min(client_swap_time(config_, order.bytes, c.swap_bytes_per_s, bound),
+                  config_.swap_allowance_max);
 }
 
 std::uint64_t GpuPolicy::usable() const {

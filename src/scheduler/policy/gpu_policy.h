@@ -218,10 +218,16 @@ class GpuPolicy {
     MonoTime at;
     ClientId runner;
   };
-  // A runner the head's turn plan sends away, and whether it must move its memory to the host.
+  // What a revoked holder moves to the host: nothing, all of its memory, or (a client that takes
+  // byte targets) at least `bytes` of it, the rest staying parked on the device.
+  struct SwapOrder {
+    bool swap_out = false;
+    std::uint64_t bytes = 0;  // with swap_out: 0, all
+  };
+  // A runner the head's turn plan sends away, and what it must move to the host.
   struct PlannedLeaver {
     const ClientRecord* runner;
-    bool swap_out;
+    SwapOrder order;
   };
 
   ClientRecord* find(ClientId client);
@@ -324,8 +330,12 @@ class GpuPolicy {
   void enqueue(ClientRecord& c, MonoTime now, bool memory_in_place = false);
   void place_in_queue(const ClientRecord& c);
   void grant(ClientRecord& c, MonoTime now, std::vector<Action>& out);
-  void revoke(ClientRecord& c, RevokeReason reason, bool swap_out, MonoTime now,
+  void revoke(ClientRecord& c, RevokeReason reason, SwapOrder order, MonoTime now,
               std::vector<Action>& out);
+  // What `leaver` must move for `resident` bytes (the head's, and what else stays on the device)
+  // to fit beside what it keeps: nothing when all of it fits, else all of it, or, for a client that
+  // takes byte targets, the part that does not fit. Adds what it keeps to `resident`.
+  SwapOrder order_for(const ClientRecord& leaver, std::uint64_t& resident) const;
   void set_state(ClientRecord& c, ClientState state, MonoTime now);
   static void book_wait(ClientRecord& c, MonoTime now);
 
@@ -382,9 +392,9 @@ class GpuPolicy {
   // How long a grant's swap-in may take: the swap time of a client whose memory is on the host,
   // at most swap_allowance_max, none after a strike.
   Duration swap_in_estimate(const ClientRecord& c) const;
-  // How long past the grace a revoked holder may take: its swap time when it must swap out, at
+  // How long past the grace a revoked holder may take: the swap time of what it must move, at
   // most swap_allowance_max, none after a strike.
-  Duration swap_allowance(const ClientRecord& c, bool swap_out) const;
+  Duration swap_allowance(const ClientRecord& c, SwapOrder order) const;
   std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
   std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;
   // Fraction of the GPU's time: a capped client's scaled cap, an uncapped one's entitlement (1

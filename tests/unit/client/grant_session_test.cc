@@ -308,6 +308,37 @@ TEST_F(GrantSessionTest, AnEvictionWithoutAGrantSwapsOutAndReports) {
   EXPECT_NE(find<SwapIn>(at(510ms, FrameReceived{protocol::Grant{4}})), nullptr);
 }
 
+// Byte targets (protocol version 10): a revoke's and an eviction's go to the agent's swap_out, and
+// after a swap-out that moved part of the memory an eviction moves more.
+TEST_F(GrantSessionTest, ByteTargetsReachTheSwapOut) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(1, 10ms);
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true, 3ull << 30}});
+  const SwapOut* swap = find<SwapOut>(at(21ms, Drained{}));
+  ASSERT_NE(swap, nullptr);
+  EXPECT_EQ(swap->bytes, 3ull << 30);
+  probe_.use = {8ull << 30, 5ull << 30, 0};
+  ASSERT_NE(sent<protocol::Released>(at(30ms, SwappedOut{3ull << 30})), nullptr);
+  // Waiting, 5 GiB kept: an eviction asks for 1 GiB more, and gets a drain and a swap-out of it.
+  EXPECT_NE(find<Drain>(at(40ms, FrameReceived{protocol::Evict{1ull << 30}})), nullptr);
+  swap = find<SwapOut>(at(41ms, Drained{}));
+  ASSERT_NE(swap, nullptr);
+  EXPECT_EQ(swap->bytes, 1ull << 30);
+  probe_.use = {8ull << 30, 4ull << 30, 0};
+  EXPECT_NE(sent<protocol::Usage>(at(50ms, SwappedOut{1ull << 30})), nullptr);
+  // One that asks for all of it moves the rest; after that there is nothing more to move.
+  EXPECT_NE(find<Drain>(at(60ms, FrameReceived{protocol::Evict{}})), nullptr);
+  swap = find<SwapOut>(at(61ms, Drained{}));
+  ASSERT_NE(swap, nullptr);
+  EXPECT_EQ(swap->bytes, 0u);
+  at(70ms, SwappedOut{4ull << 30});
+  const auto again = at(80ms, FrameReceived{protocol::Evict{}});
+  EXPECT_EQ(find<Drain>(again), nullptr);
+  EXPECT_NE(sent<protocol::Usage>(again), nullptr);
+}
+
 TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
   welcome();
   hold(1, 10ms);

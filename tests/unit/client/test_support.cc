@@ -112,8 +112,9 @@ void FakeAgent::release_drain() {
   drain_cv_.notify_all();
 }
 
-std::uint64_t FakeAgent::swap_out() {
+std::uint64_t FakeAgent::swap_out(std::uint64_t target) {
   record("swap_out");
+  last_swap_target.store(target);
   const Duration delay(swap_delay_ns.load());
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
   ++swap_outs;

@@ -46,7 +46,8 @@ class TempDir {
 class FakeAgent final : public DeviceAgent {
  public:
   Duration drain() override;
-  std::uint64_t swap_out() override;
+  std::uint64_t swap_out(std::uint64_t target = 0) override;
+  std::atomic<std::uint64_t> last_swap_target{0};  // the target of the last swap_out()
   std::uint64_t swap_in() override;
   Duration idle_for() override;
   DeviceUsage usage() override;

@@ -28,6 +28,7 @@ std::vector<Message> every_message() {
       Grant{0x0102030405060708ULL},
       Revoke{9, RevokeReason::kQuota, true},
       Revoke{10, RevokeReason::kAdmin, false},
+      Revoke{11, RevokeReason::kTurn, true, 3ULL << 30},
       Released{9, 1'500'000, 2'300},
       Usage{14ULL << 30, 12ULL << 30, 12'700'000'000ULL},
       Usage{1ULL << 30, 1ULL << 30, 0, 640},
@@ -44,6 +45,7 @@ std::vector<Message> every_message() {
       IpcAnswer{0, 0, "no export with this handle is shared with this process's pod or user"},
       SwapNotice{0x0807060504030201ULL},
       Evict{},
+      Evict{5ULL << 30},
   };
 }
 
@@ -139,6 +141,32 @@ TEST(Protocol, Version5UsageCarriesNoPinnedBytes) {
   ASSERT_TRUE(decoded.ok() && decoded.value());
   EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).pinned_bytes, 0u);
   EXPECT_EQ(std::get<Usage>(decoded.value()->frame.message).sessions_lost, 3u);
+}
+
+// Version 10 appends the byte targets of revokes and evictions; an older peer moves everything.
+TEST(Protocol, Version9RevokesAndEvictionsCarryNoByteTargets) {
+  const Revoke revoke{4, RevokeReason::kTurn, true, 3ULL << 30};
+  const auto v9 = encode(Message(revoke), 9).value();
+  const auto v10 = encode(Message(revoke), 10).value();
+  EXPECT_EQ(v9.size() + 8, v10.size());  // the u64 target
+  auto decoded = decode_frame(v10);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Revoke>(decoded.value()->frame.message), revoke);
+  decoded = decode_frame(v9);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Revoke>(decoded.value()->frame.message).swap_bytes, 0u);
+  EXPECT_TRUE(std::get<Revoke>(decoded.value()->frame.message).swap_out);
+
+  const Evict evict{1ULL << 30};
+  const auto e9 = encode(Message(evict), 9).value();
+  const auto e10 = encode(Message(evict), 10).value();
+  EXPECT_EQ(e9.size() + 8, e10.size());
+  decoded = decode_frame(e10);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Evict>(decoded.value()->frame.message), evict);
+  decoded = decode_frame(e9);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<Evict>(decoded.value()->frame.message).bytes, 0u);
 }
 
 TEST(Protocol, Version5LimitsCarryNoMemoryModeAndUnknownModesAreMalformed) {
