@@ -45,6 +45,7 @@ Duration GpuAgent::queue_waited() { return device_.tracker.bound_waited(); }
 std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
   std::vector<ManagedRange> ranges = managed_ranges_of(device_.ordinal);
   std::uint64_t moved = 0;
+  std::uint64_t managed_moved = 0;
   std::uint64_t left = 0;  // managed bytes kept on the GPU: no room on the host
   Duration took{};
   const Clock& clock = SteadyClock::instance();
@@ -71,6 +72,7 @@ std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
       const CUresult rc = prefetch(range.address, range.bytes, to_host, device_.ordinal, stream);
       if (rc == CUDA_SUCCESS) {
         moved += range.bytes;
+        managed_moved += range.bytes;
       } else {
         NVSHARE_DEBUG("swap: prefetch of %s failed: %s", format_bytes(range.bytes).c_str(),
                       hooks::error_name(rc));
@@ -95,9 +97,10 @@ std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
     managed_left_ = left;
   }
   if (to_host) {
-    // A swap-out after one that moved part of the memory moves more of what stayed.
+    // A swap-out after one that moved part of the memory moves more of what stayed. The backing
+    // knows which of its ranges are off the device; the managed bytes moved are counted here.
     device_.swapped_out.store(true, std::memory_order_release);
-    device_.swapped_bytes.fetch_add(moved, std::memory_order_relaxed);
+    device_.swapped_bytes.fetch_add(managed_moved, std::memory_order_relaxed);
     if (moved > 0 && took.count() > 0) {
       device_.swap_bytes_per_s.store(static_cast<std::uint64_t>(static_cast<double>(moved) * 1e9 /
                                                                 static_cast<double>(took.count())),
@@ -149,7 +152,10 @@ std::uint64_t GpuAgent::recent_host_room() {
 DeviceUsage GpuAgent::usage() {
   DeviceUsage usage;
   usage.allocated_bytes = device_.ledger.used();
-  const std::uint64_t swapped = device_.swapped_bytes.load(std::memory_order_relaxed);
+  // Off the device: the device-backed ranges not mapped (swapped out, or reserved while out) and
+  // the managed memory moved to the host.
+  const std::uint64_t swapped = device_.backing.unbacked_bytes() +
+                                device_.swapped_bytes.load(std::memory_order_relaxed);
   usage.resident_bytes = usage.allocated_bytes > swapped ? usage.allocated_bytes - swapped : 0;
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.refused_allocations = device_.ledger.refused();

@@ -497,6 +497,15 @@ std::uint64_t DeviceBacking::pinned_bytes() const {
   return total;
 }
 
+std::uint64_t DeviceBacking::unbacked_bytes() const {
+  std::lock_guard lock(mu_);
+  std::uint64_t total = 0;
+  for (const auto& [address, range] : ranges_) {
+    if (range.handle == 0) total += range.bytes;
+  }
+  return total;
+}
+
 HostCopyPlan DeviceBacking::plan(std::uint64_t host_room) const {
   std::lock_guard lock(mu_);
   HostCopyPlan plan;

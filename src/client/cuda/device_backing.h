@@ -125,6 +125,8 @@ class DeviceBacking {
   bool exportable(CUdeviceptr address) const;
   // Bytes of pinned allocations (exported for CUDA IPC).
   std::uint64_t pinned_bytes() const;
+  // Bytes of allocations with no physical memory mapped: swapped out, or reserved while out.
+  std::uint64_t unbacked_bytes() const;
   // What a swap_out() given `host_room` would leave on the GPU: the pinned allocations, and the
   // mapped ones (in address order) whose host copies, not made yet, no longer fit in the room.
   std::uint64_t unmovable_bytes(std::uint64_t host_room) const { return plan(host_room).unmovable; }

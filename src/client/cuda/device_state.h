@@ -55,7 +55,9 @@ struct DeviceState {
   GpuAgent agent;
   DeviceLink* link = nullptr;  // set once, right after construction
 
-  // Managed memory moved to the host by the last swap_out (and allocated since, while out).
+  // Swapped out (all or part of it: swap_out with a target); managed memory moved to the host by
+  // swap-outs since the last swap_in (and allocated since, while out). The device-backed bytes
+  // off the device are the backing's (DeviceBacking::unbacked_bytes).
   std::atomic<bool> swapped_out{false};
   std::atomic<std::uint64_t> swapped_bytes{0};
   std::atomic<std::uint64_t> swap_bytes_per_s{0};

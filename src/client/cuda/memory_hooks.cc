@@ -54,7 +54,7 @@ void refund(const cuda::Allocation& allocation) {
   DeviceState* device = cuda::devices().find(allocation.device);
   if (device == nullptr) return;
   device->ledger.refund(allocation.bytes);
-  if (cuda::swappable(allocation.kind) && device->swapped_out.load(std::memory_order_acquire)) {
+  if (cuda::prefetchable(allocation.kind) && device->swapped_out.load(std::memory_order_acquire)) {
     std::uint64_t swapped = device->swapped_bytes.load(std::memory_order_relaxed);
     while (!device->swapped_bytes.compare_exchange_weak(
         swapped, swapped > allocation.bytes ? swapped - allocation.bytes : 0)) {
