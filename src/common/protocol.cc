@@ -166,7 +166,8 @@ M for_version_6(const M& m) {
 // Fields later versions append at the end of a payload: version 2 gives limits a flags byte,
 // version 3 gives usage its deep-queue share, version 4 its refused allocations, version 5 the
 // sessions its link lost, version 6 its pinned bytes and the memory mode of limits, version 7 the
-// priority class of limits, version 10 the byte targets of revokes and evictions.
+// priority class of limits, version 10 the byte targets of revokes and evictions and the evictions
+// usage says were answered.
 void encode_extension(ByteWriter& w, const Message& message, std::uint16_t version) {
   if (version < 2) return;
   if (const auto* limits = std::get_if<SetLimits>(&message)) w.u8(limits->flags);
@@ -185,6 +186,7 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (version < 10) return;
   if (const auto* revoke = std::get_if<Revoke>(&message)) w.u64(revoke->swap_bytes);
   if (const auto* evict = std::get_if<Evict>(&message)) w.u64(evict->bytes);
+  if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->evictions_answered);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 7) {
@@ -237,6 +239,7 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
   if (version < 10) return;
   if (auto* revoke = std::get_if<Revoke>(&message)) revoke->swap_bytes = r.u64();
   if (auto* evict = std::get_if<Evict>(&message)) evict->bytes = r.u64();
+  if (auto* usage = std::get_if<Usage>(&message)) usage->evictions_answered = r.u32();
 }
 
 // Variant index i holds MessageType i + 1; this is checked at compile time below.

@@ -37,7 +37,8 @@ namespace nvshare::protocol {
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
 inline constexpr std::uint16_t kMaxVersion = 10;
-// The version from which revokes and evictions carry byte targets (Revoke::swap_bytes, Evict::bytes).
+// The version from which revokes and evictions carry byte targets (Revoke::swap_bytes,
+// Evict::bytes).
 inline constexpr std::uint16_t kPartialSwapVersion = 10;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
@@ -193,6 +194,9 @@ struct Usage {
   // protocol::Limits priority code, 0 for none), honoured only by a scheduler that trusts client
   // limits. The hello cannot carry it (it is always encoded in version 1).
   std::uint8_t declared_priority = Limits::kNoPriority;
+  // Version 10: the evictions this session has answered (it moved what was asked, or all it could);
+  // the scheduler takes an eviction as answered when the count moves.
+  std::uint32_t evictions_answered = 0;
   bool operator==(const Usage&) const = default;
 };
 

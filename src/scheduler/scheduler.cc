@@ -261,8 +261,7 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
           if constexpr (std::is_same_v<T, policy::SendGrant>) {
             channel_.send(a.client, protocol::Grant{a.epoch});
           } else if constexpr (std::is_same_v<T, policy::SendRevoke>) {
-            channel_.send(a.client,
-                          protocol::Revoke{a.epoch, a.reason, a.swap_out, a.swap_bytes});
+            channel_.send(a.client, protocol::Revoke{a.epoch, a.reason, a.swap_out, a.swap_bytes});
           } else if constexpr (std::is_same_v<T, policy::SendYield>) {
             // Only clients that understand it get a soft revoke; others keep their quantum.
             if (auto it = clients_.find(a.client);
@@ -416,7 +415,8 @@ void Scheduler::usage(ClientId client, const protocol::Usage& usage, MonoTime no
   declare_priority(it->second, usage.declared_priority, now);
   feed(it->second.gpu,
        policy::UsageReported{client, usage.allocated_bytes, usage.resident_bytes,
-                             usage.swap_bytes_per_s, pace_of(usage), usage.pinned_bytes},
+                             usage.swap_bytes_per_s, pace_of(usage), usage.pinned_bytes,
+                             usage.evictions_answered},
        now);
 }
 

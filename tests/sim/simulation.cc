@@ -58,7 +58,8 @@ struct SimClient {
   // let one run out (a hung client): its memory no longer counts for the engine until it runs.
   std::uint64_t eviction = 0;
   bool eviction_pending = false;
-  std::uint64_t eviction_bytes = 0;  // what the pending one asked for (0: all)
+  std::uint64_t eviction_bytes = 0;      // what the pending one asked for (0: all)
+  std::uint32_t evictions_answered = 0;  // reported with its usage, as the library does
   MonoTime eviction_sent_at{};
   std::uint64_t allocated = 0;
   Limits limits;
@@ -361,8 +362,8 @@ class World {
       const Duration prepared = host_copies_left(*c);
       result_.host_copy_waits += prepared;
       delay += prepared;
-      delay += from_seconds(static_cast<double>(to_move(*c, a.swap_bytes)) /
-                            c->spec.swap_bytes_per_s);
+      delay +=
+          from_seconds(static_cast<double>(to_move(*c, a.swap_bytes)) / c->spec.swap_bytes_per_s);
     }
     schedule(now_ + delay, What::kRelease, index, a.epoch);
   }
@@ -408,7 +409,8 @@ class World {
 
   void on_action(const policy::SendEvict& a) {
     SimClient* c = by_id(a.client);
-    log("<- evict c" + std::to_string(a.client));
+    log("<- evict c" + std::to_string(a.client) +
+        (a.bytes > 0 ? " " + std::to_string(a.bytes) + " bytes" : std::string()));
     if (c == nullptr) return fail("evict to unknown client " + std::to_string(a.client));
     if (c->holding) return fail("evict sent to " + name(*c) + ", which holds a grant");
     if (resident(*c) == 0 && !c->spec.lies()) {  // a liar's reports may say anything
@@ -435,11 +437,13 @@ class World {
   void evicted(SimClient& c, std::uint64_t eviction) {
     if (!c.connected || c.holding || !c.eviction_pending || eviction != c.eviction) return;
     c.eviction_pending = false;
+    ++c.evictions_answered;
     const std::uint64_t moved = to_move(c, c.eviction_bytes);
     c.on_host += moved;
     result_.swap_time += from_seconds(static_cast<double>(moved) / c.spec.swap_bytes_per_s);
-    report_usage(c, resident(c), static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
-                 "usage after eviction " + name(c));
+    report_usage(
+        c, resident(c), static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
+        "usage after eviction " + name(c) + ", " + std::to_string(resident(c)) + " bytes left");
   }
 
   // Host copies are made once per connection, from a swap notice or at the first swap-out.
@@ -787,6 +791,7 @@ class World {
     c.host_copies_at.reset();
     c.on_host = 0;
     c.eviction_pending = false;
+    c.evictions_answered = 0;
     c.outcome = ConnectionOutcome{};
     const std::optional<Priority> priority = protocol::priority_of(c.limits.priority);
     c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +
@@ -845,8 +850,15 @@ class World {
 
   void grow(SimClient& c, int index) {
     if (!c.connected) return;
+    const std::uint64_t before = c.allocated;
     c.allocated = static_cast<std::uint64_t>(static_cast<double>(c.spec.working_set) *
                                              rng_.uniform(0.5, 1.5));
+    // Swapped out (all or part), as the library: a new allocation is only reserved until the next
+    // swap-in, and a free takes what is on the host first.
+    if (!c.holding && c.on_host > 0) {
+      c.on_host = c.allocated > before ? c.on_host + (c.allocated - before)
+                                       : c.on_host - std::min(c.on_host, before - c.allocated);
+    }
     report_usage(c, resident(c), 0, "grow " + name(c));
     schedule(now_ + rng_.between(500ms, 3s), What::kUsage, index);
   }
@@ -857,7 +869,9 @@ class World {
     const std::uint64_t allocated = c.spec.reported_bytes ? c.spec.reported_bytes : c.allocated;
     if (c.spec.reported_bytes) resident = c.spec.reported_bytes;
     if (c.spec.reported_swap_bytes_per_s) swap_bytes_per_s = c.spec.reported_swap_bytes_per_s;
-    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s, pace_of(c)}, what);
+    feed(policy::UsageReported{c.id, allocated, resident, swap_bytes_per_s, pace_of(c), 0,
+                               c.evictions_answered},
+         what);
   }
 
   // The pace it reports now: its first one, or its later one from pace_change_at on.
@@ -991,6 +1005,10 @@ std::string describe(const Scenario& s) {
         std::to_string(seconds(spec.start)).substr(0, 4) + "s" +
         (spec.step > 0s ? " step " + std::to_string(seconds(spec.step) * 1e3).substr(0, 5) + "ms"
                         : std::string()) +
+        (spec.chunk > 0
+             ? " moves " + std::to_string(static_cast<double>(spec.chunk) / kGiB).substr(0, 4) +
+                   "Gi at a time"
+             : std::string()) +
         "]";
   }
   return text;

@@ -531,9 +531,11 @@ void GrantSession::on_evict(const protocol::Evict& evict, MonoTime now) {
   // After a swap-out that moved part of its memory (a byte target), an eviction moves more of what
   // stayed; after one that moved all of it, or where nothing can move, the report says so.
   if (!config_.can_swap || (swapped_out_ && swap_target_ == 0)) {
+    ++evictions_answered_;
     send_usage(now, true);
     return;
   }
+  if (evicting_) return;  // one at a time: the one under way answers
   evicting_ = true;
   evict_bytes_ = evict.bytes;
   evict_at_ = now;
@@ -564,6 +566,7 @@ void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
   const session::SwapRecord swap{static_cast<std::int64_t>(bytes), to_ms(took)};
   if (evicting_) {
     evicting_ = false;
+    ++evictions_answered_;
     send_usage(now, true);
     out_.emplace_back(session::Record{"evicted", epoch_, to_ms(now - evict_at_), swap});
     return;
@@ -661,7 +664,8 @@ void GrantSession::send_usage(MonoTime now, bool force) {
       static_cast<std::uint32_t>(std::min<std::uint64_t>(usage.refused_allocations, UINT32_MAX)),
       sessions_lost_,
       usage.pinned_bytes,
-      config_.declared.priority};
+      config_.declared.priority,
+      evictions_answered_};
   if (!force && usage_sent_ && message == last_usage_) return;
   usage_sent_ = true;
   last_usage_ = message;

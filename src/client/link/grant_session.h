@@ -202,8 +202,8 @@ struct Drain {};               // DeviceAgent::drain(); answer Drained
 struct SwapOut {               // DeviceAgent::swap_out(bytes); answer SwappedOut
   std::uint64_t bytes = 0;     // at least this many; 0: all
 };
-struct SwapIn {};              // DeviceAgent::swap_in(); answer SwappedIn
-struct PrepareSwapOut {};      // DeviceAgent::prepare_swap_out(); no answer (it does not block)
+struct SwapIn {};          // DeviceAgent::swap_in(); answer SwappedIn
+struct PrepareSwapOut {};  // DeviceAgent::prepare_swap_out(); no answer (it does not block)
 struct ApplyLimits {
   protocol::Limits limits;
 };
@@ -357,9 +357,10 @@ class GrantSession {
   MonoTime inside_deadline_{};
   MonoTime drained_at_{};
   bool swapped_out_ = false;
-  bool evicting_ = false;  // the drain and swap-out in progress answer an eviction
-  std::uint64_t evict_bytes_ = 0;  // what that eviction asked for (0: all)
-  std::uint64_t swap_target_ = 0;  // the last swap-out's target (0: all), while swapped out
+  bool evicting_ = false;                 // the drain and swap-out in progress answer an eviction
+  std::uint64_t evict_bytes_ = 0;         // what that eviction asked for (0: all)
+  std::uint64_t swap_target_ = 0;         // the last swap-out's target (0: all), while swapped out
+  std::uint32_t evictions_answered_ = 0;  // sent with usage (protocol version 10)
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};

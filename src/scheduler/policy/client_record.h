@@ -73,10 +73,10 @@ struct ClientRecord {
   bool evict_ignored = false;
   // It moves only the bytes a revoke or an eviction asks for (Registered::partial_swap).
   bool partial_swap = false;
-  // The eviction pending: the bytes asked (0: all), and its parked bytes when asked. A usage
-  // report with fewer parked bytes answers it.
+  // The eviction pending: the bytes asked (0: all). A partial_swap client's usage report answers it
+  // when its count of evictions answered moves; another's when nothing is parked any more.
   std::uint64_t evict_bytes = 0;
-  std::uint64_t evict_parked_from = 0;
+  std::uint32_t evictions_answered = 0;  // the count last reported
   // What the policy's parked sums hold for it (GpuPolicy::recount_parked): its parked_bytes() and
   // rank() when they were last counted.
   std::uint64_t parked_counted = 0;
@@ -168,7 +168,7 @@ struct ClientRecord {
   // beyond its pinned bytes; another parks all or nothing.
   std::uint64_t parked_bytes() const {
     if (holds() || !evictable || evict_ignored) return 0;
-    const std::uint64_t on_device = partial_swap      ? std::min(resident_bytes, allocated_bytes)
+    const std::uint64_t on_device = partial_swap         ? std::min(resident_bytes, allocated_bytes)
                                     : memory_on_device() ? allocated_bytes
                                                          : 0;
     return on_device - std::min(pinned_bytes, on_device);

@@ -66,6 +66,8 @@ struct UsageReported {
   // Of allocated_bytes, what cannot be swapped out (memory mapped by another process); the engine
   // clamps it to allocated_bytes.
   std::uint64_t pinned_bytes = 0;
+  // The evictions it has answered so far (protocol version 10; read for partial_swap clients).
+  std::uint32_t evictions_answered = 0;
 };
 
 // New limits from the control API. The engine forwards them to the client at once.

@@ -200,9 +200,14 @@ void GpuPolicy::on_usage(const UsageReported& e) {
     c->deep_queue_permille = std::min<std::uint16_t>(*e.deep_queue_permille, 1000);
     c->saturating = classify_pace(c->saturating, *c->deep_queue_permille);
   }
+  // An eviction answered (or moot): nothing parked any more, or the client counts one more answer.
+  // One answered after its deadline: what it kept counts again (it moved what it was asked to, if
+  // late; the strike stays).
+  const bool answered = c->partial_swap && e.evictions_answered != c->evictions_answered;
+  c->evictions_answered = e.evictions_answered;
+  if (answered) c->evict_ignored = false;
   recount_parked(*c);
-  // An eviction answered (or moot): it reports fewer bytes parked than when it was asked.
-  if (c->parked_bytes() == 0 || c->parked_bytes() < c->evict_parked_from) c->evict_until.reset();
+  if (c->parked_bytes() == 0 || answered) c->evict_until.reset();
 }
 
 void GpuPolicy::on_limits(const LimitsChanged& e, std::vector<Action>& out) {
@@ -456,11 +461,12 @@ void GpuPolicy::evict_parked(std::uint64_t excess, int max_rank, ClientId spared
         c->partial_swap ? std::min(excess, c->parked_bytes()) : c->parked_bytes();
     excess -= std::min(excess, moved);
     c->evict_bytes = moved < c->parked_bytes() ? moved : 0;
-    c->evict_parked_from = c->parked_bytes();
-    c->evict_until =
-        now + config_.revoke_grace +
-        std::min(client_swap_time(config_, moved, c->swap_bytes_per_s, config_.device_bytes),
-                 config_.swap_allowance_max);
+    // Whole allocations move, so a byte target may move up to all of it: the deadline is that of
+    // all of it.
+    c->evict_until = now + config_.revoke_grace +
+                     std::min(client_swap_time(config_, c->parked_bytes(), c->swap_bytes_per_s,
+                                               config_.device_bytes),
+                              config_.swap_allowance_max);
     ++c->counters.evictions;
     out.push_back(SendEvict{c->id, c->evict_bytes});
   }
@@ -500,7 +506,7 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
     ClientRecord* newest = running.back();
     running.pop_back();
     total -= newest->movable_bytes();
-    revoke(*newest, RevokeReason::kMemory, true, now, out);
+    revoke(*newest, RevokeReason::kMemory, SwapOrder{true, 0}, now, out);
   }
 }
 
@@ -696,7 +702,8 @@ std::vector<GpuPolicy::PlannedLeaver> GpuPolicy::planned_leavers(const ClientRec
   // of it or, a client that takes byte targets, the part that does not fit.
   std::uint64_t resident = head.movable_bytes() + resident_besides(leaving);
   std::vector<PlannedLeaver> planned;
-  for (const ClientRecord* r : leaving) planned.push_back(PlannedLeaver{r, order_for(*r, resident)});
+  for (const ClientRecord* r : leaving)
+    planned.push_back(PlannedLeaver{r, order_for(*r, resident)});
   return planned;
 }
 
@@ -779,7 +786,7 @@ void GpuPolicy::revoke_fair_turns(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state == ClientState::kRunning && c.rank() <= next->rank() &&
         takes_turns_with(c, *next) && fair_turn_end(c, *next) <= now) {
-      revoke(c, RevokeReason::kTurn, false, now, out);
+      revoke(c, RevokeReason::kTurn, SwapOrder{}, now, out);
     }
   }
 }
@@ -928,8 +935,7 @@ void GpuPolicy::revoke(ClientRecord& c, RevokeReason reason, SwapOrder order, Mo
   c.gang_drain_waited = false;
   if (drain_waits_for_gang(c)) c.gang_unbilled_since = now;
   // A holder revoked while it still swaps in must finish that before it can drain.
-  c.unresponsive_at =
-      std::max(now, c.runs_from) + config_.revoke_grace + swap_allowance(c, order);
+  c.unresponsive_at = std::max(now, c.runs_from) + config_.revoke_grace + swap_allowance(c, order);
   out.push_back(SendRevoke{c.id, c.epoch, reason, c.swap_out, c.swap_bytes});
 }
 
@@ -984,11 +990,9 @@ Duration GpuPolicy::swap_in_estimate(const ClientRecord& c) const {
 Duration GpuPolicy::swap_allowance(const ClientRecord& c, SwapOrder order) const {
   // Moving a large working set to host legitimately takes a while; that is not unresponsiveness.
   // But only once: a client that already ignored a revoke gets the grace alone.
+  // A byte target moves whole allocations, up to all of them: the allowance is that of all.
   if (!order.swap_out || c.strikes > 0) return Duration::zero();
-  if (order.bytes == 0) return std::min(swap_time(c), config_.swap_allowance_max);
-  const std::uint64_t bound = config_.device_bytes > 0 ? config_.device_bytes : capacity();
-  return std::min(client_swap_time(config_, order.bytes, c.swap_bytes_per_s, bound),
-                  config_.swap_allowance_max);
+  return std::min(swap_time(c), config_.swap_allowance_max);
 }
 
 std::uint64_t GpuPolicy::usable() const {

@@ -392,8 +392,9 @@ class GpuPolicy {
   // How long a grant's swap-in may take: the swap time of a client whose memory is on the host,
   // at most swap_allowance_max, none after a strike.
   Duration swap_in_estimate(const ClientRecord& c) const;
-  // How long past the grace a revoked holder may take: the swap time of what it must move, at
-  // most swap_allowance_max, none after a strike.
+  // How long past the grace a revoked holder may take: its swap time when it must swap out (all of
+  // it, whatever the byte target: whole allocations move), at most swap_allowance_max, none after
+  // a strike.
   Duration swap_allowance(const ClientRecord& c, SwapOrder order) const;
   std::vector<const ClientRecord*> runners_by_turn_end(const ClientRecord& head) const;
   std::optional<TurnPlan> turn_plan(const ClientRecord& head) const;
