@@ -506,7 +506,10 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
     ClientRecord* newest = running.back();
     running.pop_back();
     total -= newest->movable_bytes();
-    revoke(*newest, RevokeReason::kMemory, SwapOrder{true, 0}, now, out);
+    // It does not fit beside the others: it swaps out, all of it or (a client that takes byte
+    // targets) what does not fit.
+    std::uint64_t resident = total;
+    revoke(*newest, RevokeReason::kMemory, order_for(*newest, resident), now, out);
   }
 }
 
