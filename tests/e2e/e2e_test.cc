@@ -552,16 +552,16 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
 }
 
 // Partial swap-outs (protocol version 10): two trainers of two 96 MiB allocations each under a
-// 384Mi virtual capacity (345.6Mi usable) take turns. A hand-off needs 38.4Mi of room, so the leaver
-// is asked for that much and moves one allocation (the library moves whole ones), keeping the other
-// on the simulated GPU while it waits; an eviction (the second trainer allocates before its first
-// grant) moves one the same way. Both finish ok, every swap-out moved 96Mi and none all 192Mi, and a
-// waiting trainer was seen with 96Mi on the device.
+// 384Mi virtual capacity (345.6Mi usable) take turns. A hand-off needs 38.4Mi of room, so the
+// leaver is asked for that much and moves one allocation (the library moves whole ones), keeping
+// the other on the simulated GPU while it waits; an eviction (the second trainer allocates before
+// its first grant) moves one the same way. Both finish ok, every swap-out moved 96Mi and none all
+// 192Mi, and a waiting trainer was seen with 96Mi on the device.
 TEST_F(E2eTest, TurnsMoveOnlyThePartThatDoesNotFit) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "384Mi", "--quantum", "0.5"}));
-  const std::vector<std::string> args = {"--bytes",  "96Mi",  "--spare-bytes", "96Mi",
-                                         "--kernels", "60",   "--kernel-us",   "20000",
-                                         "--progress"};
+  const std::vector<std::string> args = {"--bytes",     "96Mi",      "--spare-bytes",
+                                         "96Mi",        "--kernels", "60",
+                                         "--kernel-us", "20000",     "--progress"};
   const std::string trace = dir_.path() + "/handoff.jsonl";
   const Env env = {{"NVSHARE_TRACE_FILE", trace}};
   Trainer& a = start_trainer({"A", args, env});

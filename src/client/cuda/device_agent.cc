@@ -60,8 +60,7 @@ std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
     moved += backed.bytes;
     // Managed allocations move all together, once, where the device-backed ones did not meet the
     // target; a swap-in brings back whatever is on the host.
-    const bool managed_too =
-        !to_host || (!managed_out_ && (target == 0 || backed.bytes < target));
+    const bool managed_too = !to_host || (!managed_out_ && (target == 0 || backed.bytes < target));
     if (!managed_too) ranges.clear();
     if (to_host && managed_too) managed_out_ = true;
     for (const ManagedRange& range : ranges) {
@@ -154,8 +153,8 @@ DeviceUsage GpuAgent::usage() {
   usage.allocated_bytes = device_.ledger.used();
   // Off the device: the device-backed ranges not mapped (swapped out, or reserved while out) and
   // the managed memory moved to the host.
-  const std::uint64_t swapped = device_.backing.unbacked_bytes() +
-                                device_.swapped_bytes.load(std::memory_order_relaxed);
+  const std::uint64_t swapped =
+      device_.backing.unbacked_bytes() + device_.swapped_bytes.load(std::memory_order_relaxed);
   usage.resident_bytes = usage.allocated_bytes > swapped ? usage.allocated_bytes - swapped : 0;
   usage.swap_bytes_per_s = device_.swap_bytes_per_s.load(std::memory_order_relaxed);
   usage.refused_allocations = device_.ledger.refused();
