@@ -1439,8 +1439,11 @@ TEST_F(TwoGpuTest, TheCappedProcessesOfOneJobOnTwoGpusRunTogether) {
 // result ok.
 TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
   extra_env_["NVSHARE_FAKECUDA_SWAP_BW"] = "48Gi";
-  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "1536Mi", "--quantum", "4"}));
-  const std::vector<std::string> args = {"--bytes",     "1Gi",   "--kernels", "500",
+  // 256Mi each: the waiter's memory comes back at host speed before it runs unscheduled, and a
+  // loaded host (a sanitizer build beside other suites) copied 1Gi slowly enough to eat the
+  // scheduler's whole absence.
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "384Mi", "--quantum", "4"}));
+  const std::vector<std::string> args = {"--bytes",     "256Mi", "--kernels", "500",
                                          "--kernel-us", "20000", "--progress"};
   Trainer& a = start_trainer({"A", args});
   Trainer& b = start_trainer({"B", args});

@@ -3,6 +3,7 @@
 // swap when their memory does not fit together.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <future>
 #include <string>
@@ -105,8 +106,8 @@ TEST(LinkWithScheduler, TurnsRevokeDrainAndHandOverBothWays) {
 }
 
 // Both clients append to one trace file: each line is whole JSON, and the hand-over reads in order
-// request, grant (a), request (b), yield (a is asked to hand over once idle; it stays busy),
-// revoke, release (a), grant (b), with monotonic times.
+// request, grant (a), request (b), yield (a is asked to hand over once idle; it stays busy; only
+// while its turn lasts), revoke, release (a), grant (b), with monotonic times.
 TEST(LinkWithScheduler, TraceRecordsTheHandOverInOrder) {
   TempDir dir;
   SchedulerProcess scheduler(dir, {"--mode", "exclusive", "--quantum", "0.2"});
@@ -137,10 +138,17 @@ TEST(LinkWithScheduler, TraceRecordsTheHandOverInOrder) {
       EXPECT_GE(j.find("ms")->as_double().value_or(-1), 0.0) << line;
     }
   }
-  const std::vector<std::string> expected = {"request", "grant",   "request", "yield",
+  // The yield is asked only while a's turn has not ended yet: when b's request comes after a's
+  // shortest turn (a loaded host), the scheduler revokes a at once and sends no yield.
+  const auto yield = std::find(events.begin(), events.end(), "yield");
+  if (yield != events.end()) {
+    EXPECT_EQ(yield - events.begin(), 3) << "the yield comes between b's request and the revoke";
+    events.erase(yield);
+  }
+  const std::vector<std::string> expected = {"request", "grant",   "request",
                                              "revoke",  "release", "grant"};
   ASSERT_GE(events.size(), expected.size());
-  EXPECT_EQ(std::vector<std::string>(events.begin(), events.begin() + 7), expected);
+  EXPECT_EQ(std::vector<std::string>(events.begin(), events.begin() + 6), expected);
 }
 
 // Exclusive mode with a long quantum and a long idle release: a holder that goes idle while another
