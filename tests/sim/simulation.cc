@@ -217,7 +217,7 @@ class World {
   void log(const std::string& line) {
     if (!trace_) return;
     trace_lines_.push_back(fmt_time(now_) + "  " + line);
-    if (trace_lines_.size() > 150) trace_lines_.pop_front();
+    if (trace_lines_.size() > 150000) trace_lines_.pop_front();
   }
 
   void fail(const std::string& what) {
@@ -263,7 +263,7 @@ class World {
     if (waited > result_.starvation_bound) {
       fail(name(c) + " waited " + std::to_string(seconds(waited)) +
            " s for turn or memory, over the bound of " +
-           std::to_string(seconds(result_.starvation_bound)) + " s");
+           std::to_string(seconds(result_.starvation_bound)) + " s\n" + dump(engine_.view(now_)));
     }
   }
 

@@ -555,13 +555,15 @@ void GpuPolicy::revoke_for_priority(MonoTime now, std::vector<Action>& out) {
 // budget is repaid, or for priority_floor at most.
 void GpuPolicy::hold_back_lower_classes(MonoTime now) {
   // Present: wants or holds the GPU, or handed it over at an idle moment of its steps less than a
-  // floor ago (its next step is coming: its idle moments are what a lower class runs in).
+  // floor ago (its next step is coming: its idle moments are what a lower class runs in). A holder
+  // that ignored its revoke is not: it has stopped blocking, and holds nobody back either.
   // A client above every holder is not held back either: it takes the GPU from a lower class.
   int top = -1;
   int lowest_holder = static_cast<int>(Priority::kHigh) + 1;
   for (const ClientRecord& c : clients_) {
     const bool between_steps = c.stepping && now - c.state_since < config_.priority_floor;
-    if (c.active() || between_steps) top = std::max(top, c.rank());
+    const bool present = c.active() && c.state != ClientState::kUnresponsive;
+    if (present || between_steps) top = std::max(top, c.rank());
     if (c.blocks()) lowest_holder = std::min(lowest_holder, c.rank());
   }
   hold_top_ = top;
@@ -569,10 +571,11 @@ void GpuPolicy::hold_back_lower_classes(MonoTime now) {
     return c.state == ClientState::kWaiting && !c.throttled && c.rank() < top &&
            c.rank() <= lowest_holder && interference_s_ < 0;
   };
-  // One at a time: not while a grant the floor let through is still held.
+  // One at a time: not while a grant the floor let through is still held (by a holder that still
+  // blocks: one that ignored its revoke would stop the floor for good).
   const bool floor_grant_held =
       std::any_of(clients_.begin(), clients_.end(),
-                  [](const ClientRecord& c) { return c.holds() && c.floor_grant; });
+                  [](const ClientRecord& c) { return c.blocks() && c.floor_grant; });
   if (std::none_of(clients_.begin(), clients_.end(), holds_back)) {
     // A grant the floor let through keeps the floor's clock until it is released (restart_floor).
     if (!floor_grant_held) held_since_.reset();
