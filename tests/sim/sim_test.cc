@@ -60,8 +60,7 @@ TEST_P(RandomScenarios, PropertiesHold) {
   double worst_ratio = 0;
   Duration worst_latency{0};
   const char* base = std::getenv("NVSHARE_SIM_SEED_BASE");
-  const int first =
-      (base != nullptr ? std::atoi(base) : 0) + GetParam() * kSeedsPerChunk + 1;
+  const int first = (base != nullptr ? std::atoi(base) : 0) + GetParam() * kSeedsPerChunk + 1;
   for (int seed = first; seed < first + kSeedsPerChunk; ++seed) {
     const Scenario scenario = random_scenario(static_cast<std::uint64_t>(seed));
     const SimResult r = run_checked(scenario);
