@@ -506,11 +506,9 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
     }
     sleep_s(0.02);
   }
-  Json ra = finish(a);
-  Json rb = finish(b);
+  finish(a);  // checks its result
+  finish(b);
   ASSERT_FALSE(HasFailure());
-  EXPECT_EQ(json_string(&ra, "result"), "ok") << ra.dump();
-  EXPECT_EQ(json_string(&rb, "result"), "ok") << rb.dump();
   EXPECT_EQ(max_holding, 1) << "two trainers that do not fit held the GPU at once";
   EXPECT_TRUE(saw_swapped_out) << "never saw a waiting trainer with its device memory released";
   std::vector<Interval> ka = intervals(a.progress(), 0);
@@ -584,11 +582,9 @@ TEST_F(E2eTest, TurnsMoveOnlyThePartThatDoesNotFit) {
     }
     sleep_s(0.02);
   }
-  Json ra = finish(a);
-  Json rb = finish(b);
+  finish(a);  // checks its result
+  finish(b);
   ASSERT_FALSE(HasFailure());
-  EXPECT_EQ(json_string(&ra, "result"), "ok") << ra.dump();
-  EXPECT_EQ(json_string(&rb, "result"), "ok") << rb.dump();
   int swaps = 0;
   for (const Trainer* t : {&a, &b}) {
     const Result<std::vector<Json>> events = trace_events(trace, t->pid());
@@ -645,11 +641,9 @@ TEST_F(E2eTest, AnIdleProcessesMemoryIsEvictedForTheNextToRun) {
     sleep_s(0.01);
   }
   std::ofstream(done) << "done\n";
-  Json ra = finish(a);
-  Json rb = finish(b);
+  finish(a);  // checks its result
+  finish(b);
   ASSERT_FALSE(HasFailure());
-  EXPECT_EQ(json_string(&ra, "result"), "ok") << ra.dump();
-  EXPECT_EQ(json_string(&rb, "result"), "ok") << rb.dump();
   EXPECT_TRUE(b_ran) << "B was never seen holding the GPU";
   EXPECT_FALSE(b_ran_beside_a) << "B ran while A's memory was still on the device";
   const Result<std::vector<Json>> events = trace_events(trace, a.pid());

@@ -3,6 +3,9 @@
 // what it keeps counts as parked. A client that moves less than asked is evicted for the rest.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "harness.h"
 
 namespace nvshare::policy::testing {
@@ -38,21 +41,18 @@ TEST(PartialSwap, ALeaverMovesOnlyWhatTheHeadNeeds) {
   keeps(h, 2, 0);  // its memory on the host
   h.request(2);
   ASSERT_EQ(h.state(2), ClientState::kWaiting);
-  const std::optional<SendRevoke> first = revoke_of(h, 1);
-  ASSERT_TRUE(first);
-  EXPECT_TRUE(first->swap_out);
-  EXPECT_EQ(first->swap_bytes, 2 * kGiB);
-  keeps(h, 1, 8 * kGiB);
-  EXPECT_TRUE(granted(h.feed(Released{1, h.epoch(1), 0ms, 0ms}), 2));
-  EXPECT_EQ(h.client(1).parked_bytes, 8 * kGiB);
-  // Back to 1: it needs its 2 GiB back beside its own 8, so 2 moves 2 GiB.
-  const std::optional<SendRevoke> second = revoke_of(h, 2);
-  ASSERT_TRUE(second);
-  EXPECT_TRUE(second->swap_out);
-  EXPECT_EQ(second->swap_bytes, 2 * kGiB);
-  keeps(h, 2, 8 * kGiB);
-  EXPECT_TRUE(granted(h.feed(Released{2, h.epoch(2), 0ms, 0ms}), 1));
-  EXPECT_EQ(h.client(2).parked_bytes, 8 * kGiB);
+  // 1 hands over to 2, then 2 back to 1 (which needs its 2 GiB back beside its own 8): each time
+  // the leaver is asked for 2 GiB and keeps 8 parked.
+  for (const auto& [leaver, head] : {std::pair<ClientId, ClientId>{1, 2}, {2, 1}}) {
+    SCOPED_TRACE("client " + std::to_string(leaver) + " hands over");
+    const std::optional<SendRevoke> revoke = revoke_of(h, leaver);
+    ASSERT_TRUE(revoke);
+    EXPECT_TRUE(revoke->swap_out);
+    EXPECT_EQ(revoke->swap_bytes, 2 * kGiB);
+    keeps(h, leaver, 8 * kGiB);
+    EXPECT_TRUE(granted(h.feed(Released{leaver, h.epoch(leaver), 0ms, 0ms}), head));
+    EXPECT_EQ(h.client(leaver).parked_bytes, 8 * kGiB);
+  }
 }
 
 // A client that moves all or nothing (older than version 10) is asked for all of it.
