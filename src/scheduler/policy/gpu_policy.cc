@@ -390,6 +390,12 @@ void GpuPolicy::expire_grace(MonoTime now, std::vector<Action>& out) {
   for (ClientRecord& c : clients_) {
     if (c.state != ClientState::kRevoking || c.unresponsive_at > now) continue;
     set_state(c, ClientState::kUnresponsive, now);
+    // A grant the priority floor let through ends here for the floor: the next may follow a floor
+    // from now (the floor's clock restarts), not from the late release of this one.
+    if (c.floor_grant) {
+      c.floor_grant = false;
+      if (held_since_) held_since_ = now;
+    }
     ++c.strikes;
     ++unresponsive_count_;
     out.push_back(HolderUnresponsive{c.id, c.epoch});
