@@ -26,6 +26,7 @@ using scheduler::ClientId;
 namespace session = client::session;
 
 const MonoTime kStart = MonoTime{std::chrono::hours(1)};
+constexpr std::uint64_t kMaxStepsAtOneInstant = 100000;
 // Application threads keep about this much GPU work queued (they synchronize beyond it).
 constexpr Duration kQueueAhead = 4ms;
 // How often the limits and the waits are looked at when nothing else happens.
@@ -746,13 +747,20 @@ Result World::run() {
   for (MonoTime t = kStart; t < end; t += kCheckEvery) {
     at_time(t, [this] { check_limits_current(); });
   }
+  // Virtual time must move: steps without end at one instant are a busy loop (an engine whose
+  // next deadline is now, again and again), which on a real host burns a core.
+  std::uint64_t steps_at_instant = 0;
   while (!queue_.empty() && result_.ok) {
     Step step = queue_.top();
     if (step.at > end) break;
     queue_.pop();
+    steps_at_instant = step.at == now_ ? steps_at_instant + 1 : 0;
     now_ = step.at;
     step.fn();
     check_step();
+    if (steps_at_instant > kMaxStepsAtOneInstant) {
+      fail(std::to_string(steps_at_instant) + " steps without virtual time moving: a busy loop");
+    }
   }
   if (result_.ok) {
     now_ = end;

@@ -223,6 +223,13 @@ void GrantSession::service_grant(MonoTime now) {
     out_.emplace_back(session::Record{"request", epoch_});
   }
 
+  // Usage goes out on its own clock whatever else waits: a revoke waiting for threads still inside
+  // a submission returns early below, and a report left due would keep next_deadline() in the past
+  // (the link thread spinning until those threads leave).
+  if (usage_dirty_ && (!usage_sent_ || now >= last_usage_at_ + config_.timing.usage_interval)) {
+    send_usage(now, false);
+  }
+
   if (revoke_pending_) {
     const std::uint64_t inside = probe_.inside();
     if (inside > 0 && now < inside_deadline_) return;
@@ -243,10 +250,6 @@ void GrantSession::service_grant(MonoTime now) {
       await(Awaiting::kGateClosed, session::CloseGateToRelease{});
       return;
     }
-  }
-
-  if (usage_dirty_ && (!usage_sent_ || now >= last_usage_at_ + config_.timing.usage_interval)) {
-    send_usage(now, false);
   }
 }
 

@@ -187,6 +187,27 @@ TEST_F(GrantSessionTest, RevokeWaitsForThreadsInsideASubmissionUpToTheBound) {
   EXPECT_NE(find<Drain>(at(1210ms, Tick{})), nullptr);
 }
 
+// A usage report falls due while a revoke waits for a thread inside a submission: it goes out,
+// and the next deadline stays in the future (a report left due kept it in the past: the link
+// thread spun until the thread left).
+TEST_F(GrantSessionTest, UsageFallingDueWhileARevokeWaitsForThreadsInsideGoesOut) {
+  SessionConfig c = config();
+  c.timing.inside_bound = 1s;
+  c.timing.usage_interval = 100ms;
+  welcome(c);
+  hold(1, 10ms);
+  probe_.inside_now = 1;
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, false}});
+  probe_.use = {2ull << 30, 2ull << 30, 0};  // an allocation meanwhile
+  at(30ms, UsageChanged{});
+  const auto due = at(200ms, Tick{});
+  ASSERT_NE(sent<protocol::Usage>(due), nullptr);
+  EXPECT_EQ(sent<protocol::Usage>(due)->allocated_bytes, 2ull << 30);
+  EXPECT_EQ(find<Drain>(due), nullptr);  // the thread is still inside
+  ASSERT_TRUE(engine_->next_deadline());
+  EXPECT_GT(*engine_->next_deadline(), MonoTime{200ms});
+}
+
 TEST_F(GrantSessionTest, StaleRevokeAndGrantWhileHoldingAreIgnored) {
   welcome();
   hold(5, 10ms);
