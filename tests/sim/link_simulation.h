@@ -18,7 +18,9 @@
 //    connected client that is not busy has its pod's current limits once the frame could arrive;
 //  - nobody stuck: no application thread waits at the gate longer than the scenario's bound;
 //  - caps converge: in the cap scenarios the capped client's billed share is its cap, within
-//    tolerance.
+//    tolerance;
+//  - time moves: no more than 100,000 steps at one instant (an engine whose next deadline stays in
+//    the past would spin its link thread).
 #pragma once
 
 #include <cstdint>
