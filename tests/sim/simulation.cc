@@ -68,6 +68,10 @@ struct SimClient {
   Duration excused_wait{0};  // for quota, or for a higher class (no bound applies)
   std::optional<WaitReason> reason;
   MonoTime reason_since{};
+  // The current reason came while its quota bucket was in debt (below zero): it ran past its
+  // entitlement (a holder that ignored its revoke), and waits for its bucket whatever the reason
+  // says while the capped clients' pauses let it ask.
+  bool reason_in_debt = false;
   // A limit change on its way to the client.
   std::optional<Limits> pending_limits;
   MonoTime pending_since{};
@@ -242,18 +246,27 @@ class World {
     c.wait_since = now_;
     c.excused_wait = 0s;
     c.reason.reset();
+    c.reason_in_debt = false;
   }
 
   static bool excused(std::optional<WaitReason> reason) {
     return reason == WaitReason::kQuota || reason == WaitReason::kPriority;
   }
+  static bool excused(const SimClient& c) { return excused(c.reason) || c.reason_in_debt; }
 
   // Time spent waiting for turn or memory in the current wait (waiting for quota, or for a higher
   // class, which has no bound by design, excluded).
   Duration bounded_wait(const SimClient& c) const {
     Duration other = c.excused_wait;
-    if (excused(c.reason)) other += now_ - c.reason_since;
+    if (excused(c)) other += now_ - c.reason_since;
     return (now_ - c.wait_since) - other;
+  }
+
+  bool in_debt(ClientId id) const {
+    for (const policy::ClientView& v : engine_.view(now_).clients) {
+      if (v.client == id) return v.budget_left && *v.budget_left < Duration::zero();
+    }
+    return false;
   }
 
   void check_wait(SimClient& c) {
@@ -479,9 +492,10 @@ class World {
     if (c == nullptr) return fail("wait to unknown client " + std::to_string(a.client));
     if (!c->wants || c->holding) return fail("wait sent to " + name(*c) + ", which does not wait");
     if (c->reason == a.reason) return fail("wait reason repeated without a change");
-    if (excused(c->reason)) c->excused_wait += now_ - c->reason_since;
+    if (excused(*c)) c->excused_wait += now_ - c->reason_since;
     c->reason = a.reason;
     c->reason_since = now_;
+    c->reason_in_debt = in_debt(a.client);
   }
 
   void on_action(const policy::SendLimits& a) {
@@ -785,6 +799,7 @@ class World {
     c.wants = false;
     c.holding = 0;
     c.reason.reset();
+    c.reason_in_debt = false;
     c.allocated = 0;  // until its first usage report, below
     c.limits = c.spec.limits;
     c.noticed = 0;
