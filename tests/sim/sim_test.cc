@@ -4,7 +4,7 @@
 // NVSHARE_SIM_SEED=<n> replaces the random chunks by random scenario n alone, its trace printed
 // (for debugging: `NVSHARE_SIM_SEED=76 policy_sim --gtest_filter='Seeds/*/0'`).
 // NVSHARE_SIM_SEED_BASE=<n> shifts the chunks to seeds n+1 onwards, for sweeps beyond the 10,000
-// that every run checks.
+// that every run checks. NVSHARE_SIM_TRACE_LINES=<n> keeps the last n lines of a trace (150).
 #include <gtest/gtest.h>
 
 #include <algorithm>

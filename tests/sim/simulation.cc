@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -102,6 +103,12 @@ struct SimEvent {
     return at != other.at ? at > other.at : seq > other.seq;
   }
 };
+
+std::size_t trace_lines_from_env() {
+  const char* lines = std::getenv("NVSHARE_SIM_TRACE_LINES");
+  const long long n = lines != nullptr ? std::atoll(lines) : 0;
+  return n > 0 ? static_cast<std::size_t>(n) : 150;
+}
 
 class World {
  public:
@@ -221,7 +228,7 @@ class World {
   void log(const std::string& line) {
     if (!trace_) return;
     trace_lines_.push_back(fmt_time(now_) + "  " + line);
-    if (trace_lines_.size() > 150000) trace_lines_.pop_front();
+    if (trace_lines_.size() > trace_kept_) trace_lines_.pop_front();
   }
 
   void fail(const std::string& what) {
@@ -991,6 +998,9 @@ class World {
   bool stale_pending_ = false;
   SimResult result_;
   std::deque<std::string> trace_lines_;
+  // The last 150 lines go with a failure; NVSHARE_SIM_TRACE_LINES=<n> keeps more (a replay of one
+  // seed, to read all of it).
+  std::size_t trace_kept_ = trace_lines_from_env();
 };
 
 }  // namespace
