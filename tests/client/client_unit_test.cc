@@ -384,6 +384,67 @@ TEST_F(GpuTest, SwapOutCopiesDeviceBackedMemoryToTheHostAndFreesTheGpu) {
   EXPECT_EQ(snapshot().memory.device_bytes, before.memory.device_bytes - 64 * kMiB);
 }
 
+// A large allocation is backed in pieces: a swap-out asked for part of the memory moves whole
+// pieces until it has that much, not the whole allocation, and the pieces come back with their
+// contents at the same addresses; one asked for everything moves the rest.
+TEST_F(GpuTest, APartialSwapOutMovesPiecesOfALargeAllocation) {
+  const cuda::PieceLayout layout = cuda::piece_layout(512 * kMiB, 2 * kMiB);
+  ASSERT_EQ(layout.piece, 128 * kMiB);
+  ASSERT_EQ(layout.count, 4u);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, 512 * kMiB), CUDA_SUCCESS);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(cuMemsetD8_v2(p + i * 128 * kMiB, static_cast<unsigned char>(0x10 + i), 128 * kMiB),
+              CUDA_SUCCESS);
+  }
+  // One write across the boundary of the first two pieces: the range is contiguous.
+  ASSERT_EQ(cuMemsetD8_v2(p + 128 * kMiB - 2, 0x99, 4), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  cuda::DeviceBacking& backing = device_->backing;
+  const fakecuda::DeviceSnapshot before = snapshot();
+
+  EXPECT_EQ(backing.swap_out(stream_, kUnlimitedRoom, 150 * kMiB).bytes, 256 * kMiB);
+  EXPECT_EQ(before.memory.device_bytes - snapshot().memory.device_bytes, 256 * kMiB);
+  EXPECT_EQ(backing.unbacked_bytes(), 256 * kMiB);
+  EXPECT_EQ(backing.host_bytes(), 512 * kMiB) << "one host copy for the whole allocation";
+  EXPECT_EQ(backing.swap_out(stream_, kUnlimitedRoom).bytes, 256 * kMiB) << "the rest";
+  EXPECT_EQ(backing.unbacked_bytes(), 512 * kMiB);
+  EXPECT_EQ(backing.swap_in(stream_).bytes, 512 * kMiB);
+  EXPECT_EQ(snapshot().memory.device_bytes, before.memory.device_bytes);
+
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    unsigned char first = 0;
+    unsigned char last = 0;
+    ASSERT_EQ(cuMemcpyDtoH_v2(&first, p + i * 128 * kMiB + 7, 1), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemcpyDtoH_v2(&last, p + (i + 1) * 128 * kMiB - 3 - (i == 0 ? 4 : 0), 1),
+              CUDA_SUCCESS);
+    EXPECT_EQ(first, 0x10 + i) << "piece " << i;
+    EXPECT_EQ(last, 0x10 + i) << "piece " << i;
+  }
+  unsigned char across[4] = {};
+  ASSERT_EQ(cuMemcpyDtoH_v2(across, p + 128 * kMiB - 2, 4), CUDA_SUCCESS);
+  for (unsigned char byte : across) EXPECT_EQ(byte, 0x99);
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot().memory.device_bytes, before.memory.device_bytes - 512 * kMiB);
+  EXPECT_EQ(backing.host_bytes(), 0u);
+}
+
+TEST(PieceLayout, LargeAllocationsAreCutInAtMostFourPiecesOfTheGranularity) {
+  using cuda::piece_layout;
+  EXPECT_EQ(piece_layout(64 * kMiB, 2 * kMiB).count, 1u);
+  EXPECT_EQ(piece_layout(64 * kMiB, 2 * kMiB).piece, 64 * kMiB);
+  EXPECT_EQ(piece_layout(128 * kMiB, 2 * kMiB).count, 1u) << "no piece below 128 MiB";
+  EXPECT_EQ(piece_layout(200 * kMiB, 2 * kMiB).piece, 128 * kMiB);
+  EXPECT_EQ(piece_layout(200 * kMiB, 2 * kMiB).count, 2u);
+  EXPECT_EQ(piece_layout(1024 * kMiB, 2 * kMiB).piece, 256 * kMiB);
+  EXPECT_EQ(piece_layout(1024 * kMiB, 2 * kMiB).count, 4u);
+  // 1001 MiB: a quarter rounded up to the granularity, the last piece shorter.
+  EXPECT_EQ(piece_layout(1001 * kMiB, 2 * kMiB).piece, 252 * kMiB);
+  EXPECT_EQ(piece_layout(1001 * kMiB, 2 * kMiB).count, 4u);
+  EXPECT_EQ(piece_layout(3 * 1024 * kMiB, 2 * kMiB).count, 4u);
+  EXPECT_EQ(piece_layout(0, 2 * kMiB).count, 0u);
+}
+
 // Host copies prepared ahead of an announced swap-out (from a thread with no context of its own:
 // the primary context is made current for the page-locking) are the ones the swap-out copies
 // into; a range freed after its copy was prepared gives the copy back.

@@ -655,17 +655,67 @@ TEST_F(E2eTest, AnIdleProcessesMemoryIsEvictedForTheNextToRun) {
   EXPECT_GE(evicted_bytes, 128 * kMi) << "A's trace shows no eviction that moved its memory";
 }
 
+// A large allocation is backed in pieces, so an eviction moves only the pieces the next job needs
+// room for: A idles with one 512Mi allocation (four pieces of 128Mi) on the device; B (256Mi)
+// needs 77Mi more than the 691Mi usable of 768Mi, so A moves one piece and keeps 384Mi beside B.
+TEST_F(E2eTest, AnEvictionMovesOnlyThePiecesTheNextJobNeeds) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "768Mi"}));
+  const std::string trace = dir_.path() + "/handoff.jsonl";
+  const std::string done = dir_.path() + "/a.done";
+  const Env env = {{"NVSHARE_TRACE_FILE", trace}};
+  Trainer& a = start_trainer(
+      {"A",
+       {"--bytes", "512Mi", "--kernels", "5", "--kernel-us", "2000", "--ipc-wait", done},
+       env});
+  ASSERT_FALSE(HasFailure());
+  const bool parked = wait_until(
+      [&] {
+        auto status = poll_status();
+        if (!status.ok()) return false;
+        const Json* c = find_client(status.value(), a.pid());
+        return json_string(c, "state") == "idle" && json_number(c, "parked_bytes", 0) >= 512 * kMi;
+      },
+      20);
+  ASSERT_TRUE(parked) << "A never idled with its memory parked on the device\n" << a.describe();
+  Trainer& b = start_trainer(
+      {"B", {"--bytes", "256Mi", "--kernels", "20", "--kernel-us", "10000", "--progress"}, env});
+  ASSERT_FALSE(HasFailure());
+  double a_beside_b = -1;
+  while (b.running()) {
+    auto status = poll_status();
+    auto stat = fake_stat();
+    if (status.ok() && stat.ok() && holds_gpu_with_memory(find_client(status.value(), b.pid()))) {
+      const Json* slot = context_of(first_device(stat.value()), a.pid());
+      if (slot != nullptr) a_beside_b = json_number(slot, "allocated");
+    }
+    sleep_s(0.01);
+  }
+  std::ofstream(done) << "done\n";
+  finish(a);  // checks its result
+  finish(b);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(a_beside_b, 384.0 * kMi) << "A's memory on the device while B ran";
+  const Result<std::vector<Json>> events = trace_events(trace, a.pid());
+  ASSERT_TRUE(events.ok()) << (events.ok() ? "" : events.error().message);
+  double evicted_bytes = 0;
+  for (const Json& e : events.value()) {
+    if (json_string(&e, "event") == "evicted") evicted_bytes += json_number(&e, "swap_bytes", 0);
+  }
+  EXPECT_EQ(evicted_bytes, 128.0 * kMi) << "A's eviction should move one piece";
+}
+
 // CUDA IPC of device-backed memory between two processes of one user (off Kubernetes): the
 // importer maps what the exporter allocated (it reads the exporter's bytes, the exporter sees what
-// it wrote), under a memory limit smaller than the shared allocation (shared memory is the
-// exporter's, counted once), and the scheduler knows the exporter's shared bytes are pinned.
+// it wrote, at both ends of an allocation backed in three pieces), under a memory limit smaller
+// than the shared allocation (shared memory is the exporter's, counted once), and the scheduler
+// knows the exporter's shared bytes are pinned.
 TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
   const std::string handle = dir_.path() + "/ipc.handle";
   const std::string done = dir_.path() + "/ipc.done";
-  Trainer& exporter = start_trainer(
-      {"exporter",
-       {"--bytes", "64Mi", "--kernels", "1", "--ipc-export", handle, "--ipc-wait", done}});
+  Trainer& exporter = start_trainer({"exporter",
+                                     {"--bytes", "320Mi", "--kernels", "1", "--ipc-export", handle,
+                                      "--ipc-wait", done, "--ipc-bytes", "320Mi"}});
   ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(wait_until([&] { return !read_file(handle).empty(); }, 20)) << exporter.describe();
   bool pinned = wait_until(
@@ -673,13 +723,14 @@ TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
         auto status = poll_status();
         if (!status.ok()) return false;
         const Json* c = find_client(status.value(), exporter.pid());
-        return json_number(c, "pinned_bytes", 0) == 64 * kMi;
+        return json_number(c, "pinned_bytes", 0) == 320 * kMi;
       },
       5);
   EXPECT_TRUE(pinned) << "the exporter's shared allocation never showed as pinned";
-  Trainer& importer = start_trainer({"importer",
-                                     {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done},
-                                     {{"NVSHARE_MEMORY_LIMIT", "32Mi"}}});
+  Trainer& importer = start_trainer(
+      {"importer",
+       {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done, "--ipc-bytes", "320Mi"},
+       {{"NVSHARE_MEMORY_LIMIT", "32Mi"}}});
   Json ri = finish(importer);
   Json re = finish(exporter);
   ASSERT_FALSE(HasFailure());
@@ -688,6 +739,8 @@ TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
   EXPECT_EQ(re.find("ipc_capable")->dump(), "true") << "the attribute must say IPC works";
   EXPECT_EQ(json_string(&ri, "ipc_read"), "5a") << "the importer did not see the exporter's bytes";
   EXPECT_EQ(json_string(&re, "ipc_seen"), "a5") << "the exporter did not see the importer's bytes";
+  EXPECT_EQ(json_string(&ri, "ipc_read_last"), "5a") << "the last piece did not map";
+  EXPECT_EQ(json_string(&re, "ipc_seen_last"), "a5") << "the last piece did not map";
 }
 
 // An allocation another process maps is never swapped: the exporter (64Mi shared, 64Mi of its own)

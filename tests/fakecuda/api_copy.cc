@@ -5,7 +5,8 @@
 // stream is the context's single queue either way. 2D and 3D copies take host, device and unified
 // operands (CUDA arrays are not simulated); peer copies ignore the contexts (all device memory is
 // host memory here); batch copies queue their copies in order. Memory mapped with cuMemMap must be
-// accessible from the current context's device (cuMemSetAccess) for copies and memsets.
+// accessible from the current context's device (cuMemSetAccess) for copies and memsets, which may
+// span mappings laid side by side in one reservation.
 #include <cstring>
 
 #include "driver.h"
@@ -19,16 +20,32 @@ namespace {
 // The device side of a copy or memset must lie inside one allocation, and a mapping made with the
 // virtual memory management API must be accessible from the current context's device
 // (cuMemSetAccess), as on a GPU.
+// Whether the current context may access the mapping at `base` (no context: checked by the
+// caller).
+bool accessible(std::uintptr_t base) {
+  Driver& driver = Driver::instance();
+  std::shared_ptr<CUctx_st> ctx;
+  if (fakecuda::current_context(&ctx) != CUDA_SUCCESS) return true;
+  std::lock_guard lock(driver.mu);
+  auto it = driver.access.find(base);
+  return it != driver.access.end() && ((it->second >> ctx->device) & 1) != 0;
+}
+
+// One allocation holds the range; or, as with the driver, mappings laid side by side in one
+// reservation do, each accessible.
 bool valid_range(CUdeviceptr address, std::size_t bytes) {
   Driver& driver = Driver::instance();
   const std::optional<fakecuda::Allocation> found = driver.find_allocation(address, bytes);
-  if (!found) return false;
-  if (found->kind != fakecuda::MemoryKind::kMapped) return true;
-  std::shared_ptr<CUctx_st> ctx;
-  if (fakecuda::current_context(&ctx) != CUDA_SUCCESS) return true;  // checked by the caller
-  std::lock_guard lock(driver.mu);
-  auto it = driver.access.find(found->base);
-  return it != driver.access.end() && ((it->second >> ctx->device) & 1) != 0;
+  if (found) return found->kind != fakecuda::MemoryKind::kMapped || accessible(found->base);
+  const std::uintptr_t end = address + bytes;
+  for (std::uintptr_t at = address; at < end;) {
+    const std::optional<fakecuda::Allocation> piece = driver.find_allocation(at, 1);
+    if (!piece || piece->kind != fakecuda::MemoryKind::kMapped || !accessible(piece->base)) {
+      return false;
+    }
+    at = piece->base + piece->size;
+  }
+  return true;
 }
 
 CUresult copy_sync(void* dst, const void* src, std::size_t bytes) {

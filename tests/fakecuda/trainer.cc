@@ -44,6 +44,10 @@
 //                             (cuIpcOpenMemHandle; a failure is the run's error), report its first
 //                             byte as "ipc_read", write 0xa5 over its first 4 KiB, close it;
 //                             with --ipc-done FILE2, create FILE2 afterwards
+//   --ipc-bytes Q             with --ipc-import: the opened memory is Q bytes; its last 4 KiB are
+//                             read ("ipc_read_last") and overwritten with 0xa5 as well (a handle of
+//                             an allocation the library backs in pieces maps every piece). With
+//                             --ipc-wait: the buffer's last byte is reported too ("ipc_seen_last")
 //   --also-device N           one process on two GPUs: also retains device N's primary context,
 //                             allocates --also-bytes there, and every iteration launches its
 //                             kernels on both devices (switching the current context) and waits for
@@ -120,6 +124,7 @@ struct Options {
   std::string ipc_wait;
   std::string ipc_import;
   std::string ipc_done;
+  std::uint64_t ipc_bytes = 0;
   int also_device = -1;
   std::uint64_t also_bytes = 0;
   std::uint64_t also_try_bytes = 0;
@@ -137,6 +142,8 @@ struct Report {
   int ipc_seen = -1;        // first byte of the buffer after the importer was done
   int ipc_capable = -1;     // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE of the buffer
   int ipc_read = -1;        // first byte of the imported memory
+  int ipc_seen_last = -1;   // last byte of the buffer after the importer was done (--ipc-bytes)
+  int ipc_read_last = -1;   // last byte of the imported memory (--ipc-bytes)
   int device = 0;
   std::string uuid;
   std::uint64_t bytes = 0;
@@ -240,6 +247,8 @@ void print_report(const char* result, const std::string& error) {
   }
   if (r.ipc_seen >= 0) std::printf(",\"ipc_seen\":\"%02x\"", r.ipc_seen);
   if (r.ipc_read >= 0) std::printf(",\"ipc_read\":\"%02x\"", r.ipc_read);
+  if (r.ipc_seen_last >= 0) std::printf(",\"ipc_seen_last\":\"%02x\"", r.ipc_seen_last);
+  if (r.ipc_read_last >= 0) std::printf(",\"ipc_read_last\":\"%02x\"", r.ipc_read_last);
   if (r.also_device >= 0) {
     std::printf(",\"also\":{\"device\":%d,\"uuid\":\"%s\",\"mem_total\":%zu,\"kernels\":%ld",
                 r.also_device, r.also_uuid.c_str(), r.also_mem_total, r.also_kernels);
@@ -297,6 +306,7 @@ void usage(FILE* out) {
       "  --ipc-wait FILE       after the loop, wait for FILE and report the buffer's first byte\n"
       "  --ipc-import FILE     open the IPC handle in FILE, report and overwrite its first bytes\n"
       "  --ipc-done FILE       create FILE once the imported memory is closed\n"
+      "  --ipc-bytes Q         the opened (or exported) memory's size: its last 4 KiB too\n"
       "  --also-device N       also drive device N: allocate --also-bytes Q there and launch "
       "every\n"
       "                        iteration's kernels on both devices\n"
@@ -342,7 +352,7 @@ bool parse_options(int argc, char** argv, Options* options) {
     } else if (arg == "--probe-free") {
       options->probe_free = true;
     } else if ((arg == "--bytes" || arg == "--alloc-bytes" || arg == "--spare-bytes" ||
-                arg == "--also-bytes" || arg == "--also-try-bytes") &&
+                arg == "--also-bytes" || arg == "--also-try-bytes" || arg == "--ipc-bytes") &&
                value(&v)) {
       auto parsed = nvshare::parse_memory_quantity(v);
       if (!parsed.ok()) {
@@ -354,6 +364,7 @@ bool parse_options(int argc, char** argv, Options* options) {
        : arg == "--alloc-bytes" ? options->alloc_bytes
        : arg == "--spare-bytes" ? options->spare_bytes
        : arg == "--also-bytes"  ? options->also_bytes
+       : arg == "--ipc-bytes"   ? options->ipc_bytes
                                 : options->also_try_bytes) = parsed.value();
     } else if (arg == "--meminfo-every-ms" && value(&v) && parse_long(v, 1, &number)) {
       options->meminfo_every_ms = number;
@@ -552,6 +563,12 @@ void import_buffer(const Options& options) {
   CU_CHECK(cuMemcpyDtoH, (bytes.data(), shared, kTouched));
   g_report.ipc_read = bytes[0];
   CU_CHECK(cuMemsetD8, (shared, 0xa5, kTouched));
+  if (options.ipc_bytes >= kTouched) {
+    const CUdeviceptr last = shared + options.ipc_bytes - kTouched;
+    CU_CHECK(cuMemcpyDtoH, (bytes.data(), last, kTouched));
+    g_report.ipc_read_last = bytes[kTouched - 1];
+    CU_CHECK(cuMemsetD8, (last, 0xa5, kTouched));
+  }
   CU_CHECK(cuCtxSynchronize, ());
   CU_CHECK(cuIpcCloseMemHandle, (shared));
   if (!options.ipc_done.empty()) publish_file(options.ipc_done, "done");
@@ -769,6 +786,10 @@ int main(int argc, char** argv) {
     unsigned char first = 0;
     CU_CHECK(cuMemcpyDtoH, (&first, buffer, 1));
     report.ipc_seen = first;
+    if (options.ipc_bytes > 0 && options.ipc_bytes <= options.bytes) {
+      CU_CHECK(cuMemcpyDtoH, (&first, buffer + options.ipc_bytes - 1, 1));
+      report.ipc_seen_last = first;
+    }
   }
   if (options.exit_without_cleanup) {
     print_report("ok", "");

@@ -1,6 +1,7 @@
 #include "client/cuda/device_backing.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -138,6 +139,22 @@ std::uint64_t DeviceBacking::rounded(std::uint64_t bytes) const {
   return (bytes + granularity_ - 1) / granularity_ * granularity_;
 }
 
+PieceLayout piece_layout(std::uint64_t bytes, std::uint64_t granularity) {
+  if (bytes == 0) return {};
+  const std::uint64_t unit = std::max<std::uint64_t>(granularity, 1);
+  const std::uint64_t share = (bytes + kMaxPieces - 1) / kMaxPieces;
+  const std::uint64_t piece =
+      std::max((share + unit - 1) / unit * unit, (kMinPiece + unit - 1) / unit * unit);
+  if (piece >= bytes) return {bytes, 1};
+  return {piece, (bytes + piece - 1) / piece};
+}
+
+std::uint64_t DeviceBacking::Range::mapped_bytes() const {
+  std::uint64_t total = 0;
+  for (const Piece& piece : pieces) total += piece.handle != 0 ? piece.bytes : 0;
+  return total;
+}
+
 CUresult grant_access(CUdeviceptr address, std::uint64_t bytes, std::uint64_t gpus) {
   CUmemAccessDesc access[kMaxGpus] = {};
   std::size_t count = 0;
@@ -155,30 +172,43 @@ CUresult DeviceBacking::set_access(CUdeviceptr address, std::uint64_t bytes) con
   return grant_access(address, bytes, peers_ | (std::uint64_t{1} << ordinal_));
 }
 
-CUresult DeviceBacking::back(CUdeviceptr address, Range& range) {
+CUresult DeviceBacking::back(CUdeviceptr base, Piece& piece) {
   const hooks::DriverApi& api = hooks::driver();
   const CUmemAllocationProp prop = physical_prop(ordinal_, shareable_);
+  const CUdeviceptr address = base + piece.offset;
   CUmemGenericAllocationHandle handle = 0;
-  CUresult rc = hooks::real<HookId::cuMemCreate>()(&handle, range.bytes, &prop, 0);
+  CUresult rc = hooks::real<HookId::cuMemCreate>()(&handle, piece.bytes, &prop, 0);
   if (rc != CUDA_SUCCESS) return rc;
-  rc = api.cuMemMap(address, range.bytes, 0, handle, 0);
+  rc = api.cuMemMap(address, piece.bytes, 0, handle, 0);
   if (rc == CUDA_SUCCESS) {
-    rc = set_access(address, range.bytes);
-    if (rc != CUDA_SUCCESS) api.cuMemUnmap(address, range.bytes);
+    rc = set_access(address, piece.bytes);
+    if (rc != CUDA_SUCCESS) api.cuMemUnmap(address, piece.bytes);
   }
   if (rc != CUDA_SUCCESS) {
     hooks::real<HookId::cuMemRelease>()(handle);
     return rc;
   }
-  range.handle = handle;
+  piece.handle = handle;
   return CUDA_SUCCESS;
 }
 
-void DeviceBacking::unback(CUdeviceptr address, Range& range) {
-  if (range.handle == 0) return;
-  hooks::driver().cuMemUnmap(address, range.bytes);
-  hooks::real<HookId::cuMemRelease>()(range.handle);
-  range.handle = 0;
+CUresult DeviceBacking::back_all(CUdeviceptr base, Range& range) {
+  for (Piece& piece : range.pieces) {
+    const CUresult rc = back(base, piece);
+    if (rc != CUDA_SUCCESS) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+void DeviceBacking::unback(CUdeviceptr base, Piece& piece) {
+  if (piece.handle == 0) return;
+  hooks::driver().cuMemUnmap(base + piece.offset, piece.bytes);
+  hooks::real<HookId::cuMemRelease>()(piece.handle);
+  piece.handle = 0;
+}
+
+void DeviceBacking::unback_all(CUdeviceptr base, Range& range) {
+  for (Piece& piece : range.pieces) unback(base, piece);
 }
 
 CUresult DeviceBacking::allocate(std::uint64_t bytes, CUdeviceptr* address) {
@@ -189,9 +219,19 @@ CUresult DeviceBacking::allocate(std::uint64_t bytes, CUdeviceptr* address) {
   if (rc != CUDA_SUCCESS) return rc;
   Range range;
   range.bytes = bytes;
+  const PieceLayout layout = piece_layout(bytes, granularity_);
+  try {
+    for (std::uint64_t i = 0; i < layout.count; ++i) {
+      const std::uint64_t offset = i * layout.piece;
+      range.pieces.push_back(Piece{offset, std::min(layout.piece, bytes - offset)});
+    }
+  } catch (...) {
+    api.cuMemAddressFree(reserved, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   std::lock_guard lock(mu_);
   range.serial = next_serial_++;
-  if (!out_) rc = back(reserved, range);
+  if (!out_) rc = back_all(reserved, range);
   if (rc == CUDA_SUCCESS) {
     try {
       ranges_.emplace(reserved, range);
@@ -200,7 +240,7 @@ CUresult DeviceBacking::allocate(std::uint64_t bytes, CUdeviceptr* address) {
     }
   }
   if (rc != CUDA_SUCCESS) {
-    unback(reserved, range);
+    unback_all(reserved, range);
     api.cuMemAddressFree(reserved, bytes);
     return rc;
   }
@@ -213,7 +253,7 @@ CUresult DeviceBacking::release(CUdeviceptr address) {
   auto it = ranges_.find(address);
   if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
   Range& range = it->second;
-  unback(address, range);
+  unback_all(address, range);
   free_host_copy(range);
   const CUresult rc = hooks::driver().cuMemAddressFree(address, range.bytes);
   ranges_.erase(it);
@@ -265,31 +305,37 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room,
   prepared_cv_.wait(lock, [this] { return !preparing_; });
   --swaps_waiting_;
   out_ = true;
-  std::vector<std::pair<CUdeviceptr, Range*>> copied;
+  std::vector<std::pair<CUdeviceptr, Piece*>> copied;
   std::uint64_t copying = 0;
   std::uint64_t no_room = 0;
   BackingSwap done;
+  // What stays once the target is met is swapped in with the rest.
+  const auto met = [&] { return target > 0 && copying >= target; };
   for (auto& [address, range] : ranges_) {
-    if (target > 0 && copying >= target) break;  // what stays is swapped in with the rest
-    if (range.handle == 0 || range.pinned) continue;
+    if (met()) break;
+    if (!range.mapped() || range.pinned) continue;
     const bool new_copy = range.needs_host_copy();
     if (new_copy && !take_room(host_room, range.bytes)) {
       no_room += range.bytes;
       continue;
     }
     CUresult rc = ensure_host_copy(range);
-    if (rc == CUDA_SUCCESS) {
-      if (new_copy) done.host_copies_made += range.bytes;
-      rc = to_host != nullptr ? to_host(range.host, address, range.bytes, stream)
+    if (rc == CUDA_SUCCESS && new_copy) done.host_copies_made += range.bytes;
+    for (Piece& piece : range.pieces) {
+      if (rc != CUDA_SUCCESS || met()) break;
+      if (piece.handle == 0) continue;
+      rc = to_host != nullptr ? to_host(static_cast<unsigned char*>(range.host) + piece.offset,
+                                        address + piece.offset, piece.bytes, stream)
                               : CUDA_ERROR_NOT_FOUND;
+      if (rc != CUDA_SUCCESS) break;
+      copied.emplace_back(address, &piece);
+      copying += piece.bytes;
     }
     if (rc != CUDA_SUCCESS) {
-      NVSHARE_WARN("swap out: %s at 0x%llx stays on the GPU: %s", format_bytes(range.bytes).c_str(),
-                   static_cast<unsigned long long>(address), hooks::error_name(rc));
-      continue;
+      NVSHARE_WARN("swap out: some of %s at 0x%llx stays on the GPU: %s",
+                   format_bytes(range.bytes).c_str(), static_cast<unsigned long long>(address),
+                   hooks::error_name(rc));
     }
-    copied.emplace_back(address, &range);
-    copying += range.bytes;
   }
   if (no_room > 0) {
     NVSHARE_WARN(
@@ -304,11 +350,11 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room,
                  hooks::error_name(synced));
     return done;
   }
-  for (auto& [address, range] : copied) {
-    range->host_holds_contents = true;
-    unback(address, *range);
-    done.bytes += range->bytes;
-    ++done.ranges;
+  for (auto& [address, piece] : copied) {
+    piece->host_holds_contents = true;
+    unback(address, *piece);
+    done.bytes += piece->bytes;
+    ++done.pieces;
   }
   return done;
 }
@@ -393,28 +439,32 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
     bool short_of_memory = false;
     std::uint64_t missing = 0;
     for (auto& [address, range] : ranges_) {
-      if (range.handle != 0) continue;
-      const CUresult rc = back(address, range);
-      if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-        short_of_memory = true;
-        missing += range.bytes;
-        continue;
-      }
-      if (rc != CUDA_SUCCESS) {
-        NVSHARE_ERROR("swap in: cannot map %s at 0x%llx: %s", format_bytes(range.bytes).c_str(),
-                      static_cast<unsigned long long>(address), hooks::error_name(rc));
-        continue;
-      }
-      if (range.host_holds_contents && to_device != nullptr) {
-        const CUresult copy = to_device(address, range.host, range.bytes, stream);
-        if (copy != CUDA_SUCCESS) {
-          NVSHARE_ERROR("swap in: copy of %s back to the GPU failed: %s",
-                        format_bytes(range.bytes).c_str(), hooks::error_name(copy));
+      for (Piece& piece : range.pieces) {
+        if (piece.handle != 0) continue;
+        const CUdeviceptr at = address + piece.offset;
+        const CUresult rc = back(address, piece);
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+          short_of_memory = true;
+          missing += piece.bytes;
+          continue;
         }
+        if (rc != CUDA_SUCCESS) {
+          NVSHARE_ERROR("swap in: cannot map %s at 0x%llx: %s", format_bytes(piece.bytes).c_str(),
+                        static_cast<unsigned long long>(at), hooks::error_name(rc));
+          continue;
+        }
+        if (piece.host_holds_contents && to_device != nullptr) {
+          const CUresult copy = to_device(
+              at, static_cast<unsigned char*>(range.host) + piece.offset, piece.bytes, stream);
+          if (copy != CUDA_SUCCESS) {
+            NVSHARE_ERROR("swap in: copy of %s back to the GPU failed: %s",
+                          format_bytes(piece.bytes).c_str(), hooks::error_name(copy));
+          }
+        }
+        piece.host_holds_contents = false;
+        done.bytes += piece.bytes;
+        ++done.pieces;
       }
-      range.host_holds_contents = false;
-      done.bytes += range.bytes;
-      ++done.ranges;
     }
     if (!short_of_memory) break;
     const auto now = std::chrono::steady_clock::now();
@@ -428,7 +478,7 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
     std::this_thread::sleep_for(kRetryPause);
     lock.lock();
   }
-  if (done.ranges > 0) hooks::driver().cuStreamSynchronize(stream);
+  if (done.pieces > 0) hooks::driver().cuStreamSynchronize(stream);
   return done;
 }
 
@@ -439,12 +489,14 @@ void DeviceBacking::grant_peer(int peer) {
   if ((peers_ & bit) != 0) return;
   peers_ |= bit;
   for (const auto& [address, range] : ranges_) {
-    if (range.handle == 0) continue;
-    const CUresult rc = set_access(address, range.bytes);
-    if (rc != CUDA_SUCCESS) {
-      NVSHARE_WARN("peer access for GPU %d to %s at 0x%llx: %s", peer,
-                   format_bytes(range.bytes).c_str(), static_cast<unsigned long long>(address),
-                   hooks::error_name(rc));
+    for (const Piece& piece : range.pieces) {
+      if (piece.handle == 0) continue;
+      const CUresult rc = set_access(address + piece.offset, piece.bytes);
+      if (rc != CUDA_SUCCESS) {
+        NVSHARE_WARN(
+            "peer access for GPU %d to %s at 0x%llx: %s", peer, format_bytes(piece.bytes).c_str(),
+            static_cast<unsigned long long>(address + piece.offset), hooks::error_name(rc));
+      }
     }
   }
 }
@@ -456,12 +508,25 @@ CUresult DeviceBacking::export_shareable(CUdeviceptr address, Exported* out) {
   const auto it = containing(ranges_, address);
   if (it == ranges_.end()) return CUDA_ERROR_INVALID_VALUE;
   Range& range = it->second;
-  if (range.handle == 0) return CUDA_ERROR_NOT_READY;  // swapped out: the caller waits for the gate
-  int fd = -1;
-  const CUresult rc = to_fd(&fd, range.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (rc != CUDA_SUCCESS) return rc;
+  // Swapped out: the caller waits for the gate.
+  if (range.mapped_bytes() != range.bytes) return CUDA_ERROR_NOT_READY;
+  if (range.pieces.size() > kMaxPieces) return CUDA_ERROR_NOT_SUPPORTED;
+  Exported exported;
+  exported.base = it->first;
+  exported.bytes = range.bytes;
+  exported.piece = range.pieces.front().bytes;
+  exported.tokens = range.ipc_tokens;
+  for (const Piece& piece : range.pieces) {
+    int fd = -1;
+    const CUresult rc = to_fd(&fd, piece.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != CUDA_SUCCESS) {
+      for (std::uint64_t i = 0; i < exported.pieces; ++i) ::close(exported.fds[i]);
+      return rc;
+    }
+    exported.fds[exported.pieces++] = fd;
+  }
   range.pinned = true;
-  *out = Exported{it->first, range.bytes, fd, range.ipc_token};
+  *out = exported;
   return CUDA_SUCCESS;
 }
 
@@ -474,18 +539,18 @@ bool DeviceBacking::exportable(CUdeviceptr address) const {
   return shareable_ && hooks::driver().cuMemExportToShareableHandle != nullptr && contains(address);
 }
 
-void DeviceBacking::remember_token(CUdeviceptr base, std::uint64_t token) {
+void DeviceBacking::remember_tokens(CUdeviceptr base, const Tokens& tokens) {
   std::lock_guard lock(mu_);
   auto it = ranges_.find(base);
   if (it == ranges_.end()) return;
-  it->second.ipc_token = token;
-  if (token == 0) it->second.pinned = false;  // the export failed: nothing can map it
+  it->second.ipc_tokens = tokens;
+  if (tokens[0] == 0) it->second.pinned = false;  // the export failed: nothing can map it
 }
 
-std::uint64_t DeviceBacking::token_of(CUdeviceptr base) const {
+DeviceBacking::Tokens DeviceBacking::tokens_of(CUdeviceptr base) const {
   std::lock_guard lock(mu_);
   auto it = ranges_.find(base);
-  return it != ranges_.end() ? it->second.ipc_token : 0;
+  return it != ranges_.end() ? it->second.ipc_tokens : Tokens{};
 }
 
 std::uint64_t DeviceBacking::pinned_bytes() const {
@@ -500,9 +565,7 @@ std::uint64_t DeviceBacking::pinned_bytes() const {
 std::uint64_t DeviceBacking::unbacked_bytes() const {
   std::lock_guard lock(mu_);
   std::uint64_t total = 0;
-  for (const auto& [address, range] : ranges_) {
-    if (range.handle == 0) total += range.bytes;
-  }
+  for (const auto& [address, range] : ranges_) total += range.bytes - range.mapped_bytes();
   return total;
 }
 

@@ -4,17 +4,20 @@
 //
 //  - allocate(): reserves `bytes` (a multiple of granularity()) of address space and, unless the
 //    GPU is swapped out, creates physical memory there, maps it and grants access to the GPU and
-//    to every GPU that enabled peer access to it. While swapped out the range is only reserved and
-//    swap_in() backs it (a new allocation's contents are undefined, so nothing is copied in).
-//    On failure nothing is left behind and the driver's error is returned: the caller falls back
-//    to another backing (physical memory short: CUDA_ERROR_OUT_OF_MEMORY).
+//    to every GPU that enabled peer access to it. A large allocation is backed in pieces
+//    (piece_layout()), each its own physical memory mapped at its place in the range, so that a
+//    swap-out asked for part of the memory moves little more than that part. While swapped out the
+//    range is only reserved and swap_in() backs it (a new allocation's contents are undefined, so
+//    nothing is copied in). On failure nothing is left behind and the driver's error is returned:
+//    the caller falls back to another backing (physical memory short: CUDA_ERROR_OUT_OF_MEMORY).
 //  - release(): unmaps and releases the physical memory, frees the address range and the host copy.
 //  - Host room: host copies are charged to the process's memory cgroup like any page it touches,
 //    so a copy is made only while it fits in the host room the caller gives (the limit less the
 //    usage, client/host_room.h): past it the kernel would kill the process. A range whose copy
 //    does not fit stays on the GPU and counts as unmovable (unmovable_bytes(), reported to the
 //    scheduler as pinned bytes: it never plans a turn that needs them moved).
-//  - swap_out(): copies every mapped range to its host copy on `stream` (pinned memory, made at a
+//  - swap_out(): copies every mapped piece to its range's host copy on `stream` (pinned memory,
+//  made at a
 //    range's first swap-out or by prepare_host_copies(), and kept until it is freed: the
 //    host-memory cost of this mode; anonymous memory advised to use huge pages, then page-locked,
 //    which the kernel provides about twice as fast as cuMemHostAlloc), synchronizes, then unmaps
@@ -27,7 +30,7 @@
 //    current, retained meanwhile; where the process has no active primary context the pages are
 //    kept and page-locked at the swap-out). Stops early while a swap_out() waits, once the GPU is
 //    swapped out, and after stop_preparing(). A range freed meanwhile loses its prepared copy.
-//  - swap_in(): creates and maps physical memory for every unmapped range, grants access, copies
+//  - swap_in(): creates and maps physical memory for every unmapped piece, grants access, copies
 //    the host copies back (ranges allocated while out have none), synchronizes. Physical memory
 //    the driver cannot give yet (another process still holds it) is retried every few
 //    milliseconds, with a warning every few seconds, until it can: the gate stays closed meanwhile,
@@ -43,10 +46,12 @@
 // called. Never throws.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "client/hooks/cuda_api.h"
 
@@ -55,12 +60,23 @@ namespace nvshare::client::cuda {
 // GPUs a mask of GPUs (bit i: GPU i) can name.
 inline constexpr int kMaxGpus = 64;
 
+// How an allocation is cut into pieces: at most kMaxPieces of `piece` bytes (a multiple of the
+// granularity, at least kMinPiece), the last one shorter where the size asks.
+inline constexpr std::uint64_t kMaxPieces = 4;
+inline constexpr std::uint64_t kMinPiece = 128ull << 20;
+static_assert(kMaxPieces == 4, "Exported::fds lists one -1 per piece");
+struct PieceLayout {
+  std::uint64_t piece = 0;  // bytes of every piece but the last
+  std::uint64_t count = 0;
+};
+PieceLayout piece_layout(std::uint64_t bytes, std::uint64_t granularity);
+
 // Grants the GPUs in `gpus` read-write access to the mapped range [address, address + bytes).
 CUresult grant_access(CUdeviceptr address, std::uint64_t bytes, std::uint64_t gpus);
 
 struct BackingSwap {
   std::uint64_t bytes = 0;  // moved
-  std::uint64_t ranges = 0;
+  std::uint64_t pieces = 0;
   std::uint64_t host_copies_made = 0;  // of the room given, what new host copies took
 };
 
@@ -101,23 +117,26 @@ class DeviceBacking {
   // The GPUs granted access so far (bit i: GPU i), this GPU excluded.
   std::uint64_t peers() const;
 
-  // CUDA IPC. The allocation that contains `address`: its base, size, and a shareable descriptor
-  // of its physical memory (a new one per call, the caller's to close). Fails where the GPU
-  // cannot export (no POSIX descriptor handles), for an address no allocation contains, or while
-  // the allocation is swapped out. The allocation is pinned from then on: swap_out() leaves it
-  // on the GPU, since another process may map it, until it is freed.
+  // CUDA IPC. The allocation that contains `address`: its base, size, piece size, and a shareable
+  // descriptor of each piece's physical memory (new ones per call, the caller's to close). Fails
+  // where the GPU cannot export (no POSIX descriptor handles), for an address no allocation
+  // contains, or while part of the allocation is swapped out. The allocation is pinned from then
+  // on: swap_out() leaves it on the GPU, since another process may map it, until it is freed.
+  using Tokens = std::array<std::uint64_t, kMaxPieces>;  // one per piece, the rest 0
   struct Exported {
     CUdeviceptr base = 0;
     std::uint64_t bytes = 0;
-    int fd = -1;
-    std::uint64_t token = 0;  // the token remembered for it (0: none yet)
+    std::uint64_t piece = 0;                          // bytes of every piece but the last
+    std::array<int, kMaxPieces> fds{-1, -1, -1, -1};  // the first `pieces` are set
+    std::uint64_t pieces = 0;
+    Tokens tokens{};  // the tokens remembered for it (all 0: none yet)
   };
   CUresult export_shareable(CUdeviceptr address, Exported* out);
-  // Remembers the broker's token for the allocation at `base` (its handle names it from now on);
-  // 0: the first export failed, the allocation is not pinned after all.
-  void remember_token(CUdeviceptr base, std::uint64_t token);
-  // The token of the allocation at `base`, 0 when it was never exported.
-  std::uint64_t token_of(CUdeviceptr base) const;
+  // Remembers the broker's tokens for the allocation at `base` (its handle names them from now
+  // on); all 0: the first export failed, the allocation is not pinned after all.
+  void remember_tokens(CUdeviceptr base, const Tokens& tokens);
+  // The tokens of the allocation at `base`, all 0 when it was never exported.
+  Tokens tokens_of(CUdeviceptr base) const;
   // Whether `address` lies in one of this GPU's device-backed allocations.
   bool contains(CUdeviceptr address) const;
   // Whether `address` lies in an allocation export_shareable() can export (for
@@ -136,24 +155,33 @@ class DeviceBacking {
   std::uint64_t host_bytes() const;
 
  private:
-  struct Range {
+  struct Piece {
+    std::uint64_t offset = 0;  // in its range
     std::uint64_t bytes = 0;
     CUmemGenericAllocationHandle handle = 0;  // 0: not mapped
-    void* host = nullptr;                     // the pinned host copy, once swapped out
+    bool host_holds_contents = false;         // swapped out: its contents are in the host copy
+  };
+  struct Range {
+    std::uint64_t bytes = 0;
+    std::vector<Piece> pieces;     // in address order, covering the range
+    void* host = nullptr;          // the pinned host copy of the whole range, once swapped out
     bool host_registered = false;  // host is our mapping, page-locked (else cuMemHostAlloc)
     void* faulted = nullptr;       // prepared pages not page-locked yet (no primary context)
     std::uint64_t serial = 0;      // tells a range from a later one at the same address
-    bool host_holds_contents = false;
-    bool pinned = false;          // exported for CUDA IPC: never swapped out
-    std::uint64_t ipc_token = 0;  // the broker's token, once exported
+    bool pinned = false;           // exported for CUDA IPC: never swapped out
+    Tokens ipc_tokens{};           // the broker's tokens, once exported
 
     bool has_host_memory() const { return host != nullptr || faulted != nullptr; }
+    std::uint64_t mapped_bytes() const;
+    bool mapped() const { return mapped_bytes() != 0; }  // some of it
     // Mapped, movable, and without host memory yet: a swap-out would have to make its copy.
-    bool needs_host_copy() const { return handle != 0 && !pinned && !has_host_memory(); }
+    bool needs_host_copy() const { return mapped() && !pinned && !has_host_memory(); }
   };
 
-  CUresult back(CUdeviceptr address, Range& range);                     // create, map, grant access
-  void unback(CUdeviceptr address, Range& range);                       // unmap, release
+  CUresult back(CUdeviceptr base, Piece& piece);  // create, map, grant access
+  CUresult back_all(CUdeviceptr base, Range& range);
+  void unback(CUdeviceptr base, Piece& piece);  // unmap, release
+  void unback_all(CUdeviceptr base, Range& range);
   CUresult set_access(CUdeviceptr address, std::uint64_t bytes) const;  // this GPU and its peers
   // The range of `ranges` that contains `address`, or ranges.end().
   template <typename Ranges>

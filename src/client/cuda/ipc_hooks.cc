@@ -4,14 +4,15 @@
 // The driver's IPC accepts only cuMemAlloc memory, and device-backed allocations are physical
 // memory mapped at a reserved address (device_backing.h). For those:
 //  - cuIpcGetMemHandle (inside the gate, so no swap runs meanwhile) exports the physical memory
-//    as a file descriptor, offers it to the scheduler (ipc_broker_client.h) and writes a handle
-//    that names the scheduler's token, the allocation's size and the offset of `dptr` in it. The
+//    of each of the allocation's pieces (device_backing.h) as a file descriptor, offers each to
+//    the scheduler (ipc_broker_client.h) and writes a handle that names the scheduler's tokens,
+//    the allocation's size, its piece size and the offset of `dptr` in it. The
 //    allocation is pinned from then on: it stays on the GPU when the process swaps out, and the
 //    scheduler is told (usage pinned_bytes) so that it never plans a turn that would move it.
-//  - cuIpcOpenMemHandle of such a handle asks the scheduler for the descriptor (it answers only
-//    a process of the exporter's pod, or of its uid off Kubernetes), imports it, maps it at an
-//    address reserved for it and grants the current GPU access. Nothing is charged: the memory is
-//    the exporter's, counted once.
+//  - cuIpcOpenMemHandle of such a handle asks the scheduler for the descriptors (it answers only
+//    a process of the exporter's pod, or of its uid off Kubernetes), imports them, maps each piece
+//    at its place in an address range reserved for the allocation and grants the current GPU
+//    access. Nothing is charged: the memory is the exporter's, counted once.
 //  - cuIpcCloseMemHandle unmaps and releases what open mapped.
 // Any other handle or pointer goes to the driver unchanged (its own IPC, and its event handles).
 // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE answers 1 for device-backed memory the library
@@ -19,6 +20,8 @@
 // (UCX's cuda_ipc transport) take the IPC path.
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -36,32 +39,64 @@
 namespace nvshare::client {
 namespace {
 
-// The handle of a brokered export: a magic, then the token, the allocation's size and the offset
-// of the exported pointer in it, little endian as the hosts that share a GPU are; the rest zero.
-constexpr char kHandleMagic[8] = {'n', 'v', 's', 'h', 'I', 'P', 'C', '1'};
-static_assert(sizeof(CUipcMemHandle) >= 8 + 3 * sizeof(std::uint64_t));
+using cuda::grant_access;
+using cuda::kMaxGpus;
+using cuda::kMaxPieces;
+using Tokens = cuda::DeviceBacking::Tokens;
+
+// The handle of a brokered export, little endian as the hosts that share a GPU are: a magic, the
+// allocation's size, the offset of the exported pointer in it, its piece size, then the token of
+// each piece (the rest zero). The first form named one token, then the size and the offset.
+constexpr char kHandleMagic[8] = {'n', 'v', 's', 'h', 'I', 'P', 'C', '2'};
+constexpr char kHandleMagicOnePiece[8] = {'n', 'v', 's', 'h', 'I', 'P', 'C', '1'};
+static_assert(sizeof(CUipcMemHandle) >= 8 + (3 + kMaxPieces) * sizeof(std::uint64_t));
 
 struct HandleFields {
-  std::uint64_t token = 0;
   std::uint64_t bytes = 0;
   std::uint64_t offset = 0;
+  std::uint64_t piece = 0;  // bytes of every piece but the last
+  Tokens tokens{};
+
+  std::uint64_t pieces() const { return piece == 0 ? 0 : (bytes + piece - 1) / piece; }
+  std::uint64_t piece_bytes(std::uint64_t i) const { return std::min(piece, bytes - i * piece); }
 };
+
+std::uint64_t u64_at(const CUipcMemHandle& handle, std::size_t at) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, handle.reserved + at, 8);
+  return v;
+}
 
 void write_handle(CUipcMemHandle* handle, const HandleFields& f) {
   std::memset(handle, 0, sizeof *handle);
   std::memcpy(handle->reserved, kHandleMagic, sizeof kHandleMagic);
-  std::memcpy(handle->reserved + 8, &f.token, 8);
-  std::memcpy(handle->reserved + 16, &f.bytes, 8);
-  std::memcpy(handle->reserved + 24, &f.offset, 8);
+  std::memcpy(handle->reserved + 8, &f.bytes, 8);
+  std::memcpy(handle->reserved + 16, &f.offset, 8);
+  std::memcpy(handle->reserved + 24, &f.piece, 8);
+  std::memcpy(handle->reserved + 32, f.tokens.data(), sizeof f.tokens);
 }
 
 std::optional<HandleFields> read_handle(const CUipcMemHandle& handle) {
-  if (std::memcmp(handle.reserved, kHandleMagic, sizeof kHandleMagic) != 0) return std::nullopt;
   HandleFields f;
-  std::memcpy(&f.token, handle.reserved + 8, 8);
-  std::memcpy(&f.bytes, handle.reserved + 16, 8);
-  std::memcpy(&f.offset, handle.reserved + 24, 8);
-  if (f.token == 0 || f.bytes == 0 || f.offset >= f.bytes) return std::nullopt;
+  if (std::memcmp(handle.reserved, kHandleMagic, sizeof kHandleMagic) == 0) {
+    f.bytes = u64_at(handle, 8);
+    f.offset = u64_at(handle, 16);
+    f.piece = u64_at(handle, 24);
+    std::memcpy(f.tokens.data(), handle.reserved + 32, sizeof f.tokens);
+  } else if (std::memcmp(handle.reserved, kHandleMagicOnePiece, sizeof kHandleMagic) == 0) {
+    f.tokens[0] = u64_at(handle, 8);
+    f.bytes = u64_at(handle, 16);
+    f.offset = u64_at(handle, 24);
+    f.piece = f.bytes;
+  } else {
+    return std::nullopt;
+  }
+  if (f.bytes == 0 || f.offset >= f.bytes || f.piece == 0 || f.pieces() > kMaxPieces) {
+    return std::nullopt;
+  }
+  for (std::uint64_t i = 0; i < kMaxPieces; ++i) {
+    if ((f.tokens[i] != 0) != (i < f.pieces())) return std::nullopt;
+  }
   return f;
 }
 
@@ -69,13 +104,35 @@ std::optional<HandleFields> read_handle(const CUipcMemHandle& handle) {
 struct Imported {
   CUdeviceptr base = 0;
   std::uint64_t bytes = 0;
-  CUmemGenericAllocationHandle handle = 0;
+  std::uint64_t piece = 0;
+  std::array<CUmemGenericAllocationHandle, kMaxPieces> handles{};  // one per piece
   int ordinal = 0;         // the GPU whose context opened it
   std::uint64_t gpus = 0;  // bit i: GPU i may access it
+
+  std::uint64_t pieces() const { return (bytes + piece - 1) / piece; }
+  std::uint64_t piece_bytes(std::uint64_t i) const { return std::min(piece, bytes - i * piece); }
 };
 
-using cuda::grant_access;
-using cuda::kMaxGpus;
+// Grants the GPUs in `gpus` access to every piece of `imported`.
+CUresult grant_imported(const Imported& imported, std::uint64_t gpus) {
+  for (std::uint64_t i = 0; i < imported.pieces(); ++i) {
+    const CUresult rc =
+        grant_access(imported.base + i * imported.piece, imported.piece_bytes(i), gpus);
+    if (rc != CUDA_SUCCESS) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Unmaps and releases the pieces of `imported` that were mapped, then frees its address range.
+CUresult unmap_imported(const Imported& imported) {
+  const hooks::DriverApi& api = hooks::driver();
+  for (std::uint64_t i = 0; i < imported.pieces(); ++i) {
+    if (imported.handles[i] == 0) continue;
+    api.cuMemUnmap(imported.base + i * imported.piece, imported.piece_bytes(i));
+    hooks::real<hooks::HookId::cuMemRelease>()(imported.handles[i]);
+  }
+  return api.cuMemAddressFree(imported.base, imported.bytes);
+}
 
 std::mutex imports_mu;
 std::map<CUdeviceptr, Imported>& imports() {
@@ -84,6 +141,22 @@ std::map<CUdeviceptr, Imported>& imports() {
 }
 
 const std::string& broker_socket() { return client_config().socket_path; }
+
+// Offers each piece's descriptor to the scheduler; its tokens, or why not (a partial offer is
+// withdrawn).
+Result<Tokens> offer_pieces(const cuda::DeviceBacking::Exported& exported,
+                            const HandleFields& fields) {
+  Tokens tokens{};
+  for (std::uint64_t i = 0; i < exported.pieces; ++i) {
+    auto offered = ipc_export(broker_socket(), exported.fds[i], fields.piece_bytes(i));
+    if (!offered) {
+      for (std::uint64_t j = 0; j < i; ++j) (void)ipc_withdraw(broker_socket(), tokens[j]);
+      return offered.error();
+    }
+    tokens[i] = offered.value();
+  }
+  return tokens;
+}
 
 // Exports the device-backed allocation that contains `dptr` on `device`; nullopt when it is not
 // one (the driver's IPC applies), else the handle's fields or the error to return.
@@ -103,20 +176,22 @@ std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdevicept
   ExportOutcome out;
   out.rc = rc;
   if (rc == CUDA_SUCCESS) {
-    std::uint64_t token = exported.token;
-    if (token == 0) {
-      auto offered = ipc_export(broker_socket(), exported.fd, exported.bytes);
+    HandleFields fields{exported.bytes, dptr - exported.base, exported.piece, exported.tokens};
+    if (fields.tokens[0] == 0) {
+      auto offered = offer_pieces(exported, fields);
       if (offered) {
-        token = offered.value();
+        fields.tokens = offered.value();
       } else {
         NVSHARE_WARN("cuIpcGetMemHandle: the scheduler cannot broker %s: %s",
                      format_bytes(exported.bytes).c_str(), offered.error().message.c_str());
         out.rc = CUDA_ERROR_NOT_SUPPORTED;
+        fields.tokens = Tokens{};
       }
     }
-    ::close(exported.fd);
-    device.backing.remember_token(exported.base, token);  // 0 unpins a first export that failed
-    out.fields = HandleFields{token, exported.bytes, dptr - exported.base};
+    for (std::uint64_t i = 0; i < exported.pieces; ++i) ::close(exported.fds[i]);
+    // No tokens unpin a first export that failed.
+    device.backing.remember_tokens(exported.base, fields.tokens);
+    out.fields = fields;
   } else {
     NVSHARE_WARN("cuIpcGetMemHandle: cannot export device-backed memory: %s",
                  hooks::error_name(rc));
@@ -126,37 +201,66 @@ std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdevicept
   return out;
 }
 
-// Maps the memory `fd` names for GPU `ordinal` and the GPUs in `peers` (those that enabled peer
-// access to it).
-CUresult map_imported(int fd, std::uint64_t bytes, int ordinal, std::uint64_t peers,
-                      Imported* out) {
+// Imports the piece `fd` names and maps it at its place in `imported`'s range.
+CUresult map_piece(int fd, std::uint64_t i, Imported& imported) {
   const hooks::DriverApi& api = hooks::driver();
-  auto release = hooks::real<hooks::HookId::cuMemRelease>();
-  if (api.cuMemImportFromShareableHandle == nullptr || api.cuMemAddressReserve == nullptr ||
-      api.cuMemMap == nullptr || api.cuMemSetAccess == nullptr || release == nullptr) {
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
   CUmemGenericAllocationHandle handle = 0;
   CUresult rc = api.cuMemImportFromShareableHandle(
       &handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (rc != CUDA_SUCCESS) return rc;
-  CUdeviceptr base = 0;
-  rc = api.cuMemAddressReserve(&base, bytes, 0, 0, 0);
-  if (rc == CUDA_SUCCESS) {
-    rc = api.cuMemMap(base, bytes, 0, handle, 0);
-    if (rc == CUDA_SUCCESS) {
-      rc = grant_access(base, bytes, peers | (std::uint64_t{1} << ordinal));
-      if (rc != CUDA_SUCCESS) api.cuMemUnmap(base, bytes);
-    }
-    if (rc != CUDA_SUCCESS) api.cuMemAddressFree(base, bytes);
-  }
+  rc = api.cuMemMap(imported.base + i * imported.piece, imported.piece_bytes(i), 0, handle, 0);
   if (rc != CUDA_SUCCESS) {
-    release(handle);
+    hooks::real<hooks::HookId::cuMemRelease>()(handle);
     return rc;
   }
-  *out = Imported{base, bytes, handle, ordinal, peers | (std::uint64_t{1} << ordinal)};
+  imported.handles[i] = handle;
   return CUDA_SUCCESS;
+}
+
+// Maps the pieces `fds` name (of `fields`' layout) for GPU `ordinal` and the GPUs in `peers`
+// (those that enabled peer access to it).
+CUresult map_imported(const std::array<UniqueFd, kMaxPieces>& fds, const HandleFields& fields,
+                      int ordinal, std::uint64_t peers, Imported* out) {
+  const hooks::DriverApi& api = hooks::driver();
+  if (api.cuMemImportFromShareableHandle == nullptr || api.cuMemAddressReserve == nullptr ||
+      api.cuMemMap == nullptr || api.cuMemSetAccess == nullptr ||
+      hooks::real<hooks::HookId::cuMemRelease>() == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  Imported imported;
+  imported.bytes = fields.bytes;
+  imported.piece = fields.piece;
+  imported.ordinal = ordinal;
+  imported.gpus = peers | (std::uint64_t{1} << ordinal);
+  CUresult rc = api.cuMemAddressReserve(&imported.base, fields.bytes, 0, 0, 0);
+  if (rc != CUDA_SUCCESS) return rc;
+  for (std::uint64_t i = 0; i < imported.pieces() && rc == CUDA_SUCCESS; ++i) {
+    rc = map_piece(fds[i].get(), i, imported);
+  }
+  if (rc == CUDA_SUCCESS) rc = grant_imported(imported, imported.gpus);
+  if (rc != CUDA_SUCCESS) {
+    unmap_imported(imported);
+    return rc;
+  }
+  *out = imported;
+  return CUDA_SUCCESS;
+}
+
+// Claims the descriptor of each piece `fields` names; why not, when one is refused or is not of
+// the size the handle says.
+Result<std::array<UniqueFd, kMaxPieces>> claim_pieces(const HandleFields& fields) {
+  std::array<UniqueFd, kMaxPieces> fds;
+  for (std::uint64_t i = 0; i < fields.pieces(); ++i) {
+    auto imported = ipc_import(broker_socket(), fields.tokens[i]);
+    if (!imported) return imported.error();
+    if (imported.value().bytes != fields.piece_bytes(i)) {
+      return make_error("the scheduler's export is of " + format_bytes(imported.value().bytes) +
+                        ", the handle says " + format_bytes(fields.piece_bytes(i)));
+    }
+    fds[i] = std::move(imported.value().fd);
+  }
+  return fds;
 }
 
 template <typename Open>
@@ -166,21 +270,20 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Open&& re
   if (pdptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const cuda::CurrentDevice current = cuda::current_device();
   if (current.device == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  auto imported = ipc_import(broker_socket(), fields->token);
-  if (!imported) {
-    NVSHARE_WARN("cuIpcOpenMemHandle: %s", imported.error().message.c_str());
-    return CUDA_ERROR_INVALID_HANDLE;
-  }
-  Imported mapped;
   if (current.device->ordinal < 0 || current.device->ordinal >= kMaxGpus) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
-  const CUresult rc =
-      map_imported(imported.value().fd.get(), imported.value().bytes, current.device->ordinal,
-                   current.device->backing.peers(), &mapped);
+  auto claimed = claim_pieces(*fields);
+  if (!claimed) {
+    NVSHARE_WARN("cuIpcOpenMemHandle: %s", claimed.error().message.c_str());
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  Imported mapped;
+  const CUresult rc = map_imported(claimed.value(), *fields, current.device->ordinal,
+                                   current.device->backing.peers(), &mapped);
   if (rc != CUDA_SUCCESS) {
-    NVSHARE_WARN("cuIpcOpenMemHandle: cannot map %s: %s",
-                 format_bytes(imported.value().bytes).c_str(), hooks::error_name(rc));
+    NVSHARE_WARN("cuIpcOpenMemHandle: cannot map %s: %s", format_bytes(fields->bytes).c_str(),
+                 hooks::error_name(rc));
     return rc;
   }
   const CUdeviceptr pointer = mapped.base + fields->offset;
@@ -218,11 +321,13 @@ void answer_ipc_capable(CUpointer_attribute attribute, void* data, CUdeviceptr p
 namespace cuda {
 
 void withdraw_ipc_export(DeviceState& device, CUdeviceptr base) {
-  const std::uint64_t token = device.backing.token_of(base);
-  if (token == 0) return;
-  if (Status s = ipc_withdraw(broker_socket(), token); !s) {
-    NVSHARE_DEBUG("CUDA IPC export withdrawn with the process's session only: %s",
-                  s.error().message.c_str());
+  for (const std::uint64_t token : device.backing.tokens_of(base)) {
+    if (token == 0) break;
+    if (Status s = ipc_withdraw(broker_socket(), token); !s) {
+      NVSHARE_DEBUG("CUDA IPC export withdrawn with the process's session only: %s",
+                    s.error().message.c_str());
+      return;
+    }
   }
 }
 
@@ -232,7 +337,7 @@ void grant_peer_to_imports(int ordinal, int peer) {
   std::lock_guard lock(imports_mu);
   for (auto& [pointer, imported] : imports()) {
     if (imported.ordinal != ordinal || (imported.gpus & bit) != 0) continue;
-    const CUresult rc = grant_access(imported.base, imported.bytes, imported.gpus | bit);
+    const CUresult rc = grant_imported(imported, imported.gpus | bit);
     if (rc == CUDA_SUCCESS) {
       imported.gpus |= bit;
     } else {
@@ -305,9 +410,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   }
   // Like the driver's close: work that still uses the mapping completes first.
   if (driver().cuCtxSynchronize != nullptr) driver().cuCtxSynchronize();
-  driver().cuMemUnmap(found->base, found->bytes);
-  real<HookId::cuMemRelease>()(found->handle);
-  return driver().cuMemAddressFree(found->base, found->bytes);
+  return unmap_imported(*found);
 }
 
 }  // namespace hooks::impl

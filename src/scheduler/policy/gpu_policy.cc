@@ -513,7 +513,8 @@ void GpuPolicy::revoke_overflow(MonoTime now, std::vector<Action>& out) {
     running.pop_back();
     total -= newest->movable_bytes();
     // It does not fit beside the others: it swaps out, all of it or (a client that takes byte
-    // targets) what does not fit.
+    // targets) what does not fit. Only the last leaver can keep bytes: keeping any means the
+    // others fit with room to spare, which ends the loop.
     std::uint64_t resident = total;
     revoke(*newest, RevokeReason::kMemory, order_for(*newest, resident), now, out);
   }
