@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "client/link/grant_session.h"
 #include "link_simulation.h"
 
 namespace nvshare::linksim {
@@ -39,6 +40,30 @@ TEST(LinkSim, NamedScenarios) {
             ? (" share " + std::to_string(result.first_share_percent) + "%").c_str()
             : "");
   }
+}
+
+// A swap notice (a job waits for this one's memory) hands the end of a turn's work over after
+// kNoticedIdle, not the idle release; a job that pauses loses its grant to a pause at most once,
+// since the pause is learnt (client/link/grant_session.h, kNoticedIdle).
+TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostOnce) {
+  for (const Scenario& scenario : named_scenarios()) {
+    if (scenario.name != kNoticedEndsScenario) continue;
+    const Result result = run(scenario);
+    expect_ok(scenario, result);
+    ASSERT_EQ(result.pause_releases.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+      std::printf("client %zu: %d pauses handed over, end released %.1f ms after the work\n", i,
+                  result.pause_releases[i], to_ms(result.noticed_end_release[i]));
+      EXPECT_LE(result.pause_releases[i], 1) << "client " << i;
+    }
+    // The job that never pauses: released within kNoticedIdle and one look (half of it), plus the
+    // simulated delays.
+    EXPECT_GE(result.noticed_end_release[2], Duration{0}) << "no noticed end was seen";
+    EXPECT_LE(result.noticed_end_release[2],
+              client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
+    return;
+  }
+  FAIL() << "no scenario named " << kNoticedEndsScenario;
 }
 
 // Seeds that sweeps beyond the ones every run checks (NVSHARE_SIM_SEED_BASE) found failing, kept

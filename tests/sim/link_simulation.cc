@@ -66,6 +66,7 @@ class SimClient final : public client::SessionProbe {
       : world_(world), index(index), spec(spec) {}
 
   int waiters() override { return waiting ? 1 : 0; }
+  MonoTime waiting_since() override { return wait_since; }
   std::uint64_t inside() override { return in_launch ? 1 : 0; }
   Duration idle_for() override;
   client::DeviceUsage usage() override { return {spec.bytes, swapped ? 0 : spec.bytes, 0}; }
@@ -88,6 +89,8 @@ class SimClient final : public client::SessionProbe {
   MonoTime work_end{};
   MonoTime last_submit{};
   int burst_left = 0;
+  Duration worked_since_pause{0};
+  std::uint64_t noticed_epoch = 0;  // the grant its last swap notice came for
   bool swapped = false;
   bool limits_unknown = false;  // the agent refuses allocations until limits come
   bool unreachable = false;     // its engine was told the scheduler is gone; no welcome since
@@ -168,6 +171,8 @@ class World final : public scheduler::ClientChannel {
   // The client closes its socket; the scheduler notices a delay later.
   void close_from_client(SimClient& c);
   void submit(SimClient& c);
+  bool done_working(const SimClient& c) const;
+  void record_idle_release(const SimClient& c, std::uint64_t epoch);
   void launch_done(SimClient& c);
 
   // ---- properties
@@ -476,10 +481,11 @@ void World::perform(SimClient& c, const session::Action& action) {
     // Advice for the grant held: nothing to ready otherwise.
     if (c.state != GrantState::kHeld) fail(who + "readies a swap-out without holding a grant");
     ++result_.swap_notices;
+    c.noticed_epoch = c.held_epoch;
   } else if (const auto* record = std::get_if<session::Record>(&action)) {
     const std::string event = record->event;
     if (event == "yield") ++result_.yields;
-    if (event == "idle-release") ++result_.idle_releases;
+    if (event == "idle-release") record_idle_release(c, record->epoch);
     trace(who + event + " " + std::to_string(record->epoch));
   } else if (std::holds_alternative<session::Registered>(action)) {
     if (c.registered_at != MonoTime{}) ++result_.reconnects;
@@ -555,8 +561,24 @@ void World::close_from_client(SimClient& c) {
   c.connection = 0;
 }
 
+void World::record_idle_release(const SimClient& c, std::uint64_t epoch) {
+  ++result_.idle_releases;
+  const auto i = static_cast<std::size_t>(c.index);
+  if (!done_working(c)) {
+    ++result_.pause_releases[i];
+  } else if (epoch == c.noticed_epoch) {
+    Duration& worst = result_.noticed_end_release[i];
+    worst = std::max(worst, now_ - std::max(c.work_end, c.last_submit));
+  }
+}
+
+bool World::done_working(const SimClient& c) const {
+  return c.spec.idle_from > Duration{0} && now_ >= kStart + c.spec.idle_from;
+}
+
 void World::submit(SimClient& c) {
   if (!c.alive || c.in_launch) return;
+  if (!c.waiting && done_working(c)) return;
   if (!c.gate_open) {
     if (c.waiting) return;  // woken, but closed again: waits on
     c.waiting = true;
@@ -584,6 +606,10 @@ void World::launch_done(SimClient& c) {
   if (c.spec.load == Load::kBursty && --c.burst_left <= 0) {
     c.burst_left = rng_.range(5, 60);
     next = c.work_end + rng_.between(50ms, 1500ms);
+  } else if (c.spec.pause > Duration{0} &&
+             (c.worked_since_pause += c.spec.kernel) >= c.spec.pause_every) {
+    c.worked_since_pause = Duration{0};
+    next = c.work_end + c.spec.pause;
   } else if (c.work_end - now_ > kQueueAhead) {
     next = c.work_end - kQueueAhead;
   }
@@ -724,6 +750,8 @@ Result World::run() {
   for (const Limits& l : sc_.pods) pod_history_.push_back({l});
   pod_changed_.assign(sc_.pods.size(), kStart);
   result_.stuck_bound = stuck_bound();
+  result_.pause_releases.assign(sc_.clients.size(), 0);
+  result_.noticed_end_release.assign(sc_.clients.size(), Duration{-1});
   start_scheduler(std::nullopt);
   for (std::size_t i = 0; i < sc_.clients.size(); ++i) {
     clients_.push_back(std::make_unique<SimClient>(*this, static_cast<int>(i), sc_.clients[i]));
@@ -913,6 +941,27 @@ std::vector<Scenario> named_scenarios() {
     s.gpus = 2;
     for (int d = 0; d < 30; ++d) s.drops.push_back(Drop{d * 600ms + 100ms, d % 4});
     s.limit_change_every = 150ms;
+    out.push_back(s);
+  }
+  {
+    // Three jobs that do not fit beside each other take turns; two pause now and then, and each
+    // stops working while holding (its memory stays): a turn's end is handed over soon after the
+    // work ends, where a job waits for the memory, but a pause is handed over at most once.
+    Scenario s = base(kNoticedEndsScenario, policy::Mode::kAuto);
+    s.config.quantum_max = 3s;  // turns long beside the swaps (0.2 s each way)
+    for (int i = 0; i < 3; ++i) {
+      s.clients.push_back(ClientSpec{Load::kBusy, 0, -1, 8 * kGiB});
+      s.clients.back().swap_bytes_per_s = 40e9;
+    }
+    s.clients[0].pause = 40ms;
+    s.clients[0].pause_every = 150ms;
+    s.clients[1].pause = 25ms;
+    s.clients[1].pause_every = 250ms;
+    // Client 2 stops during its first turn, while both others wait; 0 and 1 take turns after.
+    s.clients[0].idle_from = 14s;
+    s.clients[1].idle_from = 20s;
+    s.clients[2].idle_from = 2s;
+    s.length = 24s;
     out.push_back(s);
   }
   for (const policy::Mode mode : {policy::Mode::kExclusive, policy::Mode::kAuto}) {

@@ -57,6 +57,10 @@ struct ClientSpec {
   Duration idle_release = std::chrono::milliseconds(100);
   // In a pod: how long its settings file says the memory limit is pending (0: it has the limit).
   Duration settings_pending{0};
+  // kBusy: a pause of host work this long (the GPU idle) after every pause_every of GPU work.
+  Duration pause{0};
+  Duration pause_every = std::chrono::milliseconds(200);
+  Duration idle_from{0};  // 0: never; else no more work from then on (its memory stays)
 };
 
 struct Restart {
@@ -103,7 +107,14 @@ struct Result {
   Duration worst_wait{0};
   Duration stuck_bound{0};
   double first_share_percent = -1;  // the first client's billed share (cap scenarios)
+  // Per client: idle releases while it still had work to come (its pauses were handed over), and
+  // the longest time from the end of its work to its release of a grant that had a swap notice
+  // (-1: no such release).
+  std::vector<int> pause_releases;
+  std::vector<Duration> noticed_end_release;
 };
+
+inline constexpr const char* kNoticedEndsScenario = "pauses and ends while jobs wait for memory";
 
 Scenario random_scenario(std::uint64_t seed);
 std::vector<Scenario> named_scenarios();

@@ -221,6 +221,7 @@ void GrantSession::service_grant(MonoTime now) {
     if (usage_dirty_) send_usage(now, false);
     send(protocol::Request{});
     out_.emplace_back(session::Record{"request", epoch_});
+    observe_pause_before_request(now);
   }
 
   // Usage goes out on its own clock whatever else waits: a revoke waiting for threads still inside
@@ -246,7 +247,9 @@ void GrantSession::service_grant(MonoTime now) {
   if (state_ == GrantState::kHeld && idle.count() > 0 && now >= next_idle_check_) {
     const Duration floor = yield_asked() ? kYieldCheckEvery : std::chrono::milliseconds(1);
     next_idle_check_ = now + std::max<Duration>(idle / 2, floor);
-    if (probe_.idle_for() >= idle && probe_.waiters() == 0) {
+    const Duration idle_now = probe_.idle_for();
+    observe_idle(idle_now);
+    if (idle_now >= idle && probe_.waiters() == 0) {
       await(Awaiting::kGateClosed, session::CloseGateToRelease{});
       return;
     }
@@ -389,7 +392,7 @@ void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
         } else if constexpr (std::is_same_v<T, protocol::Revoke>) {
           on_revoke(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SwapNotice>) {
-          on_swap_notice(m);
+          on_swap_notice(m, now);
         } else if constexpr (std::is_same_v<T, protocol::Evict>) {
           on_evict(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
@@ -480,6 +483,7 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
                         session::SwapRecord swap) {
   epoch_ = epoch;
   granted_at_ = now;
+  idle_seen_ = Duration{0};
   next_idle_check_ = now + config_.timing.idle_release / 2;
   publish(GrantState::kHeld, session::GateChange::kOpen);
   out_.emplace_back(session::Record{"grant", epoch, swap_in_ms, swap});
@@ -487,10 +491,34 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
 
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
 
+bool GrantSession::noticed() const { return notice_epoch_ != 0 && notice_epoch_ == epoch_; }
+
+Duration GrantSession::noticed_idle() const {
+  return std::min(config_.timing.idle_release, std::max(kNoticedIdle, 2 * longest_pause_));
+}
+
 Duration GrantSession::idle_threshold() const {
   const Duration idle = config_.timing.idle_release;
   if (yield_asked()) return idle.count() > 0 ? std::min(idle, kYieldIdle) : kYieldIdle;
+  if (noticed() && idle.count() > 0) return noticed_idle();
   return idle;
+}
+
+void GrantSession::observe_idle(Duration idle) {
+  // Less idle than at the last check: work came in between, so that idle stretch was a pause.
+  if (idle < idle_seen_) longest_pause_ = std::max(longest_pause_, idle_seen_);
+  idle_seen_ = idle;
+}
+
+void GrantSession::observe_pause_before_request(MonoTime now) {
+  if (!noticed_release_idle_since_) return;
+  // The pause ended when a thread began to wait, which may be well before this request: the
+  // engine may have been swapping the memory out for the job that waited.
+  const MonoTime ended = std::clamp(probe_.waiting_since(), *noticed_release_idle_since_, now);
+  const Duration pause = ended - *noticed_release_idle_since_;
+  noticed_release_idle_since_.reset();
+  // Work again within the idle release: the process paused, and the notice cut its turn short.
+  if (pause < config_.timing.idle_release) longest_pause_ = std::max(longest_pause_, pause);
 }
 
 void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
@@ -519,8 +547,10 @@ void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
   // The drain starts from service() as soon as no thread is inside a submission.
 }
 
-void GrantSession::on_swap_notice(const protocol::SwapNotice& notice) {
+void GrantSession::on_swap_notice(const protocol::SwapNotice& notice, MonoTime now) {
   if (state_ != GrantState::kHeld || notice.epoch != epoch_) return;  // stale: nothing to ready
+  notice_epoch_ = notice.epoch;
+  next_idle_check_ = std::min(next_idle_check_, now + noticed_idle() / 2);
   out_.emplace_back(session::PrepareSwapOut{});
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});
 }
@@ -594,6 +624,11 @@ void GrantSession::on_gate_closed(std::uint64_t inside, MonoTime now) {
     return;
   }
   out_.emplace_back(session::Record{"idle-release", epoch_});
+  if (noticed() && idle_threshold() < config_.timing.idle_release) {
+    noticed_release_idle_since_ = now - probe_.idle_for();
+  } else {
+    noticed_release_idle_since_.reset();
+  }
   send(protocol::Released{epoch_, to_us(now - granted_at_), 0});
   // A thread that arrived while the gate was closed waits; the next service() sees it and
   // requests.

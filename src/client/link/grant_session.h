@@ -51,6 +51,9 @@
 //    A yield (soft revoke) for the held grant shortens the idle time after which it is released.
 //    A swap notice for the held grant (protocol version 8: its revoke will ask for a swap-out)
 //    asks the agent to ready the swap while the grant is held (PrepareSwapOut); others are ignored.
+//    It also shortens the idle time after which the grant is released (noticed_idle()): a job
+//    waits for this one's memory, so the end of this one's work should not wait out the idle
+//    release, yet a pause of the kind the process has made before is no reason to hand over.
 //  - An eviction (protocol version 9) in kIdle or kRequested: the memory kept on the GPU without a
 //    grant goes to the host (Drain, then SwapOut) and the usage is reported at once; a grant later
 //    swaps it back in. Already swapped out: the usage is reported again. Ignored while holding.
@@ -98,6 +101,11 @@ inline constexpr Duration kYieldIdle = std::chrono::microseconds(200);
 // How often a holder asked to yield looks whether it is idle (otherwise every half idle release, at
 // most once a millisecond).
 inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
+// Idle time after which a holder told that a waiting job needs its memory (a swap notice) releases,
+// at least: twice the longest pause the process has made while holding, if longer, and never more
+// than the idle release. A pause is an idle stretch that ended in new work: one seen between two
+// idle checks, or one that began before a release of this kind and ended in the next request.
+inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 
 // The session's clocks, set by whoever runs it (LinkOptions, tests, the simulation).
 struct SessionTiming {
@@ -141,11 +149,12 @@ struct SessionConfig {
 class SessionProbe {
  public:
   virtual ~SessionProbe() = default;
-  virtual int waiters() = 0;            // application threads waiting at the closed gate
-  virtual std::uint64_t inside() = 0;   // threads inside a submission
-  virtual Duration idle_for() = 0;      // DeviceAgent::idle_for()
-  virtual DeviceUsage usage() = 0;      // DeviceAgent::usage()
-  virtual Duration queue_waited() = 0;  // DeviceAgent::queue_waited()
+  virtual int waiters() = 0;             // application threads waiting at the closed gate
+  virtual MonoTime waiting_since() = 0;  // when the first of them began to wait (waiters() > 0)
+  virtual std::uint64_t inside() = 0;    // threads inside a submission
+  virtual Duration idle_for() = 0;       // DeviceAgent::idle_for()
+  virtual DeviceUsage usage() = 0;       // DeviceAgent::usage()
+  virtual Duration queue_waited() = 0;   // DeviceAgent::queue_waited()
 };
 
 namespace session {
@@ -296,7 +305,7 @@ class GrantSession {
   void hold(std::uint64_t epoch, MonoTime now, double swap_in_ms, session::SwapRecord swap = {});
   void on_swapped_in(std::uint64_t bytes, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
-  void on_swap_notice(const protocol::SwapNotice& notice);
+  void on_swap_notice(const protocol::SwapNotice& notice, MonoTime now);
   void on_evict(const protocol::Evict& evict, MonoTime now);
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
@@ -312,7 +321,12 @@ class GrantSession {
   bool watching_settings() const;
   void schedule_reconnect(MonoTime now);
   bool yield_asked() const;
+  bool noticed() const;
+  Duration noticed_idle() const;
   Duration idle_threshold() const;
+  // Pauses (kNoticedIdle): an idle check's view, and a request after a release on a notice.
+  void observe_idle(Duration idle);
+  void observe_pause_before_request(MonoTime now);
   void settle_if_limits_known();
   void settle();
   void apply(const protocol::Limits& limits);
@@ -364,7 +378,12 @@ class GrantSession {
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};
-  std::uint64_t yield_epoch_ = 0;  // a yield asks to release this grant once idle
+  std::uint64_t yield_epoch_ = 0;   // a yield asks to release this grant once idle
+  std::uint64_t notice_epoch_ = 0;  // a swap notice came for this grant
+  Duration longest_pause_{};        // the longest pause seen while holding, this process's life
+  Duration idle_seen_{};            // idle time at the last idle check of the grant held
+  // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).
+  std::optional<MonoTime> noticed_release_idle_since_;
   // Usage.
   bool usage_dirty_ = true;
   bool usage_sent_ = false;

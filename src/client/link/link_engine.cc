@@ -190,7 +190,10 @@ void DeviceChannel::slow_enter() {
     engine_.ensure_started();
     std::unique_lock lock(mu_);
     // The first waiter tells the GPU's thread there is demand (it requests when registered).
-    if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) wake();
+    if (waiters_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+      waiting_since_ns_.store(now_mono().since_origin.count(), std::memory_order_release);
+      wake();
+    }
     for (;;) {
       if (gate_.is_open()) {
         const GrantGate::Entry entry = gate_.try_enter();

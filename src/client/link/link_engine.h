@@ -117,6 +117,9 @@ class DeviceChannel final : public DeviceLink, private SessionProbe {
 
   // SessionProbe.
   int waiters() override { return waiters_.load(std::memory_order_acquire); }
+  MonoTime waiting_since() override {
+    return MonoTime{Duration{waiting_since_ns_.load(std::memory_order_acquire)}};
+  }
   std::uint64_t inside() override { return gate_.inside(); }
   Duration idle_for() override;
   DeviceUsage usage() override;
@@ -155,8 +158,9 @@ class DeviceChannel final : public DeviceLink, private SessionProbe {
   // Written under mu_ (so waiters see changes with the gate) by the GPU's thread, or by whoever
   // stops the engine; read anywhere.
   std::atomic<GrantState> state_{GrantState::kStarting};
-  std::atomic<int> waiters_{0};   // changed under mu_
-  std::uint64_t held_epoch_ = 0;  // under mu_; for epoch()
+  std::atomic<int> waiters_{0};                    // changed under mu_
+  std::atomic<std::int64_t> waiting_since_ns_{0};  // set by the first waiter, under mu_
+  std::uint64_t held_epoch_ = 0;                   // under mu_; for epoch()
   // Registration (device_link.h): set under mu_ (waiters wait on cv_), read anywhere.
   std::atomic<bool> settled_{false};
   std::chrono::steady_clock::time_point register_deadline_;  // under mu_

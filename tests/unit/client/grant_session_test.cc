@@ -16,12 +16,14 @@ using namespace session;
 class Probe final : public SessionProbe {
  public:
   int waiters() override { return waiting; }
+  MonoTime waiting_since() override { return since; }
   std::uint64_t inside() override { return inside_now; }
   Duration idle_for() override { return idle; }
   DeviceUsage usage() override { return use; }
   Duration queue_waited() override { return waited; }
 
   int waiting = 0;
+  MonoTime since{};
   std::uint64_t inside_now = 0;
   Duration idle{0};
   DeviceUsage use{1ull << 30, 1ull << 30, 0};
@@ -84,6 +86,7 @@ class GrantSessionTest : public ::testing::Test {
   // A thread waits, the engine requests, the grant comes.
   void hold(std::uint64_t epoch, Duration t) {
     probe_.waiting = 1;
+    probe_.since = MonoTime{t};
     EXPECT_NE(sent<protocol::Request>(at(t, Tick{})), nullptr);
     const auto granted = at(t, FrameReceived{protocol::Grant{epoch}});
     const Publish* p = find<Publish>(granted);
@@ -296,6 +299,66 @@ TEST_F(GrantSessionTest, SwapNoticeForTheHeldGrantReadiesTheSwapOut) {
   at(50ms, SwappedOut{1ull << 30});
   EXPECT_EQ(find<PrepareSwapOut>(at(60ms, FrameReceived{protocol::SwapNotice{3}})), nullptr)
       << "not holding";
+}
+
+// A swap notice says a waiting job needs this one's memory: the end of this one's work is handed
+// over after kNoticedIdle, not the whole idle release.
+TEST_F(GrantSessionTest, ANoticedHolderReleasesAfterAShortIdle) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  at(30ms, FrameReceived{protocol::SwapNotice{3}});
+  probe_.idle = kNoticedIdle - 1ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(40ms, Tick{})), nullptr);
+  const std::optional<MonoTime> next = engine_->next_deadline();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_LE(*next, MonoTime{40ms} + kNoticedIdle / 2) << "checks at half the shorter idle";
+  probe_.idle = kNoticedIdle;
+  EXPECT_NE(find<CloseGateToRelease>(at(50ms, Tick{})), nullptr);
+  EXPECT_NE(sent<protocol::Released>(at(50ms, GateClosed{0})), nullptr);
+  // The next grant, without a notice, waits out the idle release again.
+  hold(4, 500ms);
+  probe_.idle = 99ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(600ms, Tick{})), nullptr);
+}
+
+// A pause is no end of work: once the process was seen to pause (idle, then busy again), a noticed
+// holder waits out twice that pause; and a pause that a release on a notice cut short counts too,
+// from the request that ended it.
+TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  at(15ms, FrameReceived{protocol::SwapNotice{3}});
+  // An idle check inside a pause (15 ms idle when seen), then the work is back.
+  probe_.idle = 15ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr);
+  probe_.idle = 0ms;
+  at(45ms, Tick{});
+  probe_.idle = 29ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(100ms, Tick{})), nullptr) << "twice the pause: 30 ms";
+  probe_.idle = 30ms;
+  EXPECT_NE(find<CloseGateToRelease>(at(130ms, Tick{})), nullptr);
+  at(130ms, GateClosed{0});
+  ASSERT_EQ(engine_->state(), GrantState::kIdle);
+
+  // That release came 30 ms into an idle stretch, and a thread began to wait for the GPU 60 ms
+  // after the stretch began (its request went out later, after an eviction): a pause of 60 ms,
+  // learnt, so the next noticed grant waits the whole idle release (at most).
+  probe_.idle = 0ms;
+  probe_.waiting = 1;
+  probe_.since = MonoTime{160ms};
+  EXPECT_NE(sent<protocol::Request>(at(400ms, Tick{})), nullptr);
+  const auto granted = at(400ms, FrameReceived{protocol::Grant{4}});
+  ASSERT_NE(find<Publish>(granted), nullptr);
+  probe_.waiting = 0;
+  at(410ms, FrameReceived{protocol::SwapNotice{4}});
+  probe_.idle = 99ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(540ms, Tick{})), nullptr);
+  probe_.idle = 100ms;
+  EXPECT_NE(find<CloseGateToRelease>(at(600ms, Tick{})), nullptr);
 }
 
 // An eviction without a grant (protocol version 9): drain, swap out, report the usage at once; the
