@@ -9,6 +9,7 @@
 
 #include "client/link/grant_session.h"
 #include "link_simulation.h"
+#include "seed_base.h"
 
 namespace nvshare::linksim {
 namespace {
@@ -80,9 +81,7 @@ TEST(LinkSim, RandomScenarios) {
   const auto start = std::chrono::steady_clock::now();
   Result total;
   int failures = 0;
-  // NVSHARE_SIM_SEED_BASE=<n>: seeds n+1 onwards, for sweeps beyond the ones every run checks.
-  const char* base_env = std::getenv("NVSHARE_SIM_SEED_BASE");
-  const std::uint64_t base = base_env != nullptr ? std::strtoull(base_env, nullptr, 10) : 0;
+  const std::uint64_t base = sim::seed_base();
   for (std::uint64_t seed = base + 1; seed <= base + kRandomScenarios && failures < 3; ++seed) {
     const Scenario scenario = random_scenario(seed);
     const Result result = run(scenario);

@@ -15,6 +15,7 @@
 #include <numeric>
 
 #include "scheduler/policy/gpu_policy.h"
+#include "seed_base.h"
 #include "simulation.h"
 
 namespace nvshare::sim {
@@ -59,10 +60,10 @@ TEST_P(RandomScenarios, PropertiesHold) {
   std::uint64_t events = 0, grants = 0, revokes = 0, unresponsive = 0, stale = 0, evictions = 0;
   double worst_ratio = 0;
   Duration worst_latency{0};
-  const char* base = std::getenv("NVSHARE_SIM_SEED_BASE");
-  const int first = (base != nullptr ? std::atoi(base) : 0) + GetParam() * kSeedsPerChunk + 1;
-  for (int seed = first; seed < first + kSeedsPerChunk; ++seed) {
-    const Scenario scenario = random_scenario(static_cast<std::uint64_t>(seed));
+  const std::uint64_t first =
+      seed_base() + static_cast<std::uint64_t>(GetParam()) * kSeedsPerChunk + 1;
+  for (std::uint64_t seed = first; seed < first + kSeedsPerChunk; ++seed) {
+    const Scenario scenario = random_scenario(seed);
     const SimResult r = run_checked(scenario);
     if (!r.ok) return;
     events += r.engine_events;
@@ -77,13 +78,16 @@ TEST_P(RandomScenarios, PropertiesHold) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf(
-      "seeds %d..%d: %llu engine events, %llu grants, %llu revokes, %llu unresponsive, %llu stale "
+      "seeds %llu..%llu: %llu engine events, %llu grants, %llu revokes, %llu unresponsive, %llu "
+      "stale "
       "releases, %llu evictions; worst wait %.1f%% of the starvation bound; worst limit latency "
       "%.3f s; %.2f s\n",
-      first, first + kSeedsPerChunk - 1, static_cast<unsigned long long>(events),
-      static_cast<unsigned long long>(grants), static_cast<unsigned long long>(revokes),
-      static_cast<unsigned long long>(unresponsive), static_cast<unsigned long long>(stale),
-      static_cast<unsigned long long>(evictions), worst_ratio * 100, secs(worst_latency), elapsed);
+      static_cast<unsigned long long>(first),
+      static_cast<unsigned long long>(first + kSeedsPerChunk - 1),
+      static_cast<unsigned long long>(events), static_cast<unsigned long long>(grants),
+      static_cast<unsigned long long>(revokes), static_cast<unsigned long long>(unresponsive),
+      static_cast<unsigned long long>(stale), static_cast<unsigned long long>(evictions),
+      worst_ratio * 100, secs(worst_latency), elapsed);
   // Clients keep memory on the device without a grant in these mixes: the device-memory property
   // and the bounded waits for evictions are exercised, not vacuous.
   EXPECT_GT(evictions, 0u);
