@@ -158,6 +158,29 @@ class E2eTest : public ::testing::Test {
     return t;
   }
 
+  // Starts trainer `name` with one allocation of `bytes` that runs a few kernels, then idles with
+  // its memory parked on the device until the file `done` exists; the test fails when it is never
+  // seen idle with all of it parked.
+  Trainer& start_parked(const std::string& name, const std::string& bytes, double parked,
+                        const Env& env, const std::string& done) {
+    Trainer& t = start_trainer(
+        {name,
+         {"--bytes", bytes, "--kernels", "5", "--kernel-us", "2000", "--ipc-wait", done},
+         env});
+    const bool seen = !HasFailure() && wait_until(
+                                           [&] {
+                                             auto status = poll_status();
+                                             if (!status.ok()) return false;
+                                             const Json* c = find_client(status.value(), t.pid());
+                                             return json_string(c, "state") == "idle" &&
+                                                    json_number(c, "parked_bytes", 0) >= parked;
+                                           },
+                                           20);
+    EXPECT_TRUE(seen) << name << " never idled with its memory parked on the device\n"
+                      << t.describe();
+    return t;
+  }
+
   // Waits for a trainer and returns its report; the test fails when it did not finish with
   // result "ok".
   Json finish(Trainer& t, double timeout_s = 60) {
@@ -611,20 +634,8 @@ TEST_F(E2eTest, AnIdleProcessesMemoryIsEvictedForTheNextToRun) {
   const std::string trace = dir_.path() + "/handoff.jsonl";
   const std::string done = dir_.path() + "/a.done";
   const Env env = {{"NVSHARE_TRACE_FILE", trace}};
-  Trainer& a = start_trainer(
-      {"A",
-       {"--bytes", "128Mi", "--kernels", "5", "--kernel-us", "2000", "--ipc-wait", done},
-       env});
+  Trainer& a = start_parked("A", "128Mi", 128 * kMi, env, done);
   ASSERT_FALSE(HasFailure());
-  const bool parked = wait_until(
-      [&] {
-        auto status = poll_status();
-        if (!status.ok()) return false;
-        const Json* c = find_client(status.value(), a.pid());
-        return json_string(c, "state") == "idle" && json_number(c, "parked_bytes", 0) >= 128 * kMi;
-      },
-      20);
-  ASSERT_TRUE(parked) << "A never idled with its memory parked on the device\n" << a.describe();
   Trainer& b = start_trainer(
       {"B", {"--bytes", "128Mi", "--kernels", "20", "--kernel-us", "10000", "--progress"}, env});
   ASSERT_FALSE(HasFailure());
@@ -646,13 +657,8 @@ TEST_F(E2eTest, AnIdleProcessesMemoryIsEvictedForTheNextToRun) {
   ASSERT_FALSE(HasFailure());
   EXPECT_TRUE(b_ran) << "B was never seen holding the GPU";
   EXPECT_FALSE(b_ran_beside_a) << "B ran while A's memory was still on the device";
-  const Result<std::vector<Json>> events = trace_events(trace, a.pid());
-  ASSERT_TRUE(events.ok()) << (events.ok() ? "" : events.error().message);
-  double evicted_bytes = 0;
-  for (const Json& e : events.value()) {
-    if (json_string(&e, "event") == "evicted") evicted_bytes += json_number(&e, "swap_bytes", 0);
-  }
-  EXPECT_GE(evicted_bytes, 128 * kMi) << "A's trace shows no eviction that moved its memory";
+  EXPECT_GE(swapped_bytes(trace, a.pid(), "evicted"), 128 * kMi)
+      << "A's trace shows no eviction that moved its memory";
 }
 
 // A large allocation is backed in pieces, so an eviction moves only the pieces the next job needs
@@ -663,20 +669,8 @@ TEST_F(E2eTest, AnEvictionMovesOnlyThePiecesTheNextJobNeeds) {
   const std::string trace = dir_.path() + "/handoff.jsonl";
   const std::string done = dir_.path() + "/a.done";
   const Env env = {{"NVSHARE_TRACE_FILE", trace}};
-  Trainer& a = start_trainer(
-      {"A",
-       {"--bytes", "512Mi", "--kernels", "5", "--kernel-us", "2000", "--ipc-wait", done},
-       env});
+  Trainer& a = start_parked("A", "512Mi", 512 * kMi, env, done);
   ASSERT_FALSE(HasFailure());
-  const bool parked = wait_until(
-      [&] {
-        auto status = poll_status();
-        if (!status.ok()) return false;
-        const Json* c = find_client(status.value(), a.pid());
-        return json_string(c, "state") == "idle" && json_number(c, "parked_bytes", 0) >= 512 * kMi;
-      },
-      20);
-  ASSERT_TRUE(parked) << "A never idled with its memory parked on the device\n" << a.describe();
   Trainer& b = start_trainer(
       {"B", {"--bytes", "256Mi", "--kernels", "20", "--kernel-us", "10000", "--progress"}, env});
   ASSERT_FALSE(HasFailure());
@@ -695,13 +689,8 @@ TEST_F(E2eTest, AnEvictionMovesOnlyThePiecesTheNextJobNeeds) {
   finish(b);
   ASSERT_FALSE(HasFailure());
   EXPECT_EQ(a_beside_b, 384.0 * kMi) << "A's memory on the device while B ran";
-  const Result<std::vector<Json>> events = trace_events(trace, a.pid());
-  ASSERT_TRUE(events.ok()) << (events.ok() ? "" : events.error().message);
-  double evicted_bytes = 0;
-  for (const Json& e : events.value()) {
-    if (json_string(&e, "event") == "evicted") evicted_bytes += json_number(&e, "swap_bytes", 0);
-  }
-  EXPECT_EQ(evicted_bytes, 128.0 * kMi) << "A's eviction should move one piece";
+  EXPECT_EQ(swapped_bytes(trace, a.pid(), "evicted"), 128.0 * kMi)
+      << "A's eviction should move one piece";
 }
 
 // CUDA IPC of device-backed memory between two processes of one user (off Kubernetes): the

@@ -381,6 +381,16 @@ Result<std::vector<Json>> trace_events(const std::string& trace, pid_t pid) {
   return events;
 }
 
+double swapped_bytes(const std::string& trace, pid_t pid, std::string_view event) {
+  const Result<std::vector<Json>> events = trace_events(trace, pid);
+  if (!events.ok()) return -1;
+  double bytes = 0;
+  for (const Json& e : events.value()) {
+    if (json_string(&e, "event") == event) bytes += json_number(&e, "swap_bytes", 0);
+  }
+  return bytes;
+}
+
 std::pair<double, double> grant_span(const std::string& trace, pid_t pid) {
   std::pair<double, double> span{-1, -1};
   const Result<std::vector<Json>> events = trace_events(trace, pid);

@@ -163,6 +163,9 @@ Result<std::vector<Json>> trace_events(const std::string& trace, pid_t pid);
 // included; a grant not yet released counts until `end`. What a compute cap governs, observed from
 // the client's side. -1 when the trace cannot be read or the window is empty.
 double held_share(const std::string& trace, pid_t pid, double begin, double end);
+// The bytes process `pid` moved in the trace's `event`s ("release", "evicted", "grant"): the sum of
+// their swap_bytes; -1 when the trace cannot be read.
+double swapped_bytes(const std::string& trace, pid_t pid, std::string_view event);
 // The times (CLOCK_MONOTONIC seconds) of the first and the last grant in that trace; {-1, -1} when
 // it has none.
 std::pair<double, double> grant_span(const std::string& trace, pid_t pid);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 
 namespace nvshare::client {
 namespace {
@@ -83,10 +84,10 @@ class GrantSessionTest : public ::testing::Test {
     return at(1ms, FrameReceived{protocol::Welcome{protocol::kMaxVersion, 7, 0}});
   }
   void welcome() { welcome(config()); }
-  // A thread waits, the engine requests, the grant comes.
-  void hold(std::uint64_t epoch, Duration t) {
+  // A thread waits (since `waited_from`, else `t`), the engine requests at `t`, the grant comes.
+  void hold(std::uint64_t epoch, Duration t, std::optional<Duration> waited_from = std::nullopt) {
     probe_.waiting = 1;
-    probe_.since = MonoTime{t};
+    probe_.since = MonoTime{waited_from.value_or(t)};
     EXPECT_NE(sent<protocol::Request>(at(t, Tick{})), nullptr);
     const auto granted = at(t, FrameReceived{protocol::Grant{epoch}});
     const Publish* p = find<Publish>(granted);
@@ -94,6 +95,17 @@ class GrantSessionTest : public ::testing::Test {
     EXPECT_EQ(p->gate, GateChange::kOpen);
     probe_.waiting = 0;
     ASSERT_EQ(engine_->state(), GrantState::kHeld);
+  }
+
+  // Held, idle for `threshold` less 1 ms at `before`: no release; for `threshold` at `at`: the
+  // release starts (the gate closes).
+  void expect_idle_threshold(Duration threshold, Duration before, Duration at) {
+    probe_.idle = threshold - 1ms;
+    EXPECT_EQ(find<CloseGateToRelease>(this->at(before, Tick{})), nullptr)
+        << "released before " << to_ms(threshold) << " ms idle";
+    probe_.idle = threshold;
+    EXPECT_NE(find<CloseGateToRelease>(this->at(at, Tick{})), nullptr)
+        << "not released at " << to_ms(threshold) << " ms idle";
   }
 
   Probe probe_;
@@ -309,13 +321,10 @@ TEST_F(GrantSessionTest, ANoticedHolderReleasesAfterAShortIdle) {
   welcome(c);
   hold(3, 10ms);
   at(30ms, FrameReceived{protocol::SwapNotice{3}});
-  probe_.idle = kNoticedIdle - 1ms;
-  EXPECT_EQ(find<CloseGateToRelease>(at(40ms, Tick{})), nullptr);
   const std::optional<MonoTime> next = engine_->next_deadline();
   ASSERT_TRUE(next.has_value());
-  EXPECT_LE(*next, MonoTime{40ms} + kNoticedIdle / 2) << "checks at half the shorter idle";
-  probe_.idle = kNoticedIdle;
-  EXPECT_NE(find<CloseGateToRelease>(at(50ms, Tick{})), nullptr);
+  EXPECT_LE(*next, MonoTime{30ms} + kNoticedIdle / 2) << "checks at half the shorter idle";
+  expect_idle_threshold(kNoticedIdle, 40ms, 50ms);
   EXPECT_NE(sent<protocol::Released>(at(50ms, GateClosed{0})), nullptr);
   // The next grant, without a notice, waits out the idle release again.
   hold(4, 500ms);
@@ -325,7 +334,7 @@ TEST_F(GrantSessionTest, ANoticedHolderReleasesAfterAShortIdle) {
 
 // A pause is no end of work: once the process was seen to pause (idle, then busy again), a noticed
 // holder waits out twice that pause; and a pause that a release on a notice cut short counts too,
-// from the request that ended it.
+// up to when a thread began to wait again.
 TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
   SessionConfig c = config();
   c.timing.idle_release = 100ms;
@@ -337,10 +346,7 @@ TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
   EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr);
   probe_.idle = 0ms;
   at(45ms, Tick{});
-  probe_.idle = 29ms;
-  EXPECT_EQ(find<CloseGateToRelease>(at(100ms, Tick{})), nullptr) << "twice the pause: 30 ms";
-  probe_.idle = 30ms;
-  EXPECT_NE(find<CloseGateToRelease>(at(130ms, Tick{})), nullptr);
+  expect_idle_threshold(30ms, 100ms, 130ms);  // twice the pause
   at(130ms, GateClosed{0});
   ASSERT_EQ(engine_->state(), GrantState::kIdle);
 
@@ -348,17 +354,9 @@ TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
   // after the stretch began (its request went out later, after an eviction): a pause of 60 ms,
   // learnt, so the next noticed grant waits the whole idle release (at most).
   probe_.idle = 0ms;
-  probe_.waiting = 1;
-  probe_.since = MonoTime{160ms};
-  EXPECT_NE(sent<protocol::Request>(at(400ms, Tick{})), nullptr);
-  const auto granted = at(400ms, FrameReceived{protocol::Grant{4}});
-  ASSERT_NE(find<Publish>(granted), nullptr);
-  probe_.waiting = 0;
+  hold(4, 400ms, 160ms);
   at(410ms, FrameReceived{protocol::SwapNotice{4}});
-  probe_.idle = 99ms;
-  EXPECT_EQ(find<CloseGateToRelease>(at(540ms, Tick{})), nullptr);
-  probe_.idle = 100ms;
-  EXPECT_NE(find<CloseGateToRelease>(at(600ms, Tick{})), nullptr);
+  expect_idle_threshold(100ms, 540ms, 600ms);
 }
 
 // An eviction without a grant (protocol version 9): drain, swap out, report the usage at once; the
