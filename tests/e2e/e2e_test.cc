@@ -732,6 +732,69 @@ TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
   EXPECT_EQ(json_string(&re, "ipc_seen_last"), "a5") << "the last piece did not map";
 }
 
+// The 16 hex digits of `value` as a handle stores it (little endian).
+std::string le_hex(std::uint64_t value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 8; ++i, value >>= 8) {
+    out += kHex[(value >> 4) & 15];
+    out += kHex[value & 15];
+  }
+  return out;
+}
+
+// A handle of a pieced export that was tampered with is refused with CUDA_ERROR_INVALID_HANDLE
+// and a warning that says why, whether it names more pieces than the library makes (a piece size of
+// 64Mi for 320Mi) or sizes the scheduler's exports do not have (384Mi of three pieces); nothing
+// maps, and the genuine handle still opens in full afterwards.
+TEST_F(E2eTest, ATamperedHandleOfAPiecedExportIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  const std::string handle = dir_.path() + "/ipc.handle";
+  const std::string done = dir_.path() + "/ipc.done";
+  Trainer& exporter = start_trainer({"exporter",
+                                     {"--bytes", "320Mi", "--kernels", "1", "--ipc-export", handle,
+                                      "--ipc-wait", done, "--ipc-bytes", "320Mi"}});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(wait_until([&] { return !read_file(handle).empty(); }, 20)) << exporter.describe();
+  const std::string genuine = read_file(handle);
+  ASSERT_EQ(genuine.substr(0, 16), "6e76736849504332") << "not the pieced form (nvshIPC2)";
+  // Fields: the size at byte 8, the offset at 16, the piece size at 24 (hex: twice that).
+  std::string more_pieces = genuine;
+  more_pieces.replace(48, 16, le_hex(64 * kMi));
+  std::string other_sizes = genuine;
+  other_sizes.replace(16, 16, le_hex(384 * kMi));
+  int n = 0;
+  for (const std::string& forged : {more_pieces, other_sizes}) {
+    const std::string path = dir_.path() + "/forged" + std::to_string(n);
+    std::ofstream(path) << forged;
+    Trainer& t = start_trainer(
+        {"forged" + std::to_string(n++), {"--kernels", "0", "--ipc-import", path}, {}});
+    ASSERT_FALSE(HasFailure());
+    auto code = t.wait(30);
+    ASSERT_TRUE(code.ok()) << t.describe();
+    EXPECT_EQ(code.value(), 1) << t.describe();
+    auto report = t.report();
+    ASSERT_TRUE(report.ok()) << t.describe();
+    EXPECT_EQ(json_string(&report.value(), "error"),
+              "CUDA_ERROR_INVALID_HANDLE: cuIpcOpenMemHandle")
+        << t.describe();
+  }
+  for (const auto& [forged, why] :
+       {std::pair{0, "a malformed handle"}, std::pair{1, "the handle says 128Mi"}}) {
+    const Trainer& t = **(trainers_.end() - 2 + forged);
+    EXPECT_NE(t.stderr_text().find(why), std::string::npos)
+        << "it did not say why: " << t.describe();
+  }
+  Trainer& importer = start_trainer(
+      {"importer",
+       {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done, "--ipc-bytes", "320Mi"}});
+  Json ri = finish(importer);
+  Json re = finish(exporter);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&ri, "ipc_read_last"), "5a");
+  EXPECT_EQ(json_string(&re, "ipc_seen_last"), "a5");
+}
+
 // An allocation another process maps is never swapped: the exporter (64Mi shared, 64Mi of its own)
 // and a 96Mi job do not fit together in 192Mi, but do once the exporter's own 64Mi move out, so
 // they take turns and the exporter swaps out only its own memory: while it waits, the shared 64Mi

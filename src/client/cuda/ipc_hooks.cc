@@ -76,7 +76,9 @@ void write_handle(CUipcMemHandle* handle, const HandleFields& f) {
   std::memcpy(handle->reserved + 32, f.tokens.data(), sizeof f.tokens);
 }
 
-std::optional<HandleFields> read_handle(const CUipcMemHandle& handle) {
+// A handle of ours (either form): its fields, or why they cannot be (Result's error). nullopt: not
+// one of ours.
+std::optional<Result<HandleFields>> read_handle(const CUipcMemHandle& handle) {
   HandleFields f;
   if (std::memcmp(handle.reserved, kHandleMagic, sizeof kHandleMagic) == 0) {
     f.bytes = u64_at(handle, 8);
@@ -92,12 +94,14 @@ std::optional<HandleFields> read_handle(const CUipcMemHandle& handle) {
     return std::nullopt;
   }
   if (f.bytes == 0 || f.offset >= f.bytes || f.piece == 0 || f.pieces() > kMaxPieces) {
-    return std::nullopt;
+    return Result<HandleFields>(make_error("a malformed handle: size, offset or piece size"));
   }
   for (std::uint64_t i = 0; i < kMaxPieces; ++i) {
-    if ((f.tokens[i] != 0) != (i < f.pieces())) return std::nullopt;
+    if ((f.tokens[i] != 0) != (i < f.pieces())) {
+      return Result<HandleFields>(make_error("a malformed handle: its tokens and pieces differ"));
+    }
   }
-  return f;
+  return Result<HandleFields>(f);
 }
 
 // What this process mapped from other processes' exports, by the pointer open returned.
@@ -265,8 +269,13 @@ Result<std::array<UniqueFd, kMaxPieces>> claim_pieces(const HandleFields& fields
 
 template <typename Open>
 CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Open&& real_open) {
-  const std::optional<HandleFields> fields = read_handle(handle);
-  if (!fields) return real_open();
+  const std::optional<Result<HandleFields>> read = read_handle(handle);
+  if (!read) return real_open();
+  if (!read->ok()) {
+    NVSHARE_WARN("cuIpcOpenMemHandle: %s", read->error().message.c_str());
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  const HandleFields* fields = &read->value();
   if (pdptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const cuda::CurrentDevice current = cuda::current_device();
   if (current.device == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
