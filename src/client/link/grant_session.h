@@ -104,7 +104,8 @@ inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // Idle time after which a holder told that a waiting job needs its memory (a swap notice) releases,
 // at least: twice the longest pause the process has made while holding, if longer, and never more
 // than the idle release. A pause is an idle stretch that ended in new work: one seen between two
-// idle checks, or one that began before a release of this kind and ended in the next request.
+// idle checks, or one that a release of this kind cut short, up to when a thread next began to
+// wait (SessionProbe::waiting_since).
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 
 // The session's clocks, set by whoever runs it (LinkOptions, tests, the simulation).
