@@ -390,7 +390,7 @@ TEST_F(GpuTest, SwapOutCopiesDeviceBackedMemoryToTheHostAndFreesTheGpu) {
 TEST_F(GpuTest, APartialSwapOutMovesPiecesOfALargeAllocation) {
   const cuda::PieceLayout layout = cuda::piece_layout(512 * kMiB, 2 * kMiB);
   ASSERT_EQ(layout.piece, 128 * kMiB);
-  ASSERT_EQ(layout.count, 4u);
+  ASSERT_EQ(layout.count(), 4u);
   CUdeviceptr p = 0;
   ASSERT_EQ(cuMemAlloc_v2(&p, 512 * kMiB), CUDA_SUCCESS);
   for (std::uint64_t i = 0; i < 4; ++i) {
@@ -431,18 +431,18 @@ TEST_F(GpuTest, APartialSwapOutMovesPiecesOfALargeAllocation) {
 
 TEST(PieceLayout, LargeAllocationsAreCutInAtMostFourPiecesOfTheGranularity) {
   using cuda::piece_layout;
-  EXPECT_EQ(piece_layout(64 * kMiB, 2 * kMiB).count, 1u);
+  EXPECT_EQ(piece_layout(64 * kMiB, 2 * kMiB).count(), 1u);
   EXPECT_EQ(piece_layout(64 * kMiB, 2 * kMiB).piece, 64 * kMiB);
-  EXPECT_EQ(piece_layout(128 * kMiB, 2 * kMiB).count, 1u) << "no piece below 128 MiB";
+  EXPECT_EQ(piece_layout(128 * kMiB, 2 * kMiB).count(), 1u) << "no piece below 128 MiB";
   EXPECT_EQ(piece_layout(200 * kMiB, 2 * kMiB).piece, 128 * kMiB);
-  EXPECT_EQ(piece_layout(200 * kMiB, 2 * kMiB).count, 2u);
+  EXPECT_EQ(piece_layout(200 * kMiB, 2 * kMiB).count(), 2u);
   EXPECT_EQ(piece_layout(1024 * kMiB, 2 * kMiB).piece, 256 * kMiB);
-  EXPECT_EQ(piece_layout(1024 * kMiB, 2 * kMiB).count, 4u);
+  EXPECT_EQ(piece_layout(1024 * kMiB, 2 * kMiB).count(), 4u);
   // 1001 MiB: a quarter rounded up to the granularity, the last piece shorter.
   EXPECT_EQ(piece_layout(1001 * kMiB, 2 * kMiB).piece, 252 * kMiB);
-  EXPECT_EQ(piece_layout(1001 * kMiB, 2 * kMiB).count, 4u);
-  EXPECT_EQ(piece_layout(3 * 1024 * kMiB, 2 * kMiB).count, 4u);
-  EXPECT_EQ(piece_layout(0, 2 * kMiB).count, 0u);
+  EXPECT_EQ(piece_layout(1001 * kMiB, 2 * kMiB).count(), 4u);
+  EXPECT_EQ(piece_layout(3 * 1024 * kMiB, 2 * kMiB).count(), 4u);
+  EXPECT_EQ(piece_layout(0, 2 * kMiB).count(), 0u);
 }
 
 // Host copies prepared ahead of an announced swap-out (from a thread with no context of its own:

@@ -140,13 +140,11 @@ std::uint64_t DeviceBacking::rounded(std::uint64_t bytes) const {
 }
 
 PieceLayout piece_layout(std::uint64_t bytes, std::uint64_t granularity) {
-  if (bytes == 0) return {};
   const std::uint64_t unit = std::max<std::uint64_t>(granularity, 1);
   const std::uint64_t share = (bytes + kMaxPieces - 1) / kMaxPieces;
   const std::uint64_t piece =
       std::max((share + unit - 1) / unit * unit, (kMinPiece + unit - 1) / unit * unit);
-  if (piece >= bytes) return {bytes, 1};
-  return {piece, (bytes + piece - 1) / piece};
+  return {bytes, std::min(piece, bytes)};
 }
 
 std::uint64_t DeviceBacking::Range::mapped_bytes() const {
@@ -221,9 +219,8 @@ CUresult DeviceBacking::allocate(std::uint64_t bytes, CUdeviceptr* address) {
   range.bytes = bytes;
   const PieceLayout layout = piece_layout(bytes, granularity_);
   try {
-    for (std::uint64_t i = 0; i < layout.count; ++i) {
-      const std::uint64_t offset = i * layout.piece;
-      range.pieces.push_back(Piece{offset, std::min(layout.piece, bytes - offset)});
+    for (std::uint64_t i = 0; i < layout.count(); ++i) {
+      range.pieces.push_back(Piece{layout.offset(i), layout.size(i)});
     }
   } catch (...) {
     api.cuMemAddressFree(reserved, bytes);
@@ -513,17 +510,15 @@ CUresult DeviceBacking::export_shareable(CUdeviceptr address, Exported* out) {
   if (range.pieces.size() > kMaxPieces) return CUDA_ERROR_NOT_SUPPORTED;
   Exported exported;
   exported.base = it->first;
-  exported.bytes = range.bytes;
-  exported.piece = range.pieces.front().bytes;
+  exported.layout = PieceLayout{range.bytes, range.pieces.front().bytes};
   exported.tokens = range.ipc_tokens;
-  for (const Piece& piece : range.pieces) {
-    int fd = -1;
-    const CUresult rc = to_fd(&fd, piece.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  for (std::size_t i = 0; i < range.pieces.size(); ++i) {
+    const CUresult rc = to_fd(&exported.fds[i], range.pieces[i].handle,
+                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (rc != CUDA_SUCCESS) {
-      for (std::uint64_t i = 0; i < exported.pieces; ++i) ::close(exported.fds[i]);
+      for (std::size_t j = 0; j < i; ++j) ::close(exported.fds[j]);
       return rc;
     }
-    exported.fds[exported.pieces++] = fd;
   }
   range.pinned = true;
   *out = exported;

@@ -46,6 +46,7 @@
 // called. Never throws.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -60,14 +61,19 @@ namespace nvshare::client::cuda {
 // GPUs a mask of GPUs (bit i: GPU i) can name.
 inline constexpr int kMaxGpus = 64;
 
-// How an allocation is cut into pieces: at most kMaxPieces of `piece` bytes (a multiple of the
-// granularity, at least kMinPiece), the last one shorter where the size asks.
+// How an allocation of `bytes` is cut into pieces: every piece `piece` bytes but the last, which is
+// shorter where the size asks. piece_layout() makes at most kMaxPieces, each a multiple of the
+// granularity and at least kMinPiece; a CUDA IPC handle carries the layout to the importer.
 inline constexpr std::uint64_t kMaxPieces = 4;
 inline constexpr std::uint64_t kMinPiece = 128ull << 20;
 static_assert(kMaxPieces == 4, "Exported::fds lists one -1 per piece");
 struct PieceLayout {
-  std::uint64_t piece = 0;  // bytes of every piece but the last
-  std::uint64_t count = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t piece = 0;
+
+  std::uint64_t count() const { return piece == 0 ? 0 : (bytes + piece - 1) / piece; }
+  std::uint64_t offset(std::uint64_t i) const { return i * piece; }
+  std::uint64_t size(std::uint64_t i) const { return std::min(piece, bytes - offset(i)); }
 };
 PieceLayout piece_layout(std::uint64_t bytes, std::uint64_t granularity);
 
@@ -117,7 +123,7 @@ class DeviceBacking {
   // The GPUs granted access so far (bit i: GPU i), this GPU excluded.
   std::uint64_t peers() const;
 
-  // CUDA IPC. The allocation that contains `address`: its base, size, piece size, and a shareable
+  // CUDA IPC. The allocation that contains `address`: its base, its layout, and a shareable
   // descriptor of each piece's physical memory (new ones per call, the caller's to close). Fails
   // where the GPU cannot export (no POSIX descriptor handles), for an address no allocation
   // contains, or while part of the allocation is swapped out. The allocation is pinned from then
@@ -125,10 +131,8 @@ class DeviceBacking {
   using Tokens = std::array<std::uint64_t, kMaxPieces>;  // one per piece, the rest 0
   struct Exported {
     CUdeviceptr base = 0;
-    std::uint64_t bytes = 0;
-    std::uint64_t piece = 0;                          // bytes of every piece but the last
-    std::array<int, kMaxPieces> fds{-1, -1, -1, -1};  // the first `pieces` are set
-    std::uint64_t pieces = 0;
+    PieceLayout layout;
+    std::array<int, kMaxPieces> fds{-1, -1, -1, -1};  // one per piece of the layout
     Tokens tokens{};  // the tokens remembered for it (all 0: none yet)
   };
   CUresult export_shareable(CUdeviceptr address, Exported* out);

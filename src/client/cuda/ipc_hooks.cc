@@ -42,6 +42,7 @@ namespace {
 using cuda::grant_access;
 using cuda::kMaxGpus;
 using cuda::kMaxPieces;
+using cuda::PieceLayout;
 using Tokens = cuda::DeviceBacking::Tokens;
 
 // The handle of a brokered export, little endian as the hosts that share a GPU are: a magic, the
@@ -52,13 +53,9 @@ constexpr char kHandleMagicOnePiece[8] = {'n', 'v', 's', 'h', 'I', 'P', 'C', '1'
 static_assert(sizeof(CUipcMemHandle) >= 8 + (3 + kMaxPieces) * sizeof(std::uint64_t));
 
 struct HandleFields {
-  std::uint64_t bytes = 0;
+  PieceLayout layout;
   std::uint64_t offset = 0;
-  std::uint64_t piece = 0;  // bytes of every piece but the last
   Tokens tokens{};
-
-  std::uint64_t pieces() const { return piece == 0 ? 0 : (bytes + piece - 1) / piece; }
-  std::uint64_t piece_bytes(std::uint64_t i) const { return std::min(piece, bytes - i * piece); }
 };
 
 std::uint64_t u64_at(const CUipcMemHandle& handle, std::size_t at) {
@@ -70,9 +67,9 @@ std::uint64_t u64_at(const CUipcMemHandle& handle, std::size_t at) {
 void write_handle(CUipcMemHandle* handle, const HandleFields& f) {
   std::memset(handle, 0, sizeof *handle);
   std::memcpy(handle->reserved, kHandleMagic, sizeof kHandleMagic);
-  std::memcpy(handle->reserved + 8, &f.bytes, 8);
+  std::memcpy(handle->reserved + 8, &f.layout.bytes, 8);
   std::memcpy(handle->reserved + 16, &f.offset, 8);
-  std::memcpy(handle->reserved + 24, &f.piece, 8);
+  std::memcpy(handle->reserved + 24, &f.layout.piece, 8);
   std::memcpy(handle->reserved + 32, f.tokens.data(), sizeof f.tokens);
 }
 
@@ -81,23 +78,24 @@ void write_handle(CUipcMemHandle* handle, const HandleFields& f) {
 std::optional<Result<HandleFields>> read_handle(const CUipcMemHandle& handle) {
   HandleFields f;
   if (std::memcmp(handle.reserved, kHandleMagic, sizeof kHandleMagic) == 0) {
-    f.bytes = u64_at(handle, 8);
+    f.layout.bytes = u64_at(handle, 8);
     f.offset = u64_at(handle, 16);
-    f.piece = u64_at(handle, 24);
+    f.layout.piece = u64_at(handle, 24);
     std::memcpy(f.tokens.data(), handle.reserved + 32, sizeof f.tokens);
   } else if (std::memcmp(handle.reserved, kHandleMagicOnePiece, sizeof kHandleMagic) == 0) {
     f.tokens[0] = u64_at(handle, 8);
-    f.bytes = u64_at(handle, 16);
+    f.layout.bytes = u64_at(handle, 16);
     f.offset = u64_at(handle, 24);
-    f.piece = f.bytes;
+    f.layout.piece = f.layout.bytes;
   } else {
     return std::nullopt;
   }
-  if (f.bytes == 0 || f.offset >= f.bytes || f.piece == 0 || f.pieces() > kMaxPieces) {
+  if (f.layout.bytes == 0 || f.offset >= f.layout.bytes || f.layout.piece == 0 ||
+      f.layout.count() > kMaxPieces) {
     return Result<HandleFields>(make_error("a malformed handle: size, offset or piece size"));
   }
   for (std::uint64_t i = 0; i < kMaxPieces; ++i) {
-    if ((f.tokens[i] != 0) != (i < f.pieces())) {
+    if ((f.tokens[i] != 0) != (i < f.layout.count())) {
       return Result<HandleFields>(make_error("a malformed handle: its tokens and pieces differ"));
     }
   }
@@ -107,21 +105,17 @@ std::optional<Result<HandleFields>> read_handle(const CUipcMemHandle& handle) {
 // What this process mapped from other processes' exports, by the pointer open returned.
 struct Imported {
   CUdeviceptr base = 0;
-  std::uint64_t bytes = 0;
-  std::uint64_t piece = 0;
+  PieceLayout layout;
   std::array<CUmemGenericAllocationHandle, kMaxPieces> handles{};  // one per piece
   int ordinal = 0;         // the GPU whose context opened it
   std::uint64_t gpus = 0;  // bit i: GPU i may access it
-
-  std::uint64_t pieces() const { return (bytes + piece - 1) / piece; }
-  std::uint64_t piece_bytes(std::uint64_t i) const { return std::min(piece, bytes - i * piece); }
 };
 
 // Grants the GPUs in `gpus` access to every piece of `imported`.
 CUresult grant_imported(const Imported& imported, std::uint64_t gpus) {
-  for (std::uint64_t i = 0; i < imported.pieces(); ++i) {
-    const CUresult rc =
-        grant_access(imported.base + i * imported.piece, imported.piece_bytes(i), gpus);
+  const PieceLayout& layout = imported.layout;
+  for (std::uint64_t i = 0; i < layout.count(); ++i) {
+    const CUresult rc = grant_access(imported.base + layout.offset(i), layout.size(i), gpus);
     if (rc != CUDA_SUCCESS) return rc;
   }
   return CUDA_SUCCESS;
@@ -130,12 +124,13 @@ CUresult grant_imported(const Imported& imported, std::uint64_t gpus) {
 // Unmaps and releases the pieces of `imported` that were mapped, then frees its address range.
 CUresult unmap_imported(const Imported& imported) {
   const hooks::DriverApi& api = hooks::driver();
-  for (std::uint64_t i = 0; i < imported.pieces(); ++i) {
+  const PieceLayout& layout = imported.layout;
+  for (std::uint64_t i = 0; i < layout.count(); ++i) {
     if (imported.handles[i] == 0) continue;
-    api.cuMemUnmap(imported.base + i * imported.piece, imported.piece_bytes(i));
+    api.cuMemUnmap(imported.base + layout.offset(i), layout.size(i));
     hooks::real<hooks::HookId::cuMemRelease>()(imported.handles[i]);
   }
-  return api.cuMemAddressFree(imported.base, imported.bytes);
+  return api.cuMemAddressFree(imported.base, layout.bytes);
 }
 
 std::mutex imports_mu;
@@ -148,11 +143,10 @@ const std::string& broker_socket() { return client_config().socket_path; }
 
 // Offers each piece's descriptor to the scheduler; its tokens, or why not (a partial offer is
 // withdrawn).
-Result<Tokens> offer_pieces(const cuda::DeviceBacking::Exported& exported,
-                            const HandleFields& fields) {
+Result<Tokens> offer_pieces(const cuda::DeviceBacking::Exported& exported) {
   Tokens tokens{};
-  for (std::uint64_t i = 0; i < exported.pieces; ++i) {
-    auto offered = ipc_export(broker_socket(), exported.fds[i], fields.piece_bytes(i));
+  for (std::uint64_t i = 0; i < exported.layout.count(); ++i) {
+    auto offered = ipc_export(broker_socket(), exported.fds[i], exported.layout.size(i));
     if (!offered) {
       for (std::uint64_t j = 0; j < i; ++j) (void)ipc_withdraw(broker_socket(), tokens[j]);
       return offered.error();
@@ -180,19 +174,19 @@ std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdevicept
   ExportOutcome out;
   out.rc = rc;
   if (rc == CUDA_SUCCESS) {
-    HandleFields fields{exported.bytes, dptr - exported.base, exported.piece, exported.tokens};
+    HandleFields fields{exported.layout, dptr - exported.base, exported.tokens};
     if (fields.tokens[0] == 0) {
-      auto offered = offer_pieces(exported, fields);
+      auto offered = offer_pieces(exported);
       if (offered) {
         fields.tokens = offered.value();
       } else {
         NVSHARE_WARN("cuIpcGetMemHandle: the scheduler cannot broker %s: %s",
-                     format_bytes(exported.bytes).c_str(), offered.error().message.c_str());
+                     format_bytes(exported.layout.bytes).c_str(), offered.error().message.c_str());
         out.rc = CUDA_ERROR_NOT_SUPPORTED;
         fields.tokens = Tokens{};
       }
     }
-    for (std::uint64_t i = 0; i < exported.pieces; ++i) ::close(exported.fds[i]);
+    for (std::uint64_t i = 0; i < exported.layout.count(); ++i) ::close(exported.fds[i]);
     // No tokens unpin a first export that failed.
     device.backing.remember_tokens(exported.base, fields.tokens);
     out.fields = fields;
@@ -213,7 +207,8 @@ CUresult map_piece(int fd, std::uint64_t i, Imported& imported) {
       &handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)),
       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (rc != CUDA_SUCCESS) return rc;
-  rc = api.cuMemMap(imported.base + i * imported.piece, imported.piece_bytes(i), 0, handle, 0);
+  rc = api.cuMemMap(imported.base + imported.layout.offset(i), imported.layout.size(i), 0, handle,
+                    0);
   if (rc != CUDA_SUCCESS) {
     hooks::real<hooks::HookId::cuMemRelease>()(handle);
     return rc;
@@ -233,13 +228,12 @@ CUresult map_imported(const std::array<UniqueFd, kMaxPieces>& fds, const HandleF
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   Imported imported;
-  imported.bytes = fields.bytes;
-  imported.piece = fields.piece;
+  imported.layout = fields.layout;
   imported.ordinal = ordinal;
   imported.gpus = peers | (std::uint64_t{1} << ordinal);
-  CUresult rc = api.cuMemAddressReserve(&imported.base, fields.bytes, 0, 0, 0);
+  CUresult rc = api.cuMemAddressReserve(&imported.base, fields.layout.bytes, 0, 0, 0);
   if (rc != CUDA_SUCCESS) return rc;
-  for (std::uint64_t i = 0; i < imported.pieces() && rc == CUDA_SUCCESS; ++i) {
+  for (std::uint64_t i = 0; i < fields.layout.count() && rc == CUDA_SUCCESS; ++i) {
     rc = map_piece(fds[i].get(), i, imported);
   }
   if (rc == CUDA_SUCCESS) rc = grant_imported(imported, imported.gpus);
@@ -255,12 +249,12 @@ CUresult map_imported(const std::array<UniqueFd, kMaxPieces>& fds, const HandleF
 // the size the handle says.
 Result<std::array<UniqueFd, kMaxPieces>> claim_pieces(const HandleFields& fields) {
   std::array<UniqueFd, kMaxPieces> fds;
-  for (std::uint64_t i = 0; i < fields.pieces(); ++i) {
+  for (std::uint64_t i = 0; i < fields.layout.count(); ++i) {
     auto imported = ipc_import(broker_socket(), fields.tokens[i]);
     if (!imported) return imported.error();
-    if (imported.value().bytes != fields.piece_bytes(i)) {
+    if (imported.value().bytes != fields.layout.size(i)) {
       return make_error("the scheduler's export is of " + format_bytes(imported.value().bytes) +
-                        ", the handle says " + format_bytes(fields.piece_bytes(i)));
+                        ", the handle says " + format_bytes(fields.layout.size(i)));
     }
     fds[i] = std::move(imported.value().fd);
   }
@@ -291,8 +285,8 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Open&& re
   const CUresult rc = map_imported(claimed.value(), *fields, current.device->ordinal,
                                    current.device->backing.peers(), &mapped);
   if (rc != CUDA_SUCCESS) {
-    NVSHARE_WARN("cuIpcOpenMemHandle: cannot map %s: %s", format_bytes(fields->bytes).c_str(),
-                 hooks::error_name(rc));
+    NVSHARE_WARN("cuIpcOpenMemHandle: cannot map %s: %s",
+                 format_bytes(fields->layout.bytes).c_str(), hooks::error_name(rc));
     return rc;
   }
   const CUdeviceptr pointer = mapped.base + fields->offset;
