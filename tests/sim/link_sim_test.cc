@@ -9,7 +9,7 @@
 
 #include "client/link/grant_session.h"
 #include "link_simulation.h"
-#include "seed_base.h"
+#include "sweep_knobs.h"
 
 namespace nvshare::linksim {
 namespace {

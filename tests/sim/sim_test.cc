@@ -15,8 +15,8 @@
 #include <numeric>
 
 #include "scheduler/policy/gpu_policy.h"
-#include "seed_base.h"
 #include "simulation.h"
+#include "sweep_knobs.h"
 
 namespace nvshare::sim {
 namespace {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -11,6 +10,7 @@
 
 #include "rng.h"
 #include "scheduler/policy/gpu_policy.h"
+#include "sweep_knobs.h"
 
 namespace nvshare::sim {
 namespace {
@@ -103,12 +103,6 @@ struct SimEvent {
     return at != other.at ? at > other.at : seq > other.seq;
   }
 };
-
-std::size_t trace_lines_from_env() {
-  const char* lines = std::getenv("NVSHARE_SIM_TRACE_LINES");
-  const long long n = lines != nullptr ? std::atoll(lines) : 0;
-  return n > 0 ? static_cast<std::size_t>(n) : 150;
-}
 
 class World {
  public:
@@ -1000,7 +994,7 @@ class World {
   std::deque<std::string> trace_lines_;
   // The last 150 lines go with a failure; NVSHARE_SIM_TRACE_LINES=<n> keeps more (a replay of one
   // seed, to read all of it).
-  std::size_t trace_kept_ = trace_lines_from_env();
+  std::size_t trace_kept_ = trace_lines();
 };
 
 }  // namespace
