@@ -65,6 +65,14 @@ const Json* context_of(const Json* device, pid_t pid) {
   return nullptr;
 }
 
+// A client (status JSON) that holds the GPU with memory allocated. One that has freed its buffer on
+// its way out occupies no memory any more: the scheduler may rightly let another run beside it.
+bool holds_gpu_with_memory(const Json* client) {
+  const std::string state = json_string(client, "state");
+  return (state == "running" || state == "revoking") &&
+         json_number(client, "allocated_bytes", 0) > 0;
+}
+
 class E2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -179,6 +187,23 @@ class E2eTest : public ::testing::Test {
     EXPECT_TRUE(seen) << name << " never idled with its memory parked on the device\n"
                       << t.describe();
     return t;
+  }
+
+  // Until `runner` ends: the device memory `parked` has (the simulated GPU's count, 0 without a
+  // context) each time `runner` is seen holding the GPU with memory allocated.
+  std::vector<double> memory_beside(const Trainer& parked, Trainer& runner) {
+    std::vector<double> samples;
+    while (runner.running()) {
+      auto status = poll_status();
+      auto stat = fake_stat();
+      if (status.ok() && stat.ok() &&
+          holds_gpu_with_memory(find_client(status.value(), runner.pid()))) {
+        const Json* slot = context_of(first_device(stat.value()), parked.pid());
+        samples.push_back(slot != nullptr ? json_number(slot, "allocated") : 0);
+      }
+      sleep_s(0.01);
+    }
+    return samples;
   }
 
   // Waits for a trainer and returns its report; the test fails when it did not finish with
@@ -339,14 +364,6 @@ TEST_F(E2eTest, TwoSaturatingThatFitTakeTurns) {
   ASSERT_GE(samples, 20) << "the trainers were never both reported saturating";
   EXPECT_GE(deepest, 50);
   EXPECT_LE(together, samples / 10) << "saturating trainers kept running together";
-}
-
-// A client (status JSON) that holds the GPU with memory allocated. One that has freed its buffer on
-// its way out occupies no memory any more: the scheduler may rightly let another run beside it.
-bool holds_gpu_with_memory(const Json* client) {
-  const std::string state = json_string(client, "state");
-  return (state == "running" || state == "revoking") &&
-         json_number(client, "allocated_bytes", 0) > 0;
 }
 
 // Two trainers that do not fit together (6Gi each under a virtual capacity of 8Gi, of which 90% is
@@ -639,24 +656,15 @@ TEST_F(E2eTest, AnIdleProcessesMemoryIsEvictedForTheNextToRun) {
   Trainer& b = start_trainer(
       {"B", {"--bytes", "128Mi", "--kernels", "20", "--kernel-us", "10000", "--progress"}, env});
   ASSERT_FALSE(HasFailure());
-  bool b_ran = false;
-  bool b_ran_beside_a = false;
-  while (b.running()) {
-    auto status = poll_status();
-    auto stat = fake_stat();
-    if (status.ok() && stat.ok() && holds_gpu_with_memory(find_client(status.value(), b.pid()))) {
-      b_ran = true;
-      const Json* slot = context_of(first_device(stat.value()), a.pid());
-      if (slot != nullptr && json_number(slot, "allocated") > 0) b_ran_beside_a = true;
-    }
-    sleep_s(0.01);
-  }
+  const std::vector<double> a_beside_b = memory_beside(a, b);
   std::ofstream(done) << "done\n";
   finish(a);  // checks its result
   finish(b);
   ASSERT_FALSE(HasFailure());
-  EXPECT_TRUE(b_ran) << "B was never seen holding the GPU";
-  EXPECT_FALSE(b_ran_beside_a) << "B ran while A's memory was still on the device";
+  EXPECT_FALSE(a_beside_b.empty()) << "B was never seen holding the GPU";
+  for (double bytes : a_beside_b) {
+    EXPECT_EQ(bytes, 0) << "B ran while A's memory was still on the device";
+  }
   EXPECT_GE(swapped_bytes(trace, a.pid(), "evicted"), 128 * kMi)
       << "A's trace shows no eviction that moved its memory";
 }
@@ -674,21 +682,15 @@ TEST_F(E2eTest, AnEvictionMovesOnlyThePiecesTheNextJobNeeds) {
   Trainer& b = start_trainer(
       {"B", {"--bytes", "256Mi", "--kernels", "20", "--kernel-us", "10000", "--progress"}, env});
   ASSERT_FALSE(HasFailure());
-  double a_beside_b = -1;
-  while (b.running()) {
-    auto status = poll_status();
-    auto stat = fake_stat();
-    if (status.ok() && stat.ok() && holds_gpu_with_memory(find_client(status.value(), b.pid()))) {
-      const Json* slot = context_of(first_device(stat.value()), a.pid());
-      if (slot != nullptr) a_beside_b = json_number(slot, "allocated");
-    }
-    sleep_s(0.01);
-  }
+  const std::vector<double> a_beside_b = memory_beside(a, b);
   std::ofstream(done) << "done\n";
   finish(a);  // checks its result
   finish(b);
   ASSERT_FALSE(HasFailure());
-  EXPECT_EQ(a_beside_b, 384.0 * kMi) << "A's memory on the device while B ran";
+  EXPECT_FALSE(a_beside_b.empty()) << "B was never seen holding the GPU";
+  for (double bytes : a_beside_b) {
+    EXPECT_EQ(bytes, 384.0 * kMi) << "A's memory on the device while B ran";
+  }
   EXPECT_EQ(swapped_bytes(trace, a.pid(), "evicted"), 128.0 * kMi)
       << "A's eviction should move one piece";
 }
