@@ -162,6 +162,7 @@ class Bench:
         self.sched = str(b / "src/scheduler/nvshare-scheduler")
         self.ctl = str(b / "src/tools/nvsharectl")
         self.launch_bin = str(b / "bench/gpu/nvshare-launch-bench")
+        self.copystall_bin = str(b / "bench/gpu/nvshare-host-copy-stall")
         self.out = Path(args.out).resolve()
         self.swap_variants = args.swap_variants.split(",")
         self.raw = self.out / "raw"
@@ -494,6 +495,35 @@ class Bench:
                         release_to_grant_ms_p50=percentile(gaps, 50),
                         release_to_grant_ms_p99=percentile(gaps, 99))
         self.metric("native_pin_s_8_8gib", native.get("pin_s"), "reported", True, "s")
+
+    def copystall(self):
+        """How making a host copy stalls the process's own submissions (host_copy_stall.cc: the
+        driver alone, 3 GiB per phase, two rounds). Per way of registering: the longest batch of
+        about 2 ms of memsets that overlapped it, and how many ran (the thread's progress)."""
+        name = "copystall"
+        d = self.scenario_dir(name)
+        out = d / "phases.jsonl"
+        with open(out, "w") as f:
+            rc = subprocess.run([self.copystall_bin, "3"], stdout=f, stderr=subprocess.STDOUT,
+                                timeout=120).returncode
+        phases = {}
+        for line in out.read_text().splitlines():
+            try:
+                p = json.loads(line)
+            except ValueError:
+                continue
+            phases.setdefault(p["phase"], []).append(p)
+        if rc != 0 or not phases:
+            log(f"copystall failed (exit {rc})")
+            return
+        labels = {"register whole": "whole", "register in 64 MiB chunks": "chunks",
+                  "register in 64 MiB chunks, 2000 us apart": "chunks_paced"}
+        for phase, key in labels.items():
+            runs = phases.get(phase, [])
+            self.metric(f"copystall_longest_batch_ms_{key}",
+                        max((r["longest_batch_ms"] for r in runs), default=None), "reported",
+                        bool(runs), "ms", native=None, runs=runs,
+                        unhindered=phases.get("nothing"))
 
     def alloc(self):
         """What an allocation and its free cost in each memory mode beside native (allocbench.py:
@@ -1033,7 +1063,7 @@ PHASES = {
     "overhead": ["single", "launch", "handoff"],
     "together": ["pair_fit", "idle3", "caps_auto", "latency", "priority"],
     "turns": ["notfit", "caps", "capdeep"],
-    "memory": ["swap", "alloc"],
+    "memory": ["swap", "alloc", "copystall"],
     "multi": ["multi", "multi_notfit", "ddp", "ddp_cap"],
 }
 

@@ -6,10 +6,12 @@
 #       PHASE: overhead (single job, launch-bound, hand-off latency), together (two compute-bound jobs
 #       that fit, three idle-ish jobs, caps co-running, a service beside a trainer), turns (two jobs
 #       that do not fit, compute caps, deep queues under a cap), memory (swap bandwidth of each memory
-#       mode beside native pinned copies, what an allocation costs), multi (two GPUs), or all (the
+#       mode beside native pinned copies, what an allocation costs, how making a host copy stalls
+#       the process's own submissions), multi (two GPUs), or all (the
 #       default; about 30 minutes on one H200)
 #
-# Builds libnvshare.so, nvshare-scheduler, nvsharectl and nvshare-launch-bench (Release) in build-bench/,
+# Builds libnvshare.so, nvshare-scheduler, nvsharectl, nvshare-launch-bench and nvshare-host-copy-stall
+# (Release) in build-bench/,
 # runs every scenario of the phases with and without nvshare in this one call, and writes under
 # build-bench/out (and $OUT when set): results.json, table.md, benchmarks.json, PNG plots and
 # raw.tgz (every job's output, scheduler logs, grant traces). The table is printed last.
@@ -26,7 +28,7 @@ unset LD_LIBRARY_PATH  # the real libcuda.so.1
 
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNVSHARE_BUILD_TESTS=OFF \
     -DNVSHARE_WITH_K8S=OFF >"$out/build.log" 2>&1 ||
-   ! cmake --build "$build" --target nvshare nvshare-scheduler nvsharectl nvshare-launch-bench \
+   ! cmake --build "$build" --target nvshare nvshare-scheduler nvsharectl nvshare-launch-bench nvshare-host-copy-stall \
     >>"$out/build.log" 2>&1; then
   tail -n 40 "$out/build.log"
   echo "bench: build failed"

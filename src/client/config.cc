@@ -185,8 +185,8 @@ constexpr std::array<ClientKnob, 13> kKnobs = {{
      knobtable::kLogLevel.meaning, apply_log_level},
     {"trace-file", "", "empty, or a filesystem path",
      "Appends one JSON line per grant event (request, grant, revoke, release, idle release, swap "
-     "notice, eviction) with its CLOCK_MONOTONIC time, for benchmarks and schedule plots. Empty: "
-     "no trace.",
+     "notice, eviction, a longer pause learnt) with its CLOCK_MONOTONIC time, for benchmarks and "
+     "schedule plots. Empty: no trace.",
      apply_trace_file},
 }};
 

@@ -12,7 +12,7 @@
 //   link.after_submit()   -- counts, no syscall
 //                                                   revoke: stop new submissions, agent.drain(),
 //                                                     agent.swap_out() if asked, send released
-//                                                   swap notice: agent.prepare_swap_out()
+//                                                   swap notice: agent.prepare_swap_out(bytes)
 //                                                   idle: agent.idle_for() >= idle time -> release
 //                                                   limits: agent.apply_limits()
 //                                                   usage: agent.usage() sent when it changes
@@ -86,10 +86,11 @@ class DeviceAgent {
   virtual std::uint64_t swap_out(std::uint64_t target = 0) = 0;
   // Moves them back to the GPU in bulk; returns bytes moved.
   virtual std::uint64_t swap_in() = 0;
-  // The scheduler announced that this grant's revoke will ask for a swap-out: ready what it needs
-  // (host copies) in the background, while the process keeps running. Returns at once; the
-  // swap_out() that follows waits for work already under way rather than repeat it.
-  virtual void prepare_swap_out() {}
+  // The scheduler announced that this grant's revoke will ask for a swap-out of `bytes` (0: all):
+  // ready what that swap-out needs (host copies) in the background, while the process keeps
+  // running. Returns at once; the swap_out() that follows waits for work already under way rather
+  // than repeat it.
+  virtual void prepare_swap_out(std::uint64_t /*bytes*/) {}
   // Time since the last submission if all submitted work has completed; zero while work is in
   // flight.
   virtual Duration idle_for() = 0;

@@ -187,6 +187,8 @@ void encode_extension(ByteWriter& w, const Message& message, std::uint16_t versi
   if (const auto* revoke = std::get_if<Revoke>(&message)) w.u64(revoke->swap_bytes);
   if (const auto* evict = std::get_if<Evict>(&message)) w.u64(evict->bytes);
   if (const auto* usage = std::get_if<Usage>(&message)) w.u32(usage->evictions_answered);
+  if (version < kNoticeBytesVersion) return;
+  if (const auto* notice = std::get_if<SwapNotice>(&message)) w.u64(notice->bytes);
 }
 void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bool& valid) {
   if (version < 7) {
@@ -240,6 +242,8 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
   if (auto* revoke = std::get_if<Revoke>(&message)) revoke->swap_bytes = r.u64();
   if (auto* evict = std::get_if<Evict>(&message)) evict->bytes = r.u64();
   if (auto* usage = std::get_if<Usage>(&message)) usage->evictions_answered = r.u32();
+  if (version < kNoticeBytesVersion) return;
+  if (auto* notice = std::get_if<SwapNotice>(&message)) notice->bytes = r.u64();
 }
 
 // Variant index i holds MessageType i + 1; this is checked at compile time below.

@@ -36,10 +36,12 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 10;
+inline constexpr std::uint16_t kMaxVersion = 11;
 // The version from which revokes and evictions carry byte targets (Revoke::swap_bytes,
 // Evict::bytes).
 inline constexpr std::uint16_t kPartialSwapVersion = 10;
+// The version from which a swap notice names the bytes the swap-out will be asked for.
+inline constexpr std::uint16_t kNoticeBytesVersion = 11;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -256,6 +258,9 @@ struct IpcAnswer {
 // once per grant, only to peers that speak version 8.
 struct SwapNotice {
   std::uint64_t epoch = 0;
+  // Version 11: the bytes the revoke will ask to swap out (whole pieces, in address order, as
+  // Revoke::swap_bytes); 0: all of them (and from an older scheduler).
+  std::uint64_t bytes = 0;
   bool operator==(const SwapNotice&) const = default;
 };
 

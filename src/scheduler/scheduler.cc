@@ -270,7 +270,7 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
                             protocol::Revoke{a.epoch, protocol::RevokeReason::kYield, false});
             }
           } else if constexpr (std::is_same_v<T, policy::SendSwapNotice>) {
-            channel_.send(a.client, protocol::SwapNotice{a.epoch});
+            channel_.send(a.client, protocol::SwapNotice{a.epoch, a.bytes});
           } else if constexpr (std::is_same_v<T, policy::SendEvict>) {
             channel_.send(a.client, protocol::Evict{a.bytes});
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {

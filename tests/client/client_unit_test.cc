@@ -12,9 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -24,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/cuda/device_state.h"
 #include "client/cuda/memory_ledger.h"
@@ -429,6 +432,56 @@ TEST_F(GpuTest, APartialSwapOutMovesPiecesOfALargeAllocation) {
   EXPECT_EQ(backing.host_bytes(), 0u);
 }
 
+// A host copy is page-locked one lock chunk at a time (a single registration of gigabytes would
+// stop the process's other threads for as long as it lasts), and copies cross chunk and piece
+// boundaries that do not line up: 600 MiB makes pieces of 150 MiB and chunks of 64 MiB. The copy is
+// prepared from a thread of its own, as ahead of an announced swap-out; freeing the allocation
+// unlocks every chunk.
+TEST_F(GpuTest, AHostCopyIsPageLockedInChunksAndCopiedAcrossThem) {
+  constexpr std::uint64_t kBytes = 600 * kMiB;
+  ASSERT_EQ(cuda::piece_layout(kBytes, 2 * kMiB).piece, 150 * kMiB);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&p, kBytes), CUDA_SUCCESS);
+  std::vector<unsigned char> pattern(kBytes);
+  for (std::uint64_t i = 0; i < kBytes; ++i) pattern[i] = static_cast<unsigned char>(i * 7 / 4099);
+  ASSERT_EQ(cuMemcpyHtoD_v2(p, pattern.data(), kBytes), CUDA_SUCCESS);
+  cuda::DeviceBacking& backing = device_->backing;
+  std::uint64_t prepared = 0;
+  std::thread([&] { prepared = backing.prepare_host_copies(kUnlimitedRoom); }).join();
+  ASSERT_EQ(prepared, kBytes);
+
+  EXPECT_EQ(backing.swap_out(stream_, kUnlimitedRoom, 200 * kMiB).bytes, 300 * kMiB)
+      << "two pieces";
+  const auto* host = static_cast<const unsigned char*>(backing.host_copy(p));
+  ASSERT_NE(host, nullptr);
+  for (std::uint64_t at = 0; at < kBytes; at += cuda::kLockChunk) {
+    CUdeviceptr start = 0;
+    std::size_t size = 0;
+    const auto inside = reinterpret_cast<CUdeviceptr>(host + at + 4097);
+    ASSERT_EQ(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, inside),
+              CUDA_SUCCESS)
+        << "chunk at " << at / kMiB << " MiB";
+    ASSERT_EQ(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, inside), CUDA_SUCCESS);
+    EXPECT_EQ(start, reinterpret_cast<CUdeviceptr>(host + at)) << "its own registration";
+    EXPECT_EQ(size, std::min(cuda::kLockChunk, kBytes - at));
+  }
+  EXPECT_EQ(std::memcmp(host, pattern.data(), 300 * kMiB), 0) << "the moved pieces, in place";
+  EXPECT_EQ(backing.swap_out(stream_, kUnlimitedRoom).bytes, 300 * kMiB) << "the rest";
+  EXPECT_EQ(backing.swap_in(stream_).bytes, kBytes);
+  std::vector<unsigned char> back(kBytes);
+  ASSERT_EQ(cuMemcpyDtoH_v2(back.data(), p, kBytes), CUDA_SUCCESS);
+  EXPECT_TRUE(back == pattern);
+
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  for (std::uint64_t at = 0; at < kBytes; at += cuda::kLockChunk) {
+    CUdeviceptr start = 0;
+    EXPECT_NE(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                    reinterpret_cast<CUdeviceptr>(host + at)),
+              CUDA_SUCCESS)
+        << "chunk at " << at / kMiB << " MiB still registered";
+  }
+}
+
 TEST(PieceLayout, LargeAllocationsAreCutInAtMostFourPiecesOfTheGranularity) {
   using cuda::piece_layout;
   EXPECT_EQ(piece_layout(64 * kMiB, 2 * kMiB).count(), 1u);
@@ -474,6 +527,26 @@ TEST_F(GpuTest, PreparedHostCopiesAreTheOnesTheSwapOutUses) {
   EXPECT_EQ(device_->backing.host_bytes(), 0u);
 }
 
+// A swap notice names the swap-out's target: only the copies of the ranges such a swap-out reaches
+// (in address order) are prepared, so the swap-out makes none and the ranges it leaves on the GPU
+// take no host memory.
+TEST_F(GpuTest, APreparationForATargetMakesOnlyTheCopiesItsSwapOutReaches) {
+  std::vector<CUdeviceptr> ranges(3);
+  for (CUdeviceptr& r : ranges) ASSERT_EQ(cuMemAlloc_v2(&r, 32 * kMiB), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  cuda::DeviceBacking& backing = device_->backing;
+  EXPECT_EQ(backing.prepare_host_copies(kUnlimitedRoom, 40 * kMiB), 64 * kMiB)
+      << "two ranges reach 40 MiB";
+  EXPECT_EQ(backing.prepare_host_copies(kUnlimitedRoom, 40 * kMiB), 0u) << "none left to reach";
+  const cuda::BackingSwap swap = backing.swap_out(stream_, kUnlimitedRoom, 40 * kMiB);
+  EXPECT_EQ(swap.bytes, 64 * kMiB);
+  EXPECT_EQ(swap.host_copies_made, 0u) << "the swap-out found its copies made";
+  EXPECT_EQ(backing.host_bytes(), 64 * kMiB) << "the range that stays has none";
+  EXPECT_EQ(backing.swap_in(stream_).bytes, 64 * kMiB);
+  EXPECT_EQ(backing.prepare_host_copies(kUnlimitedRoom), 32 * kMiB) << "no target: all";
+  for (CUdeviceptr r : ranges) EXPECT_EQ(cuMemFree_v2(r), CUDA_SUCCESS);
+}
+
 // Host copies are made only within the host room (the memory cgroup's headroom): what does not
 // fit stays on the GPU, and is reported as unmovable before any swap-out, so that the scheduler
 // never plans a turn that needs it moved.
@@ -507,7 +580,7 @@ TEST_F(GpuTest, ASwapOutDuringAPreparationMovesEverything) {
     ASSERT_EQ(cuMemsetD8_v2(ranges[i], static_cast<unsigned char>(i + 1), 32 * kMiB), CUDA_SUCCESS);
   }
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
-  agent_->prepare_swap_out();
+  agent_->prepare_swap_out(0);
   EXPECT_EQ(agent_->swap_out(), 8 * 32 * kMiB);
   EXPECT_EQ(device_->backing.host_bytes(), 8 * 32 * kMiB);
   while (device_->preparing_host_copies.load()) std::this_thread::sleep_for(1ms);

@@ -118,13 +118,13 @@ std::uint64_t GpuAgent::swap_out(std::uint64_t target) { return move(/*to_host=*
 
 std::uint64_t GpuAgent::swap_in() { return move(/*to_host=*/false, 0); }
 
-void GpuAgent::prepare_swap_out() {
+void GpuAgent::prepare_swap_out(std::uint64_t target) {
   if (device_.preparing_host_copies.exchange(true, std::memory_order_acq_rel)) return;
   DeviceState* device = &device_;  // never destroyed (device_state.h)
   try {
-    std::thread([device, room = room_source_] {
+    std::thread([device, room = room_source_, target] {
       const auto start = std::chrono::steady_clock::now();
-      const std::uint64_t bytes = device->backing.prepare_host_copies(room());
+      const std::uint64_t bytes = device->backing.prepare_host_copies(room(), target);
       if (bytes > 0) {
         NVSHARE_DEBUG(
             "%s: host copies of %s prepared for the announced swap-out in %.1f ms",

@@ -10,8 +10,9 @@
 //    copies first, then managed ranges in address order; the rest stays on the GPU. It measures
 //    the bandwidth it achieved (the expensive direction, so the one worth reporting). While
 //    swapped out, new allocations stay off the GPU until swap_in.
-//  - prepare_swap_out(): makes the host copies of the device-backed allocations on a thread of its
-//    own (DeviceBacking::prepare_host_copies), one such thread per GPU at a time.
+//  - prepare_swap_out(bytes): makes, on a thread of its own, the host copies of the device-backed
+//    allocations that a swap-out of `bytes` would copy into (DeviceBacking::prepare_host_copies;
+//    0: all), one such thread per GPU at a time.
 //  - idle_for(): WorkTracker::idle_for (queries only, never synchronizes).
 //  - queue_waited(): WorkTracker::bound_waited.
 //  - usage(): allocated = the ledger's bytes (context included); resident = allocated minus what a
@@ -51,7 +52,7 @@ class GpuAgent final : public DeviceAgent {
   Duration drain() override;
   std::uint64_t swap_out(std::uint64_t target = 0) override;
   std::uint64_t swap_in() override;
-  void prepare_swap_out() override;
+  void prepare_swap_out(std::uint64_t bytes) override;
   Duration idle_for() override;
   DeviceUsage usage() override;
   Duration queue_waited() override;

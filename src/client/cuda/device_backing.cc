@@ -79,10 +79,59 @@ void* fresh_host_memory(std::uint64_t bytes) {
   return mapped;
 }
 
-bool page_lock(void* memory, std::uint64_t bytes) {
+// Calls `each(offset, length)` for the lock chunks (kLockChunk) that [offset, offset + bytes) of a
+// host copy overlaps, clipped to it, in order; stops at the first result that is not CUDA_SUCCESS
+// and returns it.
+template <typename Each>
+CUresult for_each_lock_chunk(std::uint64_t offset, std::uint64_t bytes, Each&& each) {
+  const std::uint64_t end = offset + bytes;
+  while (offset < end) {
+    const std::uint64_t chunk_end = std::min(end, (offset / kLockChunk + 1) * kLockChunk);
+    const CUresult rc = each(offset, chunk_end - offset);
+    if (rc != CUDA_SUCCESS) return rc;
+    offset = chunk_end;
+  }
+  return CUDA_SUCCESS;
+}
+
+void page_unlock(void* memory, std::uint64_t bytes) {
   const hooks::DriverApi& api = hooks::driver();
-  return api.cuMemHostRegister_v2 != nullptr && api.cuMemHostUnregister != nullptr &&
-         api.cuMemHostRegister_v2(memory, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+  for_each_lock_chunk(0, bytes, [&](std::uint64_t offset, std::uint64_t) {
+    api.cuMemHostUnregister(static_cast<unsigned char*>(memory) + offset);
+    return CUDA_SUCCESS;
+  });
+}
+
+// Page-locks `memory` one lock chunk at a time; on failure unlocks what it locked. Given
+// `hurry`, it pauses kLockPause after each chunk but the last while `hurry` is 0.
+bool page_lock(void* memory, std::uint64_t bytes, const std::atomic<int>* hurry = nullptr) {
+  const hooks::DriverApi& api = hooks::driver();
+  if (api.cuMemHostRegister_v2 == nullptr || api.cuMemHostUnregister == nullptr) return false;
+  std::uint64_t locked = 0;
+  const CUresult rc =
+      for_each_lock_chunk(0, bytes, [&](std::uint64_t offset, std::uint64_t length) {
+        const CUresult chunk = api.cuMemHostRegister_v2(
+            static_cast<unsigned char*>(memory) + offset, length, CU_MEMHOSTREGISTER_PORTABLE);
+        if (chunk != CUDA_SUCCESS) return chunk;
+        locked = offset + length;
+        if (hurry != nullptr && locked < bytes && hurry->load(std::memory_order_relaxed) == 0) {
+          std::this_thread::sleep_for(kLockPause);
+        }
+        return chunk;
+      });
+  if (rc == CUDA_SUCCESS) return true;
+  if (locked > 0) page_unlock(memory, locked);
+  return false;
+}
+
+// Copies [offset, offset + bytes) between a host copy and the device memory at `device`, one
+// asynchronous copy per lock chunk: each lies in one registration. `copy(host, device, length)`.
+template <typename Copy>
+CUresult copy_by_lock_chunk(void* host, std::uint64_t offset, CUdeviceptr device,
+                            std::uint64_t bytes, Copy&& copy) {
+  return for_each_lock_chunk(offset, bytes, [&](std::uint64_t at, std::uint64_t length) {
+    return copy(static_cast<unsigned char*>(host) + at, device + (at - offset), length);
+  });
 }
 
 // Runs `call` on a thread of the library's own with the GPU's primary context current: only while
@@ -284,7 +333,7 @@ void DeviceBacking::free_host_copy(Range& range) {
   if (range.faulted != nullptr) ::munmap(std::exchange(range.faulted, nullptr), range.bytes);
   if (range.host == nullptr) return;
   if (range.host_registered) {
-    hooks::driver().cuMemHostUnregister(range.host);
+    page_unlock(range.host, range.bytes);
     ::munmap(range.host, range.bytes);
   } else {
     hooks::real<HookId::cuMemFreeHost>()(range.host);
@@ -321,9 +370,12 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room,
     for (Piece& piece : range.pieces) {
       if (rc != CUDA_SUCCESS || met()) break;
       if (piece.handle == 0) continue;
-      rc = to_host != nullptr ? to_host(static_cast<unsigned char*>(range.host) + piece.offset,
-                                        address + piece.offset, piece.bytes, stream)
-                              : CUDA_ERROR_NOT_FOUND;
+      rc = to_host != nullptr
+               ? copy_by_lock_chunk(range.host, piece.offset, address + piece.offset, piece.bytes,
+                                    [&](void* host, CUdeviceptr device, std::uint64_t length) {
+                                      return to_host(host, device, length, stream);
+                                    })
+               : CUDA_ERROR_NOT_FOUND;
       if (rc != CUDA_SUCCESS) break;
       copied.emplace_back(address, &piece);
       copying += piece.bytes;
@@ -356,10 +408,20 @@ BackingSwap DeviceBacking::swap_out(CUstream stream, std::uint64_t host_room,
   return done;
 }
 
-std::map<CUdeviceptr, DeviceBacking::Range>::iterator DeviceBacking::next_to_prepare() {
+// The swap-out's walk: movable mapped ranges in address order, until what comes before a range
+// reaches the target.
+std::map<CUdeviceptr, DeviceBacking::Range>::iterator DeviceBacking::next_to_prepare(
+    std::uint64_t target) {
   if (stopped_ || out_ || swaps_waiting_ > 0) return ranges_.end();
-  return std::find_if(ranges_.begin(), ranges_.end(),
-                      [](const auto& entry) { return entry.second.needs_host_copy(); });
+  std::uint64_t reached = 0;
+  for (auto it = ranges_.begin(); it != ranges_.end(); ++it) {
+    if (target > 0 && reached >= target) break;
+    const Range& range = it->second;
+    if (!range.mapped() || range.pinned) continue;
+    if (range.needs_host_copy()) return it;
+    reached += range.mapped_bytes();
+  }
+  return ranges_.end();
 }
 
 bool DeviceBacking::adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory,
@@ -377,10 +439,10 @@ bool DeviceBacking::adopt_host_copy(CUdeviceptr address, std::uint64_t serial, v
   return true;
 }
 
-std::uint64_t DeviceBacking::prepare_host_copies(std::uint64_t host_room) {
+std::uint64_t DeviceBacking::prepare_host_copies(std::uint64_t host_room, std::uint64_t target) {
   std::uint64_t prepared = 0;
   std::unique_lock lock(mu_);
-  for (auto it = next_to_prepare(); it != ranges_.end(); it = next_to_prepare()) {
+  for (auto it = next_to_prepare(target); it != ranges_.end(); it = next_to_prepare(target)) {
     const CUdeviceptr address = it->first;
     const std::uint64_t bytes = it->second.bytes;
     const std::uint64_t serial = it->second.serial;
@@ -399,14 +461,17 @@ std::uint64_t DeviceBacking::prepare_host_copies(std::uint64_t host_room) {
     if (!stopped_) {
       in_driver_ = true;
       lock.unlock();
-      registered = in_primary_context(ordinal_, [&] { return page_lock(memory, bytes); });
+      registered =
+          in_primary_context(ordinal_, [&] { return page_lock(memory, bytes, &swaps_waiting_); });
       lock.lock();
     }
     const bool adopted = adopt_host_copy(address, serial, memory, registered);
     if (!adopted && registered) {  // the range was freed meanwhile: still inside in_driver_
       lock.unlock();
-      in_primary_context(
-          ordinal_, [&] { return hooks::driver().cuMemHostUnregister(memory) == CUDA_SUCCESS; });
+      in_primary_context(ordinal_, [&] {
+        page_unlock(memory, bytes);
+        return true;
+      });
       lock.lock();
     }
     if (!adopted) ::munmap(memory, bytes);
@@ -451,8 +516,11 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
           continue;
         }
         if (piece.host_holds_contents && to_device != nullptr) {
-          const CUresult copy = to_device(
-              at, static_cast<unsigned char*>(range.host) + piece.offset, piece.bytes, stream);
+          const CUresult copy =
+              copy_by_lock_chunk(range.host, piece.offset, at, piece.bytes,
+                                 [&](void* host, CUdeviceptr device, std::uint64_t length) {
+                                   return to_device(device, host, length, stream);
+                                 });
           if (copy != CUDA_SUCCESS) {
             NVSHARE_ERROR("swap in: copy of %s back to the GPU failed: %s",
                           format_bytes(piece.bytes).c_str(), hooks::error_name(copy));
@@ -580,6 +648,12 @@ HostCopyPlan DeviceBacking::plan(std::uint64_t host_room) const {
 std::uint64_t DeviceBacking::peers() const {
   std::lock_guard lock(mu_);
   return peers_;
+}
+
+const void* DeviceBacking::host_copy(CUdeviceptr base) const {
+  std::lock_guard lock(mu_);
+  const auto it = ranges_.find(base);
+  return it == ranges_.end() ? nullptr : it->second.host;
 }
 
 std::uint64_t DeviceBacking::host_bytes() const {

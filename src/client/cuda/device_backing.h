@@ -17,15 +17,15 @@
 //    does not fit stays on the GPU and counts as unmovable (unmovable_bytes(), reported to the
 //    scheduler as pinned bytes: it never plans a turn that needs them moved).
 //  - swap_out(): copies every mapped piece to its range's host copy on `stream` (pinned memory,
-//  made at a
-//    range's first swap-out or by prepare_host_copies(), and kept until it is freed: the
-//    host-memory cost of this mode; anonymous memory advised to use huge pages, then page-locked,
-//    which the kernel provides about twice as fast as cuMemHostAlloc), synchronizes, then unmaps
-//    and releases the physical memory. It first waits for a host copy being prepared to be done.
-//    A range whose host copy cannot be allocated, or whose copy fails, stays mapped and is not
-//    counted as moved.
+//    made at a range's first swap-out or by prepare_host_copies(), and kept until it is freed: the
+//    host-memory cost of this mode; anonymous memory advised to use huge pages, then page-locked
+//    by kLockChunk, which the kernel provides about twice as fast as cuMemHostAlloc),
+//    synchronizes, then unmaps and releases the physical memory. It first waits for a host copy
+//    being prepared to be done. A range whose host copy cannot be allocated, or whose copy fails,
+//    stays mapped and is not counted as moved.
 //  - prepare_host_copies(): makes, ahead of a swap-out the scheduler announced, the host copies a
-//    first swap-out would otherwise make while the GPU waits: one range at a time, outside the
+//    first swap-out would otherwise make while the GPU waits (for a byte target, those of the
+//    ranges such a swap-out would reach, in address order): one range at a time, outside the
 //    lock (the pages are provided, the slow part, then page-locked with the GPU's primary context
 //    current, retained meanwhile; where the process has no active primary context the pages are
 //    kept and page-locked at the swap-out). Stops early while a swap_out() waits, once the GPU is
@@ -48,6 +48,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -76,6 +78,19 @@ struct PieceLayout {
   std::uint64_t size(std::uint64_t i) const { return std::min(piece, bytes - offset(i)); }
 };
 PieceLayout piece_layout(std::uint64_t bytes, std::uint64_t granularity);
+
+// Host copies are page-locked in chunks of kLockChunk, each its own registration, and copied one
+// chunk at a time. Registering pins the pages under the process's memory-map lock, so every thread
+// of the process that maps memory or faults a page in (an interpreter's allocator, the driver's own
+// calls) waits for as long as one registration lasts: on an H200 host, 70-85 ms for 3 GiB in one
+// call, at most 5-7 ms for a 64 MiB chunk (bench/gpu/host_copy_stall.cc). A copy prepared for an
+// announced swap-out thus no longer stalls the application while it still holds the GPU.
+inline constexpr std::uint64_t kLockChunk = 64ull << 20;
+// A host copy prepared ahead of a swap-out pauses this long after each chunk, unless a swap-out
+// waits for it: registrations back to back let the application's threads through only now and
+// then (the same host ran the application at about 40% of its speed; a 0.5 ms pause gave 88%, 2 ms
+// all of it).
+inline constexpr auto kLockPause = std::chrono::milliseconds(2);
 
 // Grants the GPUs in `gpus` read-write access to the mapped range [address, address + bytes).
 CUresult grant_access(CUdeviceptr address, std::uint64_t bytes, std::uint64_t gpus);
@@ -114,9 +129,9 @@ class DeviceBacking {
   // `target`: stops once at least that many bytes are being copied (whole ranges); 0: every range.
   BackingSwap swap_out(CUstream stream, std::uint64_t host_room, std::uint64_t target = 0);
   BackingSwap swap_in(CUstream stream);
-  // Returns the bytes whose host copies it made. Any thread but the link thread (it may take
-  // seconds).
-  std::uint64_t prepare_host_copies(std::uint64_t host_room);
+  // `target`: only the copies a swap_out() with that target would copy into (0: all). Returns the
+  // bytes whose host copies it made. Any thread but the link thread (it may take seconds).
+  std::uint64_t prepare_host_copies(std::uint64_t host_room, std::uint64_t target = 0);
   // Process exit: waits for a driver call of a preparation in progress; none starts afterwards.
   void stop_preparing();
   void grant_peer(int peer);
@@ -157,6 +172,8 @@ class DeviceBacking {
 
   // Bytes of host copies held (pinned host memory).
   std::uint64_t host_bytes() const;
+  // The host copy of the allocation at `base`; null when it has none (page-locked pages only).
+  const void* host_copy(CUdeviceptr base) const;
 
  private:
   struct Piece {
@@ -198,7 +215,7 @@ class DeviceBacking {
   CUresult ensure_host_copy(Range& range);
   static void free_host_copy(Range& range);
   // The next range a preparation would make a host copy for, or ranges_.end().
-  std::map<CUdeviceptr, Range>::iterator next_to_prepare();
+  std::map<CUdeviceptr, Range>::iterator next_to_prepare(std::uint64_t target);
   // Gives `memory` (a prepared copy, page-locked when `registered`) to the range at `address` if it
   // still is the one numbered `serial` and has no copy. Under mu_. False: the caller frees it.
   bool adopt_host_copy(CUdeviceptr address, std::uint64_t serial, void* memory, bool registered);
@@ -212,8 +229,10 @@ class DeviceBacking {
   std::uint64_t next_serial_ = 1;
   bool preparing_ = false;  // a host copy is being made outside the lock
   bool in_driver_ = false;  // ...and its preparation is inside a driver call
-  int swaps_waiting_ = 0;   // swap_out() calls waiting for preparing_ to end
-  bool stopped_ = false;    // stop_preparing() was called
+  // swap_out() calls waiting for preparing_ to end (changed under mu_, read by a preparation
+  // outside it: it stops pacing its page-locking)
+  std::atomic<int> swaps_waiting_{0};
+  bool stopped_ = false;  // stop_preparing() was called
   bool out_ = false;
   std::uint64_t peers_ = 0;  // bit i: GPU i may access this GPU's ranges
 };

@@ -506,8 +506,14 @@ Duration GrantSession::idle_threshold() const {
 
 void GrantSession::observe_idle(Duration idle) {
   // Less idle than at the last check: work came in between, so that idle stretch was a pause.
-  if (idle < idle_seen_) longest_pause_ = std::max(longest_pause_, idle_seen_);
+  if (idle < idle_seen_) learn_pause(idle_seen_);
   idle_seen_ = idle;
+}
+
+void GrantSession::learn_pause(Duration pause) {
+  if (pause <= longest_pause_) return;
+  longest_pause_ = pause;
+  out_.emplace_back(session::Record{"pause", epoch_, to_ms(pause)});
 }
 
 void GrantSession::observe_pause_before_request(MonoTime now) {
@@ -518,7 +524,7 @@ void GrantSession::observe_pause_before_request(MonoTime now) {
   const Duration pause = ended - *noticed_release_idle_since_;
   noticed_release_idle_since_.reset();
   // Work again within the idle release: the process paused, and the notice cut its turn short.
-  if (pause < config_.timing.idle_release) longest_pause_ = std::max(longest_pause_, pause);
+  if (pause < config_.timing.idle_release) learn_pause(pause);
 }
 
 void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
@@ -551,7 +557,7 @@ void GrantSession::on_swap_notice(const protocol::SwapNotice& notice, MonoTime n
   if (state_ != GrantState::kHeld || notice.epoch != epoch_) return;  // stale: nothing to ready
   notice_epoch_ = notice.epoch;
   next_idle_check_ = std::min(next_idle_check_, now + noticed_idle() / 2);
-  out_.emplace_back(session::PrepareSwapOut{});
+  out_.emplace_back(session::PrepareSwapOut{notice.bytes});
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});
 }
 

@@ -212,8 +212,10 @@ struct Drain {};               // DeviceAgent::drain(); answer Drained
 struct SwapOut {               // DeviceAgent::swap_out(bytes); answer SwappedOut
   std::uint64_t bytes = 0;     // at least this many; 0: all
 };
-struct SwapIn {};          // DeviceAgent::swap_in(); answer SwappedIn
-struct PrepareSwapOut {};  // DeviceAgent::prepare_swap_out(); no answer (it does not block)
+struct SwapIn {};           // DeviceAgent::swap_in(); answer SwappedIn
+struct PrepareSwapOut {     // DeviceAgent::prepare_swap_out(); no answer (it does not block)
+  std::uint64_t bytes = 0;  // the swap-out the notice announced; 0: all
+};
 struct ApplyLimits {
   protocol::Limits limits;
 };
@@ -327,6 +329,7 @@ class GrantSession {
   Duration idle_threshold() const;
   // Pauses (kNoticedIdle): an idle check's view, and a request after a release on a notice.
   void observe_idle(Duration idle);
+  void learn_pause(Duration pause);  // a longer one than seen so far: traced ("pause")
   void observe_pause_before_request(MonoTime now);
   void settle_if_limits_known();
   void settle();

@@ -8,7 +8,8 @@
 // duration where it has one (swap in for a grant, drain and swap out for a release); a grant or
 // release that included a swap adds `swap_bytes` and `swap_ms`. Events: request, grant, revoke,
 // release (answering a revoke), idle-release, handback (a grant given straight back), yield,
-// swap-notice (a swap-out announced for this grant: host copies are being made).
+// swap-notice (a swap-out announced for this grant: host copies are being made), pause (the
+// longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases).
 //
 // Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
 // be opened is logged once and the trace stays disabled; recording never blocks on anything but

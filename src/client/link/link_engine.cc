@@ -415,8 +415,8 @@ std::optional<session::Event> DeviceChannel::perform_agent(const session::Action
     return SwappedOut{allowed ? agent_.swap_out(swap->bytes) : 0};
   }
   if (std::holds_alternative<SwapIn>(action)) return SwappedIn{allowed ? agent_.swap_in() : 0};
-  if (std::holds_alternative<PrepareSwapOut>(action)) {
-    if (allowed) agent_.prepare_swap_out();
+  if (const auto* prepare = std::get_if<PrepareSwapOut>(&action)) {
+    if (allowed) agent_.prepare_swap_out(prepare->bytes);
     return std::nullopt;
   }
   if (const auto* l = std::get_if<ApplyLimits>(&action)) {

@@ -129,6 +129,7 @@ struct SendYield {
 struct SendSwapNotice {
   ClientId client = 0;
   GrantEpoch epoch = 0;
+  std::uint64_t bytes = 0;  // the swap-out the turn plans (SwapOrder::bytes); 0: all
 };
 
 // A client that holds no grant keeps memory on the device (its parked bytes) that the head of the

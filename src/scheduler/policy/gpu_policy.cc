@@ -734,7 +734,7 @@ void GpuPolicy::send_swap_notices(std::vector<Action>& out) {
     }
     c.swap_notice_epoch = c.epoch;
     ++c.counters.swap_notices;
-    out.push_back(SendSwapNotice{c.id, c.epoch});
+    out.push_back(SendSwapNotice{c.id, c.epoch, l.order.bytes});
   }
 }
 

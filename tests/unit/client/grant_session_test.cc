@@ -302,8 +302,9 @@ TEST_F(GrantSessionTest, SwapNoticeForTheHeldGrantReadiesTheSwapOut) {
   welcome();
   hold(3, 10ms);
   EXPECT_TRUE(at(20ms, FrameReceived{protocol::SwapNotice{2}}).empty()) << "stale";
-  const auto noticed = at(30ms, FrameReceived{protocol::SwapNotice{3}});
-  EXPECT_NE(find<PrepareSwapOut>(noticed), nullptr);
+  const auto noticed = at(30ms, FrameReceived{protocol::SwapNotice{3, 5ull << 30}});
+  ASSERT_NE(find<PrepareSwapOut>(noticed), nullptr);
+  EXPECT_EQ(find<PrepareSwapOut>(noticed)->bytes, 5ull << 30) << "the announced target";
   EXPECT_EQ(find<Publish>(noticed), nullptr);
   EXPECT_EQ(engine_->state(), GrantState::kHeld);
   at(40ms, FrameReceived{protocol::Revoke{3, protocol::RevokeReason::kTurn, true}});

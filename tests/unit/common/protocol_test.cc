@@ -44,6 +44,7 @@ std::vector<Message> every_message() {
       IpcAnswer{0x1122334455667788ULL, 64ULL << 20, ""},
       IpcAnswer{0, 0, "no export with this handle is shared with this process's pod or user"},
       SwapNotice{0x0807060504030201ULL},
+      SwapNotice{3, 5ULL << 30},
       Evict{},
       Evict{5ULL << 30},
   };
@@ -169,6 +170,21 @@ TEST(Protocol, Version9RevokesAndEvictionsCarryNoByteTargets) {
   EXPECT_EQ(std::get<Evict>(decoded.value()->frame.message).bytes, 0u);
 }
 
+// Version 11 appends the swap notice's byte target; an older scheduler's notice means all.
+TEST(Protocol, Version10SwapNoticesCarryNoByteTarget) {
+  const SwapNotice notice{6, 3ULL << 30};
+  const auto v10 = encode(Message(notice), 10).value();
+  const auto v11 = encode(Message(notice), 11).value();
+  EXPECT_EQ(v10.size() + 8, v11.size());
+  auto decoded = decode_frame(v11);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<SwapNotice>(decoded.value()->frame.message), notice);
+  decoded = decode_frame(v10);
+  ASSERT_TRUE(decoded.ok() && decoded.value());
+  EXPECT_EQ(std::get<SwapNotice>(decoded.value()->frame.message).epoch, 6u);
+  EXPECT_EQ(std::get<SwapNotice>(decoded.value()->frame.message).bytes, 0u);
+}
+
 TEST(Protocol, Version5LimitsCarryNoMemoryModeAndUnknownModesAreMalformed) {
   const SetLimits full{Limits{1ULL << 30, 50, memory_mode_code(MemoryMode::kPlain)}};
   const auto v5 = encode(Message(full), 5).value();
@@ -250,7 +266,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 10, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 11, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }

@@ -55,6 +55,23 @@ TEST(PartialSwap, ALeaverMovesOnlyWhatTheHeadNeeds) {
   }
 }
 
+// The swap notice names the revoke's target (protocol version 11), so the leaver readies host
+// copies for what it will move, not for all of its memory.
+TEST(PartialSwap, TheSwapNoticeNamesTheTargetOfTheRevoke) {
+  Harness h(virtual_gpu());  // 18 GiB usable
+  add_partial(h, 1, 10 * kGiB);
+  h.request(1);
+  add_partial(h, 2, 10 * kGiB);
+  keeps(h, 2, 0);
+  const std::vector<Action> planned = h.request(2);
+  ASSERT_EQ(only<SendSwapNotice>(planned).size(), 1u);
+  EXPECT_EQ(only<SendSwapNotice>(planned)[0].client, 1u);
+  EXPECT_EQ(only<SendSwapNotice>(planned)[0].bytes, 2 * kGiB);
+  const std::optional<SendRevoke> revoke = revoke_of(h, 1);
+  ASSERT_TRUE(revoke);
+  EXPECT_EQ(revoke->swap_bytes, 2 * kGiB);
+}
+
 // A client that moves all or nothing (older than version 10) is asked for all of it.
 TEST(PartialSwap, AClientWithoutByteTargetsMovesAll) {
   Harness h(virtual_gpu());

@@ -175,12 +175,16 @@ TEST(SwapOut, ARunnerIsToldOfItsSwapOutWhenTheTurnIsPlanned) {
   ASSERT_EQ(only<SendSwapNotice>(planned).size(), 1u);
   EXPECT_EQ(only<SendSwapNotice>(planned)[0].client, 1u);
   EXPECT_EQ(only<SendSwapNotice>(planned)[0].epoch, h.epoch(1));
+  const std::uint64_t announced = only<SendSwapNotice>(planned)[0].bytes;
   EXPECT_EQ(h.state(1), ClientState::kRunning) << "advice: its turn goes on";
   EXPECT_EQ(h.client(1).counters.swap_notices, 1u);
   h.now += 1s;
   EXPECT_TRUE(only<SendSwapNotice>(h.feed(UsageReported{1, 9 * kGiB, 9 * kGiB})).empty())
       << "once per grant";
-  EXPECT_TRUE(revoke_of(h.fire(), 1)->swap_out);
+  const auto revoke = revoke_of(h.fire(), 1);
+  ASSERT_TRUE(revoke);
+  EXPECT_TRUE(revoke->swap_out);
+  EXPECT_EQ(revoke->swap_bytes, announced) << "the notice named the revoke's target";
   // 2 runs next and 1 waits for it: 2 is told at its grant.
   const std::vector<Action> next = h.release(1);
   EXPECT_TRUE(granted(next, 2));
