@@ -484,6 +484,7 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
   epoch_ = epoch;
   granted_at_ = now;
   idle_seen_ = Duration{0};
+  idle_threads_ = {};
   next_idle_check_ = now + config_.timing.idle_release / 2;
   publish(GrantState::kHeld, session::GateChange::kOpen);
   out_.emplace_back(session::Record{"grant", epoch, swap_in_ms, swap});
@@ -506,14 +507,23 @@ Duration GrantSession::idle_threshold() const {
 
 void GrantSession::observe_idle(Duration idle) {
   // Less idle than at the last check: work came in between, so that idle stretch was a pause.
-  if (idle < idle_seen_) learn_pause(idle_seen_);
+  if (idle < idle_seen_) {
+    learn_pause(idle_seen_, idle_threads_);
+    idle_threads_ = {};
+  }
+  if (idle.count() > 0) {
+    idle_threads_.inside =
+        std::max(idle_threads_.inside, static_cast<std::int64_t>(probe_.inside()));
+    idle_threads_.waiting =
+        std::max(idle_threads_.waiting, static_cast<std::int64_t>(probe_.waiters()));
+  }
   idle_seen_ = idle;
 }
 
-void GrantSession::learn_pause(Duration pause) {
+void GrantSession::learn_pause(Duration pause, session::ThreadsSeen threads) {
   if (pause <= longest_pause_) return;
   longest_pause_ = pause;
-  out_.emplace_back(session::Record{"pause", epoch_, to_ms(pause)});
+  out_.emplace_back(session::Record{"pause", epoch_, to_ms(pause), {}, threads});
 }
 
 void GrantSession::observe_pause_before_request(MonoTime now) {

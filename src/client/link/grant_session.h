@@ -226,11 +226,19 @@ struct SwapRecord {      // a swap a trace event included; bytes < 0: none
   std::int64_t bytes = -1;
   double ms = -1;
 };
+// During an idle stretch seen by the idle checks: the most application threads seen at once inside
+// a submission and waiting at the gate (-1: not looked). A pause with threads inside was spent in a
+// submission (the library's drain-bound wait or the driver), not in the application.
+struct ThreadsSeen {
+  std::int64_t inside = -1;
+  std::int64_t waiting = -1;
+};
 struct Record {  // a hand-off trace event (handoff_trace.h); ms < 0: no duration
   const char* event = "";
   std::uint64_t epoch = 0;
   double ms = -1;
-  SwapRecord swap{};  // grant: the swap-in before it; release: the swap-out before it
+  SwapRecord swap{};      // grant: the swap-in before it; release: the swap-out before it
+  ThreadsSeen threads{};  // pause: during it
 };
 struct Registered {  // a session was welcomed
   std::uint64_t client_id = 0;
@@ -329,7 +337,8 @@ class GrantSession {
   Duration idle_threshold() const;
   // Pauses (kNoticedIdle): an idle check's view, and a request after a release on a notice.
   void observe_idle(Duration idle);
-  void learn_pause(Duration pause);  // a longer one than seen so far: traced ("pause")
+  // A longer pause than seen so far is traced ("pause"), with the threads seen during it.
+  void learn_pause(Duration pause, session::ThreadsSeen threads = {});
   void observe_pause_before_request(MonoTime now);
   void settle_if_limits_known();
   void settle();
@@ -386,6 +395,7 @@ class GrantSession {
   std::uint64_t notice_epoch_ = 0;  // a swap notice came for this grant
   Duration longest_pause_{};        // the longest pause seen while holding, this process's life
   Duration idle_seen_{};            // idle time at the last idle check of the grant held
+  session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
   // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).
   std::optional<MonoTime> noticed_release_idle_since_;
   // Usage.

@@ -27,22 +27,27 @@ HandoffTrace::~HandoffTrace() {
 }
 
 void HandoffTrace::record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
-                          double ms, std::int64_t swap_bytes, double swap_ms) const noexcept {
+                          double ms, std::int64_t swap_bytes, double swap_ms, std::int64_t inside,
+                          std::int64_t waiting) const noexcept {
   if (fd_ < 0) return;
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  char line[256];
+  char line[320];
   int n = std::snprintf(line, sizeof line,
                         "{\"t\":%lld.%09ld,\"pid\":%d,\"gpu\":\"%.*s\",\"event\":\"%.*s\","
                         "\"epoch\":%" PRIu64,
                         static_cast<long long>(ts.tv_sec), ts.tv_nsec, static_cast<int>(::getpid()),
                         static_cast<int>(gpu_uuid.size()), gpu_uuid.data(),
                         static_cast<int>(event.size()), event.data(), epoch);
-  if (n < 0 || n >= static_cast<int>(sizeof line) - 80) return;
+  if (n < 0 || n >= static_cast<int>(sizeof line) - 150) return;
   if (ms >= 0) n += std::snprintf(line + n, sizeof line - n, ",\"ms\":%.3f", ms);
   if (swap_bytes >= 0) {
     n += std::snprintf(line + n, sizeof line - n, ",\"swap_bytes\":%" PRId64 ",\"swap_ms\":%.3f",
                        swap_bytes, swap_ms);
+  }
+  if (inside >= 0) {
+    n += std::snprintf(line + n, sizeof line - n, ",\"inside\":%" PRId64 ",\"waiting\":%" PRId64,
+                       inside, waiting);
   }
   n += std::snprintf(line + n, sizeof line - n, "}\n");
   // One write: O_APPEND keeps concurrent writers' lines whole. A short write is not retried (it

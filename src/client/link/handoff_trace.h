@@ -9,7 +9,10 @@
 // release that included a swap adds `swap_bytes` and `swap_ms`. Events: request, grant, revoke,
 // release (answering a revoke), idle-release, handback (a grant given straight back), yield,
 // swap-notice (a swap-out announced for this grant: host copies are being made), pause (the
-// longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases).
+// longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases; a
+// pause the idle checks saw adds `inside` and `waiting`, the most application threads they saw at
+// once inside a submission and waiting at the gate during it: 0 and 0, the application itself
+// paused).
 //
 // Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
 // be opened is logged once and the trace stays disabled; recording never blocks on anything but
@@ -30,9 +33,11 @@ class HandoffTrace {
   HandoffTrace& operator=(const HandoffTrace&) = delete;
 
   bool enabled() const { return fd_ >= 0; }
-  // `ms` < 0: the event has no duration; `swap_bytes` < 0: it included no swap.
+  // `ms` < 0: the event has no duration; `swap_bytes` < 0: it included no swap; `inside` < 0: no
+  // thread counts (`inside` and `waiting`, written only with them).
   void record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
-              double ms = -1, std::int64_t swap_bytes = -1, double swap_ms = -1) const noexcept;
+              double ms = -1, std::int64_t swap_bytes = -1, double swap_ms = -1,
+              std::int64_t inside = -1, std::int64_t waiting = -1) const noexcept;
 
  private:
   int fd_ = -1;

@@ -379,7 +379,8 @@ std::optional<session::Event> DeviceChannel::perform(const session::Action& acti
     return session::SettingsRead{read.settings->memory_bytes};
   }
   if (const auto* r = std::get_if<Record>(&action)) {
-    engine_.trace_.record(r->event, identity_.gpu_uuid, r->epoch, r->ms, r->swap.bytes, r->swap.ms);
+    engine_.trace_.record(r->event, identity_.gpu_uuid, r->epoch, r->ms, r->swap.bytes, r->swap.ms,
+                          r->threads.inside, r->threads.waiting);
     return std::nullopt;
   }
   if (const auto* r = std::get_if<Registered>(&action)) {

@@ -342,11 +342,20 @@ TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
   welcome(c);
   hold(3, 10ms);
   at(15ms, FrameReceived{protocol::SwapNotice{3}});
-  // An idle check inside a pause (15 ms idle when seen), then the work is back.
+  // An idle check inside a pause (15 ms idle when seen, a thread inside a submission), then the
+  // work is back: the pause is traced with the threads seen during it.
   probe_.idle = 15ms;
+  probe_.inside_now = 1;
   EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr);
   probe_.idle = 0ms;
-  at(45ms, Tick{});
+  probe_.inside_now = 0;
+  const auto back = at(45ms, Tick{});
+  const Record* pause = find<Record>(back);
+  ASSERT_NE(pause, nullptr);
+  EXPECT_STREQ(pause->event, "pause");
+  EXPECT_EQ(pause->ms, 15.0);
+  EXPECT_EQ(pause->threads.inside, 1);
+  EXPECT_EQ(pause->threads.waiting, 0);
   expect_idle_threshold(30ms, 100ms, 130ms);  // twice the pause
   at(130ms, GateClosed{0});
   ASSERT_EQ(engine_->state(), GrantState::kIdle);
