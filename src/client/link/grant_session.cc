@@ -219,8 +219,8 @@ void GrantSession::service_grant(MonoTime now) {
     // The scheduler judges fit on the last usage it saw: report allocations made since then
     // before asking, or it may grant beside a runner this client does not fit beside.
     if (usage_dirty_) send_usage(now, false);
-    send(protocol::Request{});
     out_.emplace_back(session::Record{"request", epoch_});
+    send(protocol::Request{});
     observe_pause_before_request(now);
   }
 
@@ -453,9 +453,9 @@ void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
   if (probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle) {
     // Queued again by the revoke but idle since: hand the grant straight back rather than swap
     // in only to swap out again. The next submission asks anew.
+    out_.emplace_back(session::Record{"handback", grant.epoch});
     send(protocol::Released{grant.epoch, 0, 0});
     publish(GrantState::kIdle, session::GateChange::kKeep);
-    out_.emplace_back(session::Record{"handback", grant.epoch});
     return;
   }
   swapping_in_for_ = grant.epoch;
@@ -486,8 +486,8 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
   idle_seen_ = Duration{0};
   idle_threads_ = {};
   next_idle_check_ = now + config_.timing.idle_release / 2;
-  publish(GrantState::kHeld, session::GateChange::kOpen);
   out_.emplace_back(session::Record{"grant", epoch, swap_in_ms, swap});
+  publish(GrantState::kHeld, session::GateChange::kOpen);
 }
 
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
@@ -616,8 +616,8 @@ void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
   if (evicting_) {
     evicting_ = false;
     ++evictions_answered_;
-    send_usage(now, true);
     out_.emplace_back(session::Record{"evicted", epoch_, to_ms(now - evict_at_), swap});
+    send_usage(now, true);
     return;
   }
   finish_revoke(now, swap);
@@ -625,7 +625,6 @@ void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
 
 void GrantSession::finish_revoke(MonoTime now, session::SwapRecord swap) {
   if (revoke_.swap_out) send_usage(now, true);
-  // Recorded just before the frame is queued, so a follower's grant always reads later.
   out_.emplace_back(session::Record{"release", revoke_.epoch, to_ms(now - revoke_at_), swap});
   send(
       protocol::Released{revoke_.epoch, to_us(now - granted_at_), to_us(drained_at_ - revoke_at_)});

@@ -233,7 +233,10 @@ struct ThreadsSeen {
   std::int64_t inside = -1;
   std::int64_t waiting = -1;
 };
-struct Record {  // a hand-off trace event (handoff_trace.h); ms < 0: no duration
+// A hand-off trace event (handoff_trace.h); ms < 0: no duration. Emitted before the action that
+// lets another process react to the event (a frame, the gate opening), so that what others record
+// in reaction always reads later in a shared trace.
+struct Record {
   const char* event = "";
   std::uint64_t epoch = 0;
   double ms = -1;
