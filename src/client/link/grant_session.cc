@@ -217,8 +217,10 @@ void GrantSession::service_grant(MonoTime now) {
   if (state_ == GrantState::kIdle && probe_.waiters() > 0) {
     publish(GrantState::kRequested, session::GateChange::kKeep);
     // The scheduler judges fit on the last usage it saw: report allocations made since then
-    // before asking, or it may grant beside a runner this client does not fit beside.
-    if (usage_dirty_) send_usage(now, false);
+    // before asking, or it may grant beside a runner this client does not fit beside. Read afresh,
+    // not on the dirty flag: a thread that allocated and then came to wait may have raised it
+    // after this pass took it, and what it allocated is visible once its wait is.
+    send_usage(now, false);
     out_.emplace_back(session::Record{"request", epoch_});
     send(protocol::Request{});
     observe_pause_before_request(now);

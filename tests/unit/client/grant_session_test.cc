@@ -467,6 +467,31 @@ TEST_F(GrantSessionTest, UsageReportsAreCoalescedToOnePerInterval) {
   EXPECT_EQ(sent<protocol::Usage>(at(400ms, Tick{})), nullptr);
 }
 
+// A request carries the allocations made before the wait that caused it, even when no
+// UsageChanged was fed for them yet (the thread raised the flag after the link thread's pass took
+// it): the scheduler judges fit on that usage, so it must precede the request.
+TEST_F(GrantSessionTest, ARequestIsPrecededByTheUsageOfItsAllocationsWithoutAUsageEvent) {
+  SessionConfig c = config();
+  c.timing.usage_interval = 50ms;
+  welcome(c);  // reported at 1 ms
+  probe_.use = {256ull << 20, 256ull << 20, 0};
+  probe_.waiting = 1;
+  probe_.since = MonoTime{10ms};
+  const auto asked = at(10ms, Tick{});
+  ASSERT_NE(sent<protocol::Request>(asked), nullptr);
+  ASSERT_NE(sent<protocol::Usage>(asked), nullptr) << "requested on the usage of 1 ms";
+  EXPECT_EQ(sent<protocol::Usage>(asked)->allocated_bytes, 256ull << 20);
+  std::size_t usage_at = 0;
+  std::size_t request_at = 0;
+  for (std::size_t i = 0; i < asked.size(); ++i) {
+    const Send* s = std::get_if<Send>(&asked[i]);
+    if (s == nullptr) continue;
+    if (std::holds_alternative<protocol::Usage>(s->message)) usage_at = i;
+    if (std::holds_alternative<protocol::Request>(s->message)) request_at = i;
+  }
+  EXPECT_LT(usage_at, request_at);
+}
+
 // Over each half second held, the share of time threads waited for the drain bound goes to the
 // scheduler with the usage; time not held (waiting for a turn) is skipped.
 TEST_F(GrantSessionTest, PaceIsReportedPerWindowOfHeldTime) {
