@@ -1632,11 +1632,12 @@ TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
   EXPECT_EQ(json_number(find_client(resumed, a.pid()), "sessions_lost"), 1) << resumed.dump();
 }
 
-// A holder killed with SIGKILL: the trainer waiting behind it gets the GPU within 100 ms, measured
-// from just before kill(2) to the instant the waiter's first cuLaunchKernel returned
-// (CLOCK_MONOTONIC in both processes). Run twice, 64Mi each under a 100Mi virtual capacity so the
-// two do not fit together (the holder is never asked to yield): waiting for its turn (exclusive
-// mode) and waiting for memory (auto).
+// A holder killed with SIGKILL: the trainer waiting behind it gets the GPU on the disconnect, not
+// by a timer (the revoke grace, the link's dead-peer timeout and the quantum are 5 s and more):
+// within 1 s from just before kill(2) to the instant the waiter's first cuLaunchKernel returned
+// (CLOCK_MONOTONIC in both processes), the time reported (tens of milliseconds on an idle host).
+// Run twice, 64Mi each under a 100Mi virtual capacity so the two do not fit together (the holder
+// is never asked to yield): waiting for its turn (exclusive mode) and waiting for memory (auto).
 class HolderKilledTest : public E2eTest {
  protected:
   void run(const std::vector<std::string>& scheduler_flags, const std::string& expected_reason) {
@@ -1682,16 +1683,17 @@ class HolderKilledTest : public E2eTest {
     measure("hand-off after SIGKILL (kill to waiter's first kernel)",
             (first_kernel - killed_at) * 1000, "ms");
     EXPECT_GT(first_kernel, killed_at) << "the waiter's first kernel came before the kill";
-    EXPECT_LT(first_kernel - killed_at, 0.100)
-        << "the waiter got the GPU more than 100 ms after the holder was killed";
+    EXPECT_LT(first_kernel - killed_at, 1.0)
+        << "the waiter got the GPU more than 1 s after the holder was killed: a timer, not the "
+           "disconnect, handed it over";
   }
 };
 
-TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForTurn) {
+TEST_F(HolderKilledTest, NextGetsGpuOnTheDisconnectWaitingForTurn) {
   run({"--mode", "exclusive", "--capacity", "100Mi", "--quantum", "30"}, "turn");
 }
 
-TEST_F(HolderKilledTest, NextGetsGpuWithin100msWaitingForMemory) {
+TEST_F(HolderKilledTest, NextGetsGpuOnTheDisconnectWaitingForMemory) {
   run({"--capacity", "100Mi", "--quantum", "30"}, "memory");
 }
 
