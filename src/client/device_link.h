@@ -84,8 +84,10 @@ class DeviceAgent {
   // least `target` bytes moved (0: all of them); returns bytes moved. What stays is swapped in with
   // the rest by swap_in(), and a later swap_out() moves more of it.
   virtual std::uint64_t swap_out(std::uint64_t target = 0) = 0;
-  // Moves them back to the GPU in bulk; returns bytes moved.
-  virtual std::uint64_t swap_in() = 0;
+  // Moves them back to the GPU in bulk; returns bytes moved. With a `limit`, moves back at most
+  // that many bytes (whole pieces, in address order, none the GPU cannot give at once) and stays
+  // swapped out: room the scheduler gave while the process waits for its grant.
+  virtual std::uint64_t swap_in(std::uint64_t limit = 0) = 0;
   // The scheduler announced that this grant's revoke will ask for a swap-out of `bytes` (0: all):
   // ready what that swap-out needs (host copies) in the background, while the process keeps
   // running. Returns at once; the swap_out() that follows waits for work already under way rather

@@ -83,6 +83,9 @@ void decode_payload(ByteReader& r, SwapNotice& m, bool&) { m.epoch = r.u64(); }
 void encode_payload(ByteWriter&, const Evict&) {}
 void decode_payload(ByteReader&, Evict&, bool&) {}
 
+void encode_payload(ByteWriter& w, const Room& m) { w.u64(m.bytes); }
+void decode_payload(ByteReader& r, Room& m, bool&) { m.bytes = r.u64(); }
+
 void encode_payload(ByteWriter& w, const Revoke& m) {
   w.u64(m.epoch);
   w.u8(static_cast<std::uint8_t>(m.reason));
@@ -249,8 +252,8 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
 constexpr std::size_t kMessageTypes = std::variant_size_v<Message>;
 static_assert(std::is_same_v<std::variant_alternative_t<0, Message>, Hello>);
-static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, Evict>);
-static_assert(static_cast<std::size_t>(MessageType::kEvict) == kMessageTypes);
+static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, Room>);
+static_assert(static_cast<std::size_t>(MessageType::kRoom) == kMessageTypes);
 
 template <std::size_t I>
 Message decode_alternative(ByteReader& r, bool& valid) {
@@ -296,6 +299,8 @@ std::uint16_t introduced_in(MessageType type) {
       return 8;
     case MessageType::kEvict:
       return 9;
+    case MessageType::kRoom:
+      return kRoomVersion;
     default:
       return kMinVersion;
   }
@@ -370,6 +375,8 @@ std::string_view to_string(MessageType type) {
       return "swap-notice";
     case MessageType::kEvict:
       return "evict";
+    case MessageType::kRoom:
+      return "room";
   }
   return "unknown";
 }

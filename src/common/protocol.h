@@ -36,12 +36,14 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 11;
+inline constexpr std::uint16_t kMaxVersion = 12;
 // The version from which revokes and evictions carry byte targets (Revoke::swap_bytes,
 // Evict::bytes).
 inline constexpr std::uint16_t kPartialSwapVersion = 10;
 // The version from which a swap notice names the bytes the swap-out will be asked for.
 inline constexpr std::uint16_t kNoticeBytesVersion = 11;
+// The version from which a waiting client may be given room to swap in ahead of its grant (Room).
+inline constexpr std::uint16_t kRoomVersion = 12;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -69,6 +71,8 @@ enum class MessageType : std::uint16_t {
   kSwapNotice = 16,  // scheduler -> client, the holder's turn will end with a swap-out
   // Version 9.
   kEvict = 17,  // scheduler -> client without the grant: move your device memory to the host
+  // Version 12.
+  kRoom = 18,  // scheduler -> waiting client: bring back what fits of your memory before the grant
 };
 
 // kYield is a soft revoke: someone waits for this holder and the hand-off moves no memory, so the
@@ -275,9 +279,20 @@ struct Evict {
   bool operator==(const Evict&) const = default;
 };
 
+// Version 12: the head of the queue waits for memory that is leaving the device (a holder's
+// swap-out, or an eviction, under way), and part of the room it needs is free already: up to
+// `bytes` of its memory beyond its pinned bytes may be on the device now. The client brings back
+// from the host what fits (whole pieces), its gate staying closed, and reports its usage; the
+// grant brings back the rest. Each one names the whole room (not an increment), so a repeated or
+// late one brings back nothing twice. Ignored unless waiting for a grant with memory on the host.
+struct Room {
+  std::uint64_t bytes = 0;
+  bool operator==(const Room&) const = default;
+};
+
 using Message =
     std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits, Wait, Ping,
-                 Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer, SwapNotice, Evict>;
+                 Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer, SwapNotice, Evict, Room>;
 
 MessageType type_of(const Message& message);
 // The first protocol version that has the message type (a sender never sends a type to a peer

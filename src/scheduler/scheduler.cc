@@ -273,6 +273,8 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
             channel_.send(a.client, protocol::SwapNotice{a.epoch, a.bytes});
           } else if constexpr (std::is_same_v<T, policy::SendEvict>) {
             channel_.send(a.client, protocol::Evict{a.bytes});
+          } else if constexpr (std::is_same_v<T, policy::SendRoom>) {
+            channel_.send(a.client, protocol::Room{a.bytes});
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {
@@ -371,7 +373,9 @@ Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
       swaps && hello.max_version >= protocol::introduced_in(protocol::MessageType::kEvict);
   // Version 10 moves only the bytes a revoke or an eviction asks for.
   const bool partial_swap = swaps && hello.max_version >= protocol::kPartialSwapVersion;
-  const policy::Registered event{id, client.effective, evictable, partial_swap};
+  // Version 12 brings memory back into the room it is given while it waits.
+  const bool takes_room = partial_swap && hello.max_version >= protocol::kRoomVersion;
+  const policy::Registered event{id, client.effective, evictable, partial_swap, takes_room};
   client.gang = gang_of(client);
   const std::string gang = client.gang;
   clients_.emplace(id, std::move(client));

@@ -571,6 +571,40 @@ TEST_F(GpuTest, WhatTheHostRoomCannotHoldStaysOnTheGpu) {
   for (CUdeviceptr r : ranges) EXPECT_EQ(cuMemFree_v2(r), CUDA_SUCCESS);
 }
 
+// Room: a swap-in with a limit brings back whole ranges in address order while they fit, contents
+// intact, and the GPU stays swapped out (the usage says what is back; a new allocation is only
+// reserved); the grant's swap-in brings back the rest and the new allocation.
+TEST_F(GpuTest, ASwapInIntoRoomBringsBackWhatFitsAndStaysSwappedOut) {
+  std::vector<CUdeviceptr> ranges(4);
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    ASSERT_EQ(cuMemAlloc_v2(&ranges[i], 32 * kMiB), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemsetD8_v2(ranges[i], static_cast<unsigned char>(i + 1), 32 * kMiB), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(agent_->swap_out(), 4 * 32 * kMiB);
+  const std::uint64_t allocated = agent_->usage().allocated_bytes;
+  EXPECT_EQ(allocated - agent_->usage().resident_bytes, 4 * 32 * kMiB);
+  const fakecuda::DeviceSnapshot out = snapshot();
+  EXPECT_EQ(agent_->swap_in(70 * kMiB), 2 * 32 * kMiB) << "two ranges fit in 70Mi";
+  EXPECT_EQ(snapshot().memory.device_bytes - out.memory.device_bytes, 2 * 32 * kMiB);
+  EXPECT_EQ(allocated - agent_->usage().resident_bytes, 2 * 32 * kMiB);
+  EXPECT_TRUE(device_->swapped_out.load());
+  CUdeviceptr late = 0;
+  ASSERT_EQ(cuMemAlloc_v2(&late, 32 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(snapshot().memory.device_bytes - out.memory.device_bytes, 2 * 32 * kMiB)
+      << "allocated while swapped out: reserved only";
+  EXPECT_EQ(agent_->swap_in(16 * kMiB), 0u) << "no whole range fits";
+  EXPECT_EQ(agent_->swap_in(), 3 * 32 * kMiB) << "the rest and the new allocation";
+  EXPECT_FALSE(device_->swapped_out.load());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    unsigned char byte = 0;
+    ASSERT_EQ(cuMemcpyDtoH_v2(&byte, ranges[i] + 4321, 1), CUDA_SUCCESS);
+    EXPECT_EQ(byte, i + 1);
+    EXPECT_EQ(cuMemFree_v2(ranges[i]), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(cuMemFree_v2(late), CUDA_SUCCESS);
+}
+
 // The agent prepares on a thread of its own; a swap-out that comes while it works waits for the
 // copy under way and makes the rest itself: every byte moves, and comes back intact.
 TEST_F(GpuTest, ASwapOutDuringAPreparationMovesEverything) {

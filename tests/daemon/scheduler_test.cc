@@ -271,6 +271,38 @@ TEST_F(SchedulerTest, DeadlinesRevokeAtTheEndOfATurn) {
   EXPECT_EQ(revokes[0].reason, protocol::RevokeReason::kTurn);
 }
 
+// Room goes to a head that speaks version 12 and swaps, while the holder it waits for swaps out:
+// the room nobody holds at the revoke, then what each report of the leaver frees. An older head
+// (version 11) is never sent one.
+TEST_F(SchedulerTest, RoomGoesOnlyToAHeadThatSpeaksVersionTwelve) {
+  for (const std::uint16_t version : {std::uint16_t{11}, std::uint16_t{12}}) {
+    SCOPED_TRACE("head speaks version " + std::to_string(version));
+    make({"--capacity", "1Gi", "--reserve", "0", "--quantum", "0.5"});
+    protocol::Hello hello;
+    hello.capabilities = protocol::capability::kSwap;
+    hello.max_version = version;
+    const ClientId a = add(kGpu, std::nullopt, hello);
+    const ClientId b = add(kGpu, std::nullopt, hello);
+    scheduler_->usage(a, protocol::Usage{768 * Mi, 768 * Mi, 0}, now_);
+    scheduler_->usage(b, protocol::Usage{768 * Mi, 0, 0}, now_);
+    scheduler_->request(a, now_);
+    scheduler_->request(b, now_);
+    const auto deadline = scheduler_->next_deadline();
+    ASSERT_TRUE(deadline.has_value());
+    scheduler_->run_due(*deadline);
+    ASSERT_EQ(channel_.take<protocol::Revoke>(a).size(), 1u);
+    scheduler_->usage(a, protocol::Usage{768 * Mi, 256 * Mi, 0}, *deadline + 10ms);
+    const auto rooms = channel_.take<protocol::Room>(b);
+    if (version < protocol::kRoomVersion) {
+      EXPECT_TRUE(rooms.empty());
+      continue;
+    }
+    ASSERT_EQ(rooms.size(), 2u);
+    EXPECT_EQ(rooms[0].bytes, 256 * Mi);  // 1Gi less a's 768Mi
+    EXPECT_EQ(rooms[1].bytes, 768 * Mi);  // a moved 512Mi out: all of b's fits
+  }
+}
+
 // Drives clients that always want their GPU for `length`: each answers a revoke after its own
 // drain time and asks again at once. Returns the times each was granted.
 std::map<ClientId, std::vector<MonoTime>> drive_always_busy(

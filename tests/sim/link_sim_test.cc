@@ -93,6 +93,7 @@ TEST(LinkSim, RandomScenarios) {
     total.grants += result.grants;
     total.revokes += result.revokes;
     total.swaps += result.swaps;
+    total.room_swap_ins += result.room_swap_ins;
     total.idle_releases += result.idle_releases;
     total.yields += result.yields;
     total.swap_notices += result.swap_notices;
@@ -103,12 +104,14 @@ TEST(LinkSim, RandomScenarios) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
-      "%llu scenarios in %.1f s: %llu engine steps, %llu grants, %llu revokes, %llu swaps, "
+      "%llu scenarios in %.1f s: %llu engine steps, %llu grants, %llu revokes, %llu swaps, %llu "
+      "swap-ins into room, "
       "%llu idle releases, %llu yields, %llu swap notices, %llu reconnects, %llu limit "
       "changes, %llu events deferred during agent work\n",
       static_cast<unsigned long long>(kRandomScenarios), seconds,
       static_cast<unsigned long long>(total.steps), static_cast<unsigned long long>(total.grants),
       static_cast<unsigned long long>(total.revokes), static_cast<unsigned long long>(total.swaps),
+      static_cast<unsigned long long>(total.room_swap_ins),
       static_cast<unsigned long long>(total.idle_releases),
       static_cast<unsigned long long>(total.yields),
       static_cast<unsigned long long>(total.swap_notices),
@@ -118,6 +121,7 @@ TEST(LinkSim, RandomScenarios) {
   // Every kind of event happened, so the properties were exercised.
   EXPECT_GT(total.revokes, 1000u);
   EXPECT_GT(total.swaps, 100u);
+  EXPECT_GT(total.room_swap_ins, 10u);
   EXPECT_GT(total.idle_releases, 100u);
   EXPECT_GT(total.yields, 10u);
   EXPECT_GT(total.swap_notices, 10u);

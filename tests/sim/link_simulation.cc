@@ -69,7 +69,7 @@ class SimClient final : public client::SessionProbe {
   MonoTime waiting_since() override { return wait_since; }
   std::uint64_t inside() override { return in_launch ? 1 : 0; }
   Duration idle_for() override;
-  client::DeviceUsage usage() override { return {spec.bytes, swapped ? 0 : spec.bytes, 0}; }
+  client::DeviceUsage usage() override { return {spec.bytes, spec.bytes - on_host, 0}; }
   Duration queue_waited() override { return Duration{0}; }
 
   World& world_;
@@ -91,7 +91,22 @@ class SimClient final : public client::SessionProbe {
   int burst_left = 0;
   Duration worked_since_pause{0};
   std::uint64_t noticed_epoch = 0;  // the grant its last swap notice came for
-  bool swapped = false;
+  // Of spec.bytes, what is on the host; it moves in pieces of a quarter, as the library moves a
+  // large allocation's pieces.
+  std::uint64_t on_host = 0;
+  bool swapped() const { return on_host > 0; }
+  std::uint64_t piece() const { return std::max<std::uint64_t>(1, spec.bytes / 4); }
+  // What a swap-out asked for `target` (0: all) moves: whole pieces, at least the target.
+  std::uint64_t to_move_out(std::uint64_t target) const {
+    const std::uint64_t there = spec.bytes - on_host;
+    if (target == 0) return there;
+    return std::min(there, (target + piece() - 1) / piece() * piece());
+  }
+  // What a swap-in limited to `limit` (0: none) brings back: whole pieces within it.
+  std::uint64_t to_move_in(std::uint64_t limit) const {
+    if (limit == 0) return on_host;
+    return std::min(on_host, limit / piece() * piece());
+  }
   bool limits_unknown = false;  // the agent refuses allocations until limits come
   bool unreachable = false;     // its engine was told the scheduler is gone; no welcome since
   // The link.
@@ -455,16 +470,23 @@ void World::perform(SimClient& c, const session::Action& action) {
       return;  // never answers
     }
     at_time(std::max(now_, c.work_end), [this, p] { feed(*p, session::Drained{}); });
-  } else if (std::holds_alternative<session::SwapOut>(action)) {
-    ++result_.swaps;
-    at_time(now_ + transfer_time(c.spec.bytes, c.spec.swap_bytes_per_s), [this, p] {
-      p->swapped = true;
-      feed(*p, session::SwappedOut{p->spec.bytes});
+  } else if (const auto* out = std::get_if<session::SwapOut>(&action)) {
+    const std::uint64_t bytes = c.to_move_out(out->bytes);
+    if (c.on_host == 0) ++result_.swaps;
+    at_time(now_ + transfer_time(bytes, c.spec.swap_bytes_per_s), [this, p, bytes] {
+      p->on_host += bytes;
+      feed(*p, session::SwappedOut{bytes});
     });
-  } else if (std::holds_alternative<session::SwapIn>(action)) {
-    at_time(now_ + transfer_time(c.spec.bytes, c.spec.swap_bytes_per_s), [this, p] {
-      p->swapped = false;
-      feed(*p, session::SwappedIn{p->spec.bytes});
+  } else if (const auto* in = std::get_if<session::SwapIn>(&action)) {
+    const std::uint64_t bytes = c.to_move_in(in->limit);
+    if (in->limit > 0) {
+      ++result_.room_swap_ins;
+      if (c.state != GrantState::kRequested)
+        fail(who + "brings memory back into room while " + std::string(client::to_string(c.state)));
+    }
+    at_time(now_ + transfer_time(bytes, c.spec.swap_bytes_per_s), [this, p, bytes] {
+      p->on_host -= std::min(p->on_host, bytes);
+      feed(*p, session::SwappedIn{bytes});
     });
   } else if (const auto* apply = std::get_if<session::ApplyLimits>(&action)) {
     c.limits_unknown = false;
@@ -505,7 +527,7 @@ void World::publish(SimClient& c, const session::Publish& p) {
   trace(who + client::to_string(p.state) + (c.gate_open ? " (open)" : " (closed)"));
   if (p.state == GrantState::kHeld && p.gate == session::GateChange::kOpen && c.connection != 0) {
     ++result_.grants;
-    if (c.swapped)
+    if (c.swapped())
       fail(who + "runs grant " + std::to_string(p.epoch) + " with its memory on the host");
     const auto key =
         std::make_tuple(connections_.at(c.connection).incarnation, c.spec.gpu, p.epoch);

@@ -98,6 +98,7 @@ struct Result {
   std::uint64_t grants = 0;
   std::uint64_t revokes = 0;
   std::uint64_t swaps = 0;
+  std::uint64_t room_swap_ins = 0;  // swap-ins into room while waiting (SwapIn with a limit)
   std::uint64_t idle_releases = 0;
   std::uint64_t yields = 0;
   std::uint64_t swap_notices = 0;  // swap notices a client acted on (it readied a swap-out)

@@ -63,6 +63,8 @@ struct ClientSpec {
   // It takes byte targets (protocol version 10): asked for part of its memory, it moves whole
   // allocations of this size, at least what was asked; 0: every swap-out moves all of it.
   std::uint64_t chunk = 0;
+  // With a chunk: it takes room (protocol version 12), bringing memory back while it waits.
+  bool takes_room = true;
   bool lies() const { return reported_bytes != 0 || reported_swap_bytes_per_s != 0; }
 };
 

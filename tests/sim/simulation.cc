@@ -62,6 +62,16 @@ struct SimClient {
   std::uint64_t eviction_bytes = 0;      // what the pending one asked for (0: all)
   std::uint32_t evictions_answered = 0;  // reported with its usage, as the library does
   MonoTime eviction_sent_at{};
+  // The swap-out or eviction under way moves a chunk at a time and reports after each, as the
+  // library does: what it will move in all (for a byte target) and what it moved so far.
+  std::uint64_t moving_total = 0;
+  std::uint64_t moved_so_far = 0;
+  // Room (SendRoom): the last given in this wait, and the swap-in into it under way (room_seq
+  // tells a current one from one a grant or an eviction overtook).
+  std::uint64_t room = 0;
+  std::uint64_t room_bytes = 0;
+  std::uint64_t room_seq = 0;
+  bool room_busy = false;
   std::uint64_t allocated = 0;
   Limits limits;
   // The current wait.
@@ -90,7 +100,10 @@ enum class What {
   kDisconnect,
   kLimitChange,
   kStaleRelease,
-  kEvicted,  // an eviction's swap-out is done (epoch: the eviction it answers)
+  kEvicted,    // an eviction's swap-out is done (epoch: the eviction it answers)
+  kSwapStep,   // a chunk of a revoke's swap-out moved (epoch: the grant)
+  kEvictStep,  // a chunk of an eviction moved (epoch: the eviction)
+  kRoomIn,     // a swap-in into room is done (epoch: room_seq)
 };
 
 struct SimEvent {
@@ -321,6 +334,7 @@ class World {
       result_.handoff_time += swap_in;
       c->on_host = 0;
     }
+    end_room(*c);
     c->revoked = false;
     c->unresponsive = false;
     c->hanging = false;
@@ -376,8 +390,7 @@ class World {
       const Duration prepared = host_copies_left(*c);
       result_.host_copy_waits += prepared;
       delay += prepared;
-      delay +=
-          from_seconds(static_cast<double>(to_move(*c, a.swap_bytes)) / c->spec.swap_bytes_per_s);
+      delay += start_moving(*c, a.swap_bytes, now_ + delay, What::kSwapStep, a.epoch);
     }
     schedule(now_ + delay, What::kRelease, index, a.epoch);
   }
@@ -440,24 +453,122 @@ class World {
     c->eviction_sent_at = now_;
     c->eviction_bytes = a.bytes;
     ++c->eviction;
+    end_room(*c);  // it stops bringing memory back: it moves memory out now
     // A hung client never answers: its memory stops counting after the deadline.
     if (c->behaviour == Behaviour::kHung) return;
-    const Duration swap =
-        from_seconds(static_cast<double>(to_move(*c, a.bytes)) / c->spec.swap_bytes_per_s);
-    schedule(now_ + host_copies_left(*c) + swap, What::kEvicted,
-             static_cast<int>(c - clients_.data()), c->eviction);
+    const MonoTime from = now_ + host_copies_left(*c);
+    const Duration swap = start_moving(*c, a.bytes, from, What::kEvictStep, c->eviction);
+    schedule(from + swap, What::kEvicted, static_cast<int>(c - clients_.data()), c->eviction);
+  }
+
+  void on_action(const policy::SendRoom& a) {
+    SimClient* c = by_id(a.client);
+    log("<- room c" + std::to_string(a.client) + " " + std::to_string(a.bytes) + " bytes");
+    if (c == nullptr) return fail("room to unknown client " + std::to_string(a.client));
+    if (c->holding || !c->wants) return fail("room sent to " + name(*c) + ", which does not wait");
+    if (c->spec.chunk == 0 || !c->spec.takes_room) {
+      return fail("room sent to " + name(*c) + ", which does not take it");
+    }
+    if (a.bytes <= c->room) return fail("room for " + name(*c) + " no larger than the last");
+    if (a.bytes > c->allocated && !c->spec.lies()) {
+      return fail("room for " + name(*c) + " larger than its memory");
+    }
+    // The room never puts the device over usable memory, by the simulation's account: what the
+    // others have there, and all the room filled.
+    const GpuView view = engine_.view(now_);
+    std::uint64_t others = 0;
+    for (const SimClient& o : clients_) {
+      if (&o == c || !o.connected || o.allocated == 0) continue;
+      if (o.spec.lies()) return;  // their word cannot be taken: the check is off
+      if (o.holding ? o.unresponsive : given_up(o, view)) continue;
+      others += resident(o);
+    }
+    if (view.usable_bytes > 0 && others + a.bytes > view.usable_bytes) {
+      return fail("room for " + name(*c) + " of " + std::to_string(a.bytes) + " bytes beside " +
+                  std::to_string(others) + " on the device, " + std::to_string(view.usable_bytes) +
+                  " usable\n" + dump(view));
+    }
+    ++result_.rooms;
+    c->room = a.bytes;
+    start_room_in(*c);
   }
 
   void evicted(SimClient& c, std::uint64_t eviction) {
     if (!c.connected || c.holding || !c.eviction_pending || eviction != c.eviction) return;
     c.eviction_pending = false;
     ++c.evictions_answered;
-    const std::uint64_t moved = to_move(c, c.eviction_bytes);
+    const std::uint64_t moved = rest_to_move(c, c.eviction_bytes);
     c.on_host += moved;
     result_.swap_time += from_seconds(static_cast<double>(moved) / c.spec.swap_bytes_per_s);
     report_usage(
         c, resident(c), static_cast<std::uint64_t>(c.spec.swap_bytes_per_s),
         "usage after eviction " + name(c) + ", " + std::to_string(resident(c)) + " bytes left");
+  }
+
+  // A swap-out (or eviction) for `target` bytes that begins at `from`: a client that moves chunks
+  // reports after each chunk but the last (kSwapStep or kEvictStep with `epoch`), the last goes
+  // with the release (or the eviction's answer). Returns how long it takes.
+  Duration start_moving(SimClient& c, std::uint64_t target, MonoTime from, What step,
+                        GrantEpoch epoch) {
+    c.moving_total = to_move(c, target);
+    c.moved_so_far = 0;
+    const int index = static_cast<int>(&c - clients_.data());
+    if (c.spec.chunk > 0) {
+      for (std::uint64_t done = c.spec.chunk; done < c.moving_total; done += c.spec.chunk) {
+        schedule(from + from_seconds(static_cast<double>(done) / c.spec.swap_bytes_per_s), step,
+                 index, epoch);
+      }
+    }
+    return from_seconds(static_cast<double>(c.moving_total) / c.spec.swap_bytes_per_s);
+  }
+
+  // What the end of a swap-out or eviction still moves: all that is left for a target of 0 (or a
+  // client that moves all or nothing), else the rest of what it set out to move.
+  static std::uint64_t rest_to_move(const SimClient& c, std::uint64_t target) {
+    if (target == 0 || c.spec.chunk == 0) return resident(c);
+    return std::min(resident(c), c.moving_total - std::min(c.moving_total, c.moved_so_far));
+  }
+
+  void move_step(SimClient& c, bool current) {
+    if (!c.connected || !current) return;
+    const std::uint64_t step = std::min(
+        {c.spec.chunk, c.moving_total - std::min(c.moving_total, c.moved_so_far), resident(c)});
+    if (step == 0) return;
+    c.moved_so_far += step;
+    c.on_host += step;
+    result_.swap_time += from_seconds(static_cast<double>(step) / c.spec.swap_bytes_per_s);
+    report_usage(c, resident(c), 0, "usage while swapping out " + name(c));
+  }
+
+  // Room: what fits of its memory on the host comes back, whole chunks while more stays there,
+  // one swap-in at a time.
+  void start_room_in(SimClient& c) {
+    if (c.room_busy || c.on_host == 0 || c.room <= resident(c)) return;
+    std::uint64_t bring = std::min(c.on_host, c.room - resident(c));
+    if (bring < c.on_host) bring -= bring % c.spec.chunk;
+    if (bring == 0) return;
+    c.room_busy = true;
+    c.room_bytes = bring;
+    schedule(now_ + from_seconds(static_cast<double>(bring) / c.spec.swap_bytes_per_s),
+             What::kRoomIn, static_cast<int>(&c - clients_.data()), ++c.room_seq);
+  }
+
+  void room_in(SimClient& c, std::uint64_t seq) {
+    if (!c.connected || c.holding || !c.room_busy || seq != c.room_seq) return;
+    c.room_busy = false;
+    const std::uint64_t bring = std::min(c.on_host, c.room_bytes);
+    c.on_host -= bring;
+    result_.room_bytes += bring;
+    result_.swap_time += from_seconds(static_cast<double>(bring) / c.spec.swap_bytes_per_s);
+    report_usage(c, resident(c), 0, "usage after room " + name(c));
+    start_room_in(c);
+  }
+
+  // A grant or an eviction ends the room: a swap-in into it under way counts no more.
+  static void end_room(SimClient& c) {
+    c.room = 0;
+    c.room_busy = false;
+    ++c.room_seq;
   }
 
   // Host copies are made once per connection, from a swap notice or at the first swap-out.
@@ -775,6 +886,12 @@ class World {
         return;
       case What::kEvicted:
         return evicted(c, e.epoch);
+      case What::kSwapStep:
+        return move_step(c, c.holding == e.epoch && c.revoked && !c.hanging);
+      case What::kEvictStep:
+        return move_step(c, !c.holding && c.eviction_pending && c.eviction == e.epoch);
+      case What::kRoomIn:
+        return room_in(c, e.epoch);
     }
   }
 
@@ -808,13 +925,18 @@ class World {
     c.on_host = 0;
     c.eviction_pending = false;
     c.evictions_answered = 0;
+    c.moving_total = 0;
+    c.moved_so_far = 0;
+    end_room(c);
     c.outcome = ConnectionOutcome{};
     const std::optional<Priority> priority = protocol::priority_of(c.limits.priority);
     c.outcome.label = "client " + std::to_string(c.id) + " (" + to_string(c.behaviour) + ", " +
                       std::to_string(c.limits.core_percent) + "%" +
                       (priority ? ", " + std::string(to_string(*priority)) : "") + ")";
     c.outcome.limits = c.limits;
-    feed(policy::Registered{c.id, c.limits, true, c.spec.chunk > 0}, "register " + name(c));
+    feed(policy::Registered{c.id, c.limits, true, c.spec.chunk > 0,
+                            c.spec.chunk > 0 && c.spec.takes_room},
+         "register " + name(c));
     c.allocated = c.spec.working_set;
     report_usage(c, c.allocated, 0, "usage " + name(c));
     if (c.behaviour == Behaviour::kIdle) {
@@ -837,7 +959,7 @@ class World {
     const Duration drained = c.revoked ? now_ - c.revoked_at : 0s;
     // As the library does, the usage that shows the memory moved goes before the release.
     if (swapped) {
-      const std::uint64_t moved = to_move(c, c.swap_bytes);
+      const std::uint64_t moved = rest_to_move(c, c.swap_bytes);
       result_.swap_time += from_seconds(static_cast<double>(moved) / c.spec.swap_bytes_per_s);
       result_.handoff_time += drained;
       c.on_host += moved;

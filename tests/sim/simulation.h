@@ -50,10 +50,13 @@ struct SimResult {
   std::uint64_t turn_swap_outs = 0;     // revokes for a turn that asked for a swap-out
   std::uint64_t noticed_swap_outs = 0;  // of which a swap notice announced
   Duration least_notice_lead = Duration::max();  // from a notice to its swap-out revoke
-  Duration host_copy_waits{0};  // swap-outs waiting for host copies (ClientSpec::host_copy_...)
-  // Memory moved for hand-offs: each swap-out and each swap-in that followed, at the client's
-  // bandwidth. handoff_time adds the drains: each such swap-out from revoke to release (drain,
-  // host copies, swap-out) and each swap-in.
+  Duration host_copy_waits{0};   // swap-outs waiting for host copies (ClientSpec::host_copy_...)
+  std::uint64_t rooms = 0;       // room given to a waiting head (SendRoom)
+  std::uint64_t room_bytes = 0;  // brought back into it before a grant
+  // Memory moved for hand-offs: each swap-out and each swap-in that followed (into room while
+  // waiting, or at the grant), at the client's bandwidth. handoff_time adds the drains: each such
+  // swap-out from revoke to release (drain, host copies, swap-out) and each swap-in at a grant
+  // (one into room overlaps a swap-out: it is not added).
   Duration swap_time{0};
   Duration handoff_time{0};
   std::uint64_t unresponsive = 0;

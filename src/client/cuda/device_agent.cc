@@ -54,13 +54,14 @@ std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
     // Device-backed allocations by copies (the backing synchronizes), managed ones by prefetch,
     // both within the host room.
     std::uint64_t room = to_host ? room_source_() : 0;
-    const BackingSwap backed =
-        to_host ? device_.backing.swap_out(stream, room, target) : device_.backing.swap_in(stream);
+    const BackingSwap backed = to_host ? device_.backing.swap_out(stream, room, target)
+                                       : device_.backing.swap_in(stream, target);
     room -= std::min(room, backed.host_copies_made);
     moved += backed.bytes;
     // Managed allocations move all together, once, where the device-backed ones did not meet the
     // target; a swap-in brings back whatever is on the host.
-    const bool managed_too = !to_host || (!managed_out_ && (target == 0 || backed.bytes < target));
+    const bool managed_too =
+        to_host ? !managed_out_ && (target == 0 || backed.bytes < target) : target == 0;
     if (!managed_too) ranges.clear();
     if (to_host && managed_too) managed_out_ = true;
     for (const ManagedRange& range : ranges) {
@@ -83,6 +84,11 @@ std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
     took = clock.now() - start;
   });
   if (!ran) return 0;
+  if (!to_host && target > 0) {  // room: still swapped out
+    NVSHARE_DEBUG("swap in ahead of the grant: %s in %.1f ms", format_bytes(moved).c_str(),
+                  to_ms(took));
+    return moved;
+  }
   if (left > 0) {
     NVSHARE_WARN(
         "swap out: %s of managed memory stays on the GPU: it would not fit in the memory this "
@@ -116,7 +122,7 @@ std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
 
 std::uint64_t GpuAgent::swap_out(std::uint64_t target) { return move(/*to_host=*/true, target); }
 
-std::uint64_t GpuAgent::swap_in() { return move(/*to_host=*/false, 0); }
+std::uint64_t GpuAgent::swap_in(std::uint64_t limit) { return move(/*to_host=*/false, limit); }
 
 void GpuAgent::prepare_swap_out(std::uint64_t target) {
   if (device_.preparing_host_copies.exchange(true, std::memory_order_acq_rel)) return;

@@ -2,6 +2,10 @@
 // (device_link.h has the contract).
 //
 //  - drain(): waits for the work queued on the GPU (WorkTracker::drain: never inside a capture).
+//  - swap_in(limit): room while waiting for the grant: only device-backed ranges come back, at
+//    most `limit` bytes (DeviceBacking::swap_in with a limit); the GPU stays swapped out (new
+//    allocations stay off it) and the managed memory stays where it is, until the grant's
+//    swap_in().
 //  - swap_out() / swap_in(): move every swappable allocation of this process on the GPU to the
 //    host / back, on the library's private stream: device-backed ones by copies
 //    (device_backing.h), managed ones (converted device allocations in the unified mode and the
@@ -51,7 +55,7 @@ class GpuAgent final : public DeviceAgent {
 
   Duration drain() override;
   std::uint64_t swap_out(std::uint64_t target = 0) override;
-  std::uint64_t swap_in() override;
+  std::uint64_t swap_in(std::uint64_t limit = 0) override;
   void prepare_swap_out(std::uint64_t bytes) override;
   Duration idle_for() override;
   DeviceUsage usage() override;
@@ -70,6 +74,8 @@ class GpuAgent final : public DeviceAgent {
   void set_host_room_source(HostRoomSource source);
 
  private:
+  // To the host: at least `target` bytes (0: all). Back: at most `target` bytes of the
+  // device-backed ranges, staying swapped out (0: all of it, managed memory too).
   std::uint64_t move(bool to_host, std::uint64_t target);
   std::uint64_t recent_host_room();
   // Of the managed ranges, in address order, the bytes that do not fit in `room`.

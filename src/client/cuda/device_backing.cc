@@ -489,25 +489,31 @@ void DeviceBacking::stop_preparing() {
   prepared_cv_.wait(lock, [this] { return !in_driver_; });
 }
 
-BackingSwap DeviceBacking::swap_in(CUstream stream) {
+BackingSwap DeviceBacking::swap_in(CUstream stream, std::uint64_t limit) {
   auto to_device = hooks::real<HookId::cuMemcpyHtoDAsync_v2>();
   std::unique_lock lock(mu_);
-  out_ = false;
+  if (limit == 0) out_ = false;
   BackingSwap done;
   auto waiting_since = std::chrono::steady_clock::now();
   auto warned = waiting_since;
   for (;;) {
     // The map may change while the lock is dropped to wait: start over each round.
     bool short_of_memory = false;
+    bool room_full = false;
     std::uint64_t missing = 0;
     for (auto& [address, range] : ranges_) {
       for (Piece& piece : range.pieces) {
-        if (piece.handle != 0) continue;
+        if (piece.handle != 0 || room_full) continue;
+        if (limit > 0 && done.bytes + piece.bytes > limit) {
+          room_full = true;
+          continue;
+        }
         const CUdeviceptr at = address + piece.offset;
         const CUresult rc = back(address, piece);
         if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
           short_of_memory = true;
           missing += piece.bytes;
+          room_full = limit > 0;  // room given, not memory: no waiting for it
           continue;
         }
         if (rc != CUDA_SUCCESS) {
@@ -531,7 +537,7 @@ BackingSwap DeviceBacking::swap_in(CUstream stream) {
         ++done.pieces;
       }
     }
-    if (!short_of_memory) break;
+    if (!short_of_memory || limit > 0) break;
     const auto now = std::chrono::steady_clock::now();
     if (now - warned >= kWarnEvery) {
       warned = now;

@@ -128,7 +128,10 @@ class DeviceBacking {
   // would not fit in what is left of it stays on the GPU.
   // `target`: stops once at least that many bytes are being copied (whole ranges); 0: every range.
   BackingSwap swap_out(CUstream stream, std::uint64_t host_room, std::uint64_t target = 0);
-  BackingSwap swap_in(CUstream stream);
+  // `limit`: at most that many bytes come back, whole pieces in address order, skipping none
+  // (a piece that does not fit ends it), without waiting for memory the driver cannot give at
+  // once, and the GPU stays swapped out (allocations stay reserved only); 0: all, as above.
+  BackingSwap swap_in(CUstream stream, std::uint64_t limit = 0);
   // `target`: only the copies a swap_out() with that target would copy into (0: all). Returns the
   // bytes whose host copies it made. Any thread but the link thread (it may take seconds).
   std::uint64_t prepare_host_copies(std::uint64_t host_room, std::uint64_t target = 0);

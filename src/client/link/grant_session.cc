@@ -397,6 +397,8 @@ void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
           on_swap_notice(m, now);
         } else if constexpr (std::is_same_v<T, protocol::Evict>) {
           on_evict(m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Room>) {
+          on_room(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
           on_limits(m);
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
@@ -466,7 +468,12 @@ void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
 }
 
 void GrantSession::on_swapped_in(std::uint64_t bytes, MonoTime now) {
+  if (room_swapping_) {
+    on_room_swapped_in(bytes, now);
+    return;
+  }
   swapped_out_ = false;
+  room_in_bytes_ = 0;
   const double ms = to_ms(now - swap_in_started_);
   if (config_.debug_notes) {
     debug("swapped in " + std::to_string(bytes) + " bytes in " + std::to_string(ms) + " ms");
@@ -581,7 +588,7 @@ void GrantSession::on_evict(const protocol::Evict& evict, MonoTime now) {
   }
   // After a swap-out that moved part of its memory (a byte target), an eviction moves more of what
   // stayed; after one that moved all of it, or where nothing can move, the report says so.
-  if (!config_.can_swap || (swapped_out_ && swap_target_ == 0)) {
+  if (!config_.can_swap || (swapped_out_ && swap_target_ == 0 && room_in_bytes_ == 0)) {
     ++evictions_answered_;
     send_usage(now, true);
     return;
@@ -594,19 +601,63 @@ void GrantSession::on_evict(const protocol::Evict& evict, MonoTime now) {
   await(Awaiting::kDrained, session::Drain{});
 }
 
+void GrantSession::on_room(const protocol::Room& room, MonoTime now) {
+  if (state_ != GrantState::kRequested || !swapped_out_ || !config_.can_swap) return;
+  const Duration idle = config_.timing.idle_release;
+  if (probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle) return;
+  const DeviceUsage usage = probe_.usage();
+  const std::uint64_t on_device =
+      usage.resident_bytes - std::min(usage.pinned_bytes, usage.resident_bytes);
+  if (room.bytes <= on_device) return;
+  room_swapping_ = true;
+  swap_in_started_ = now;
+  await(Awaiting::kSwappedIn, session::SwapIn{room.bytes - on_device});
+}
+
+void GrantSession::on_room_swapped_in(std::uint64_t bytes, MonoTime now) {
+  room_swapping_ = false;
+  if (bytes == 0) return;  // no whole piece fitted in the room
+  room_in_bytes_ += bytes;
+  const double ms = to_ms(now - swap_in_started_);
+  if (config_.debug_notes) {
+    debug("brought back " + std::to_string(bytes) + " bytes into room in " + std::to_string(ms) +
+          " ms");
+  }
+  out_.emplace_back(session::Record{"room", epoch_, ms,
+                                    session::SwapRecord{static_cast<std::int64_t>(bytes), ms}});
+  send_usage(now, true);
+}
+
 void GrantSession::on_drained(MonoTime now) {
   drained_at_ = now;
   if (evicting_ || revoke_.swap_out) {
     swap_target_ = evicting_ ? evict_bytes_ : revoke_.swap_bytes;
-    await(Awaiting::kSwappedOut, session::SwapOut{swap_target_});
+    swap_moved_ = 0;
+    swap_out_step();
     return;
   }
   finish_revoke(now);
 }
 
-void GrantSession::on_swapped_out(std::uint64_t bytes, MonoTime now) {
-  const Duration took = now - drained_at_;
+void GrantSession::swap_out_step() {
+  swap_step_ = swap_target_ == 0 ? kSwapStep : std::min(kSwapStep, swap_target_ - swap_moved_);
+  await(Awaiting::kSwappedOut, session::SwapOut{swap_step_});
+}
+
+void GrantSession::on_swapped_out(std::uint64_t step, MonoTime now) {
+  swap_moved_ += step;
   swapped_out_ = true;
+  room_in_bytes_ = 0;
+  // A step that moved what it was asked may have left more: the next one, after a report.
+  const bool more =
+      step > 0 && step >= swap_step_ && (swap_target_ == 0 || swap_moved_ < swap_target_);
+  if (more) {
+    send_usage(now, true);
+    swap_out_step();
+    return;
+  }
+  const std::uint64_t bytes = swap_moved_;
+  const Duration took = now - drained_at_;
   if (const std::uint64_t rate = bytes_per_second(bytes, took); rate > 0) {
     swap_out_bytes_per_s_ = rate;
   }

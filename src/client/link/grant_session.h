@@ -57,6 +57,13 @@
 //  - An eviction (protocol version 9) in kIdle or kRequested: the memory kept on the GPU without a
 //    grant goes to the host (Drain, then SwapOut) and the usage is reported at once; a grant later
 //    swaps it back in. Already swapped out: the usage is reported again. Ignored while holding.
+//  - Swap-outs (a revoke's, an eviction's) go in steps of kSwapStep, the usage reported after each
+//    but the last (which the release or the eviction's report follows): the scheduler sees the
+//    room being made as it is made.
+//  - Room (protocol version 12) in kRequested with memory on the host: what fits of it comes back
+//    (SwapIn with a limit: the room less what is on the device already), the gate closed, and
+//    the usage is reported at once; the grant brings back the rest. A process that does not want
+//    the GPU any more (no thread waits, idle past the idle release) takes none.
 //  - Limits: the declared ones (or the settings file's) apply before anything else; while the
 //    settings file says the pod's limit is pending, LimitsUnknown comes first and the file is
 //    read until it gives one. An authoritative limits frame replaces the limits known to hold; a
@@ -107,6 +114,10 @@ inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // idle checks, or one that a release of this kind cut short, up to when a thread next began to
 // wait (SessionProbe::waiting_since).
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
+// A swap-out moves this much (whole pieces, at least) between two usage reports: a few
+// milliseconds of copies at PCIe speed, against which a report and the next step's start are
+// nothing.
+inline constexpr std::uint64_t kSwapStep = 256ull << 20;
 
 // The session's clocks, set by whoever runs it (LinkOptions, tests, the simulation).
 struct SessionTiming {
@@ -212,7 +223,9 @@ struct Drain {};               // DeviceAgent::drain(); answer Drained
 struct SwapOut {               // DeviceAgent::swap_out(bytes); answer SwappedOut
   std::uint64_t bytes = 0;     // at least this many; 0: all
 };
-struct SwapIn {};           // DeviceAgent::swap_in(); answer SwappedIn
+struct SwapIn {             // DeviceAgent::swap_in(limit); answer SwappedIn
+  std::uint64_t limit = 0;  // room: at most this many, staying swapped out; 0: all, for the grant
+};
 struct PrepareSwapOut {     // DeviceAgent::prepare_swap_out(); no answer (it does not block)
   std::uint64_t bytes = 0;  // the swap-out the notice announced; 0: all
 };
@@ -321,6 +334,10 @@ class GrantSession {
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
   void on_swap_notice(const protocol::SwapNotice& notice, MonoTime now);
   void on_evict(const protocol::Evict& evict, MonoTime now);
+  void on_room(const protocol::Room& room, MonoTime now);
+  void on_room_swapped_in(std::uint64_t bytes, MonoTime now);
+  // The next step of the swap-out under way (swap_target_, swap_moved_ so far).
+  void swap_out_step();
   void on_limits(const protocol::SetLimits& frame);
   void on_drained(MonoTime now);
   void on_swapped_out(std::uint64_t bytes, MonoTime now);
@@ -390,6 +407,10 @@ class GrantSession {
   bool evicting_ = false;                 // the drain and swap-out in progress answer an eviction
   std::uint64_t evict_bytes_ = 0;         // what that eviction asked for (0: all)
   std::uint64_t swap_target_ = 0;         // the last swap-out's target (0: all), while swapped out
+  std::uint64_t swap_moved_ = 0;          // what the swap-out under way (or the last) moved
+  std::uint64_t swap_step_ = 0;           // what its step under way was asked for
+  bool room_swapping_ = false;            // the swap-in under way is into room, not for a grant
+  std::uint64_t room_in_bytes_ = 0;       // brought back into room since the last swap-out
   std::uint32_t evictions_answered_ = 0;  // sent with usage (protocol version 10)
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;

@@ -408,6 +408,12 @@ std::optional<session::Event> DeviceChannel::perform_agent(const session::Action
   using namespace session;
   // Once the engine stops, no agent call starts: answers come at once, with nothing done.
   const bool allowed = agent_allowed();
+  // What the session said before a call that blocks goes out first: a usage report between the
+  // steps of a swap-out is what lets the scheduler give the room it makes to the next job.
+  if (std::holds_alternative<Drain>(action) || std::holds_alternative<SwapOut>(action) ||
+      std::holds_alternative<SwapIn>(action)) {
+    flush();
+  }
   if (std::holds_alternative<Drain>(action)) {
     if (allowed) agent_.drain();
     return Drained{};
@@ -415,7 +421,9 @@ std::optional<session::Event> DeviceChannel::perform_agent(const session::Action
   if (const auto* swap = std::get_if<SwapOut>(&action)) {
     return SwappedOut{allowed ? agent_.swap_out(swap->bytes) : 0};
   }
-  if (std::holds_alternative<SwapIn>(action)) return SwappedIn{allowed ? agent_.swap_in() : 0};
+  if (const auto* swap = std::get_if<SwapIn>(&action)) {
+    return SwappedIn{allowed ? agent_.swap_in(swap->limit) : 0};
+  }
   if (const auto* prepare = std::get_if<PrepareSwapOut>(&action)) {
     if (allowed) agent_.prepare_swap_out(prepare->bytes);
     return std::nullopt;

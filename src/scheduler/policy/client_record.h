@@ -39,6 +39,7 @@ struct ClientCounters {
   std::uint64_t yields = 0;                // asked to hand over when idle
   std::uint64_t swap_notices = 0;          // told a swap-out is coming (SendSwapNotice)
   std::uint64_t evictions = 0;             // asked to move its parked memory out (SendEvict)
+  std::uint64_t rooms = 0;                 // given room to bring memory back while waiting
   std::uint64_t releases = 0;              // answers to revokes
   std::uint64_t idle_releases = 0;         // released unasked (idle)
   // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before
@@ -73,6 +74,10 @@ struct ClientRecord {
   bool evict_ignored = false;
   // It moves only the bytes a revoke or an eviction asks for (Registered::partial_swap).
   bool partial_swap = false;
+  // It can be given room to bring memory back while it waits (Registered::takes_room), and the
+  // room last given in this wait (SendRoom; 0: none since its grant or its last eviction).
+  bool takes_room = false;
+  std::uint64_t room_sent = 0;
   // The eviction pending: the bytes asked (0: all). A partial_swap client's usage report answers it
   // when its count of evictions answered moves; another's when nothing is parked any more.
   std::uint64_t evict_bytes = 0;

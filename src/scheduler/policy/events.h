@@ -33,6 +33,8 @@ struct Registered {
   // It moves only as many bytes as a revoke or an eviction asks for (protocol version 10), keeping
   // the rest on the device; otherwise every swap-out moves all of its memory.
   bool partial_swap = false;
+  // It can be given room to bring its memory back while it waits (SendRoom, protocol version 12).
+  bool takes_room = false;
 };
 
 // The client wants to run. A client that already runs, waits or is being revoked is unaffected (a
@@ -141,6 +143,15 @@ struct SendEvict {
   std::uint64_t bytes = 0;  // at least this many (partial_swap clients); 0: all
 };
 
+// The head of the queue waits for memory that is leaving the device (a revoked holder swapping
+// out, or an eviction), and part of the room it needs is free already: up to `bytes` of its
+// movable memory may be on the device now (the whole room, not an increment). It brings back what
+// fits while it waits, so that its grant has less to swap in.
+struct SendRoom {
+  ClientId client = 0;
+  std::uint64_t bytes = 0;
+};
+
 struct SendWait {
   ClientId client = 0;
   WaitReason reason = WaitReason::kTurn;
@@ -157,7 +168,7 @@ struct HolderUnresponsive {
   GrantEpoch epoch = 0;
 };
 
-using Action = std::variant<SendGrant, SendRevoke, SendYield, SendSwapNotice, SendEvict, SendWait,
-                            SendLimits, HolderUnresponsive>;
+using Action = std::variant<SendGrant, SendRevoke, SendYield, SendSwapNotice, SendEvict, SendRoom,
+                            SendWait, SendLimits, HolderUnresponsive>;
 
 }  // namespace nvshare::policy

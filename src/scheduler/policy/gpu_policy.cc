@@ -153,6 +153,7 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
   c->limits = e.limits;
   c->evictable = e.evictable;
   c->partial_swap = e.partial_swap;
+  c->takes_room = e.takes_room && e.partial_swap;
   recount_parked(*c);
   if (!c->capped()) {
     c->quota.reset();
@@ -274,6 +275,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   revoke_ended_turns(now, out);
   evict_for_runners(now, out);
   evict_for_head(now, out);
+  send_room(out);
   send_wait_reasons(out);
   send_yields(out);
   send_swap_notices(out);
@@ -424,12 +426,54 @@ void GpuPolicy::evict_for_runners(MonoTime now, std::vector<Action>& out) {
   if (capacity() == 0) return;
   const std::vector<const ClientRecord*> holders = blocking_holders();
   if (holders.empty()) return;
-  const std::uint64_t need = sum_working_sets(holders) + pinned_total() + parked_total();
+  // A holder swapping out counts by what is left of it: the head may already be bringing its
+  // memory back into the room that leaves (send_room).
+  std::uint64_t need = pinned_total() + parked_total();
+  for (const ClientRecord* h : holders) need += on_device(*h);
   if (need <= usable()) return;
   int top = 0;
   for (const ClientRecord* h : holders) top = std::max(top, h->rank());
   const ClientRecord* next = head();
   evict_parked(need - usable(), top, next != nullptr ? next->id : 0, now, out);
+}
+
+std::uint64_t GpuPolicy::on_device(const ClientRecord& holder) {
+  const std::uint64_t movable = holder.movable_bytes();
+  if (holder.state == ClientState::kRunning || !holder.swap_out) return movable;
+  const std::uint64_t resident =
+      holder.resident_bytes - std::min(holder.pinned_bytes, holder.resident_bytes);
+  return std::min(movable, resident);
+}
+
+bool GpuPolicy::memory_leaving() const {
+  return std::any_of(clients_.begin(), clients_.end(), [](const ClientRecord& c) {
+    return (c.holds() && c.state != ClientState::kRunning && c.swap_out) || c.evict_until;
+  });
+}
+
+void GpuPolicy::send_room(std::vector<Action>& out) {
+  if (capacity() == 0 || !memory_leaving()) return;
+  const ClientRecord* next = head();
+  if (next == nullptr || !next->takes_room || next->state != ClientState::kWaiting ||
+      next->movable_bytes() == 0) {
+    return;
+  }
+  // Everything on the device but the head's own parked memory: pinned memory, what others park,
+  // and the holders' memory (all of them: an unresponsive holder's is still there).
+  std::uint64_t taken = pinned_total() + parked_total() - next->parked_bytes();
+  for (const ClientRecord& c : clients_) {
+    if (c.holds()) taken += on_device(c);
+  }
+  if (taken >= usable()) return;
+  const std::uint64_t own =
+      next->allocated_bytes - std::min(next->pinned_bytes, next->allocated_bytes);
+  const std::uint64_t room = std::min(own, usable() - taken);
+  const std::uint64_t had = std::max(next->room_sent, next->parked_bytes());
+  if (room <= had || (room < own && room - had < kRoomStep)) return;
+  ClientRecord& head = *find(next->id);
+  head.room_sent = room;
+  ++head.counters.rooms;
+  out.push_back(SendRoom{head.id, room});
 }
 
 void GpuPolicy::evict_parked(std::uint64_t excess, int max_rank, ClientId spared, MonoTime now,
@@ -474,6 +518,7 @@ void GpuPolicy::evict_parked(std::uint64_t excess, int max_rank, ClientId spared
                                                config_.device_bytes),
                               config_.swap_allowance_max);
     ++c->counters.evictions;
+    c->room_sent = 0;
     out.push_back(SendEvict{c->id, c->evict_bytes});
   }
 }
@@ -930,6 +975,7 @@ void GpuPolicy::grant(ClientRecord& c, MonoTime now, std::vector<Action>& out) {
   // above is taken first): counted as there from now on, until a report says otherwise. An
   // eviction on its way is overtaken by the grant.
   c.resident_bytes = std::max(c.resident_bytes, c.allocated_bytes);
+  c.room_sent = 0;
   c.evict_until.reset();
   c.evict_ignored = false;
   recount_parked(c);

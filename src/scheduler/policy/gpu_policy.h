@@ -48,6 +48,12 @@
 //    revoked (reason turn), earliest turn end first, once enough of them have ended for the head
 //    to fit. swap_out is set for a revoked runner when the head cannot fit beside it and what
 //    stays on the device.
+//  - Room: while memory leaves the device for the head (a revoked holder swapping out, reporting
+//    as it goes, or an eviction), a head that takes room is told how much of its memory may be
+//    on the device already (send_room), and brings that much back while it waits: its swap-in
+//    overlaps the leaver's swap-out instead of following it. What it brings back is parked memory
+//    (counted in every fit check, spared by the evictions made for it); the room never counts
+//    anything twice, so the device holds no more than usable.
 //  - A revoked client that releases goes back to the tail of the queue by itself (it was
 //    preempted, not idle); a release nobody asked for (idle release) makes the client idle until
 //    it requests again.
@@ -176,6 +182,10 @@ inline constexpr double kStepEstimateWeight = 0.25;
 // revoke (it had work in flight) or released by itself.
 inline constexpr Duration kFloorGrantUsed = std::chrono::milliseconds(1);
 
+// Room (SendRoom) is given in steps of at least this much, unless it covers all the head's memory:
+// each one is a frame and a swap-in of its own in the client.
+inline constexpr std::uint64_t kRoomStep = 64ull << 20;
+
 // What the caps of capped clients may take together while an uncapped client is active: the rest
 // is the uncapped clients' floor, so that caps summing to 100% or more never starve them.
 inline constexpr double kCappedRoomBesideUncapped = 0.9;
@@ -263,6 +273,16 @@ class GpuPolicy {
   // memory others keep parked: parked memory is moved out for them the same way (the classes of
   // the holders and below, never the head's), so the device holds no more than usable.
   void evict_for_runners(MonoTime now, std::vector<Action>& out);
+  // What a holder has on the device: its movable bytes, or, revoked with a swap-out, what its
+  // reports say is left of them (it reports as it goes).
+  static std::uint64_t on_device(const ClientRecord& holder);
+  // Memory is leaving the device: a revoked holder swaps out, or an eviction is pending.
+  bool memory_leaving() const;
+  // While memory leaves the device, the head (a client that takes room, waiting with memory on the
+  // host) is told how much of its memory may be on the device already: usable less everything
+  // else there (pinned, parked, the holders' as on_device() says). Sent as the room grows by
+  // kRoomStep, or covers all of its memory; never less than it was told in this wait.
+  void send_room(std::vector<Action>& out);
   // Asks clients keeping parked memory, of class max_rank or below, never `spared`, to move out
   // at least `excess` bytes (those already asked count), in the order above.
   void evict_parked(std::uint64_t excess, int max_rank, ClientId spared, MonoTime now,

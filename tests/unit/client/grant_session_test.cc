@@ -148,14 +148,16 @@ TEST_F(GrantSessionTest, RevokeDrainsSwapsOutReportsAndReleasesWithExactTimes) {
   EXPECT_EQ(find<Publish>(revoked)->gate, GateChange::kClose);
   EXPECT_NE(find<Drain>(revoked), nullptr);
   EXPECT_TRUE(engine_->busy());
-  EXPECT_NE(find<SwapOut>(at(60ms, Drained{})), nullptr);
-  probe_.use = {1ull << 30, 0, 0};
-  const auto done = at(70ms, SwappedOut{1ull << 30});
+  const SwapOut* swap = find<SwapOut>(at(60ms, Drained{}));
+  ASSERT_NE(swap, nullptr);
+  EXPECT_EQ(swap->bytes, kSwapStep);  // all of it, a step at a time
+  probe_.use = {128ull << 20, 0, 0};
+  const auto done = at(70ms, SwappedOut{128ull << 20});  // less than the step: that was all
   const protocol::Usage* usage = sent<protocol::Usage>(done);
   ASSERT_NE(usage, nullptr);
   EXPECT_EQ(usage->resident_bytes, 0u);
-  // 1 GiB in 10 ms, measured by the engine.
-  EXPECT_EQ(usage->swap_bytes_per_s, (1ull << 30) * 100);
+  // 128 MiB in 10 ms, measured by the engine.
+  EXPECT_EQ(usage->swap_bytes_per_s, (128ull << 20) * 100);
   const protocol::Released* released = sent<protocol::Released>(done);
   ASSERT_NE(released, nullptr);
   EXPECT_EQ(released->epoch, 5u);
@@ -239,7 +241,7 @@ TEST_F(GrantSessionTest, FramesDuringASwapInAreHandledAfterItInOrder) {
   hold(1, 10ms);
   at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
   at(20ms, Drained{});
-  at(30ms, SwappedOut{1ull << 30});
+  at(30ms, SwappedOut{128ull << 20});
   probe_.waiting = 1;
   EXPECT_NE(find<SwapIn>(at(40ms, FrameReceived{protocol::Grant{2}})), nullptr);
   // A quota revoke for the new grant and new limits arrive while the memory comes back.
@@ -385,9 +387,14 @@ TEST_F(GrantSessionTest, AnEvictionWithoutAGrantSwapsOutAndReports) {
   EXPECT_NE(find<Drain>(evicted), nullptr);
   EXPECT_NE(find<SwapOut>(at(301ms, Drained{})), nullptr);
   probe_.use = {1ull << 30, 0, 0};
-  const auto out = at(350ms, SwappedOut{1ull << 30});
-  ASSERT_NE(sent<protocol::Usage>(out), nullptr) << "the report goes at once";
-  EXPECT_EQ(sent<protocol::Released>(out), nullptr) << "nothing to release";
+  at(350ms, SwappedOut{kSwapStep});
+  const auto out = at(360ms, SwappedOut{kSwapStep});
+  EXPECT_NE(find<SwapOut>(out), nullptr) << "a step that moved what it was asked: one more";
+  ASSERT_NE(sent<protocol::Usage>(out), nullptr) << "reported between the steps";
+  const auto last = at(365ms, SwappedOut{0});
+  ASSERT_NE(sent<protocol::Usage>(last), nullptr) << "the answer goes at once";
+  EXPECT_EQ(sent<protocol::Usage>(last)->evictions_answered, 1u);
+  EXPECT_EQ(sent<protocol::Released>(last), nullptr) << "nothing to release";
   EXPECT_EQ(engine_->state(), GrantState::kIdle);
   // Out already: the report again, nothing moved.
   const auto again = at(400ms, FrameReceived{protocol::Evict{}});
@@ -408,27 +415,104 @@ TEST_F(GrantSessionTest, ByteTargetsReachTheSwapOut) {
   welcome(c);
   hold(1, 10ms);
   at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true, 3ull << 30}});
+  // In steps: each asks for a step, or what is left of the target if less.
   const SwapOut* swap = find<SwapOut>(at(21ms, Drained{}));
   ASSERT_NE(swap, nullptr);
-  EXPECT_EQ(swap->bytes, 3ull << 30);
+  EXPECT_EQ(swap->bytes, kSwapStep);
+  probe_.use = {8ull << 30, 6ull << 30, 0};
+  const auto first = at(25ms, SwappedOut{2ull << 30});  // a whole 2 GiB piece
+  EXPECT_EQ(sent<protocol::Released>(first), nullptr);
+  ASSERT_NE(find<SwapOut>(first), nullptr);
+  EXPECT_EQ(find<SwapOut>(first)->bytes, kSwapStep);
+  EXPECT_EQ(sent<protocol::Usage>(first)->resident_bytes, 6ull << 30);
   probe_.use = {8ull << 30, 5ull << 30, 0};
-  ASSERT_NE(sent<protocol::Released>(at(30ms, SwappedOut{3ull << 30})), nullptr);
-  // Waiting, 5 GiB kept: an eviction asks for 1 GiB more, and gets a drain and a swap-out of it.
-  EXPECT_NE(find<Drain>(at(40ms, FrameReceived{protocol::Evict{1ull << 30}})), nullptr);
+  ASSERT_NE(sent<protocol::Released>(at(30ms, SwappedOut{1ull << 30})), nullptr);
+  // Waiting, 5 GiB kept: an eviction asks for 256 MiB more, and gets a drain and a swap-out of it.
+  EXPECT_NE(find<Drain>(at(40ms, FrameReceived{protocol::Evict{256ull << 20}})), nullptr);
   swap = find<SwapOut>(at(41ms, Drained{}));
   ASSERT_NE(swap, nullptr);
-  EXPECT_EQ(swap->bytes, 1ull << 30);
+  EXPECT_EQ(swap->bytes, 256ull << 20);
   probe_.use = {8ull << 30, 4ull << 30, 0};
   EXPECT_NE(sent<protocol::Usage>(at(50ms, SwappedOut{1ull << 30})), nullptr);
   // One that asks for all of it moves the rest; after that there is nothing more to move.
   EXPECT_NE(find<Drain>(at(60ms, FrameReceived{protocol::Evict{}})), nullptr);
   swap = find<SwapOut>(at(61ms, Drained{}));
   ASSERT_NE(swap, nullptr);
-  EXPECT_EQ(swap->bytes, 0u);
-  at(70ms, SwappedOut{4ull << 30});
+  EXPECT_EQ(swap->bytes, kSwapStep);
+  EXPECT_NE(find<SwapOut>(at(70ms, SwappedOut{4ull << 30})), nullptr);
+  EXPECT_EQ(find<SwapOut>(at(71ms, SwappedOut{0})), nullptr);
   const auto again = at(80ms, FrameReceived{protocol::Evict{}});
   EXPECT_EQ(find<Drain>(again), nullptr);
   EXPECT_NE(sent<protocol::Usage>(again), nullptr);
+}
+
+// Room (protocol version 12): waiting with memory on the host, the client brings back what fits
+// (the room less what is on the device), reports at once and keeps waiting, gate closed; the grant
+// brings back the rest. Room while holding, or no larger than what is there, changes nothing.
+TEST_F(GrantSessionTest, RoomBringsMemoryBackWhileWaiting) {
+  welcome();
+  hold(1, 10ms);
+  EXPECT_TRUE(at(15ms, FrameReceived{protocol::Room{1ull << 30}}).empty()) << "holding";
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true, 3ull << 30}});
+  at(21ms, Drained{});
+  probe_.use = {4ull << 30, 1ull << 30, 0, 0, 256ull << 20};  // 768 MiB movable stay
+  at(30ms, SwappedOut{3ull << 30});
+  ASSERT_EQ(engine_->state(), GrantState::kRequested);
+  probe_.waiting = 1;
+  const auto room = at(40ms, FrameReceived{protocol::Room{2ull << 30}});
+  ASSERT_NE(find<SwapIn>(room), nullptr);
+  EXPECT_EQ(find<SwapIn>(room)->limit, (2ull << 30) - (768ull << 20));
+  EXPECT_TRUE(at(45ms, FrameReceived{protocol::Room{3ull << 30}}).empty()) << "read after";
+  probe_.use = {4ull << 30, 2ull << 30, 0, 0, 256ull << 20};
+  const auto back = at(60ms, SwappedIn{1ull << 30});
+  const protocol::Usage* usage = sent<protocol::Usage>(back);
+  ASSERT_NE(usage, nullptr) << "reported at once";
+  EXPECT_EQ(usage->resident_bytes, 2ull << 30);
+  const Record* record = find<Record>(back);
+  ASSERT_NE(record, nullptr);
+  EXPECT_STREQ(record->event, "room");
+  EXPECT_EQ(record->swap.bytes, 1ll << 30);
+  // Still waiting, gate closed; the later room, read now, asks for what it adds.
+  EXPECT_EQ(engine_->state(), GrantState::kRequested);
+  ASSERT_NE(find<SwapIn>(back), nullptr);
+  EXPECT_EQ(find<SwapIn>(back)->limit, (3ull << 30) - (1792ull << 20));
+  for (const Action& a : back) {
+    if (const Publish* p = std::get_if<Publish>(&a)) EXPECT_NE(p->gate, GateChange::kOpen);
+  }
+  probe_.use = {4ull << 30, 3ull << 30, 0, 0, 256ull << 20};
+  at(70ms, SwappedIn{1ull << 30});
+  EXPECT_TRUE(at(75ms, FrameReceived{protocol::Room{2ull << 30}}).empty()) << "no larger";
+  // The grant brings back the rest, then opens the gate.
+  const SwapIn* rest = find<SwapIn>(at(80ms, FrameReceived{protocol::Grant{2}}));
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest->limit, 0u);
+  probe_.use = {4ull << 30, 4ull << 30, 0};
+  const auto held = at(90ms, SwappedIn{1ull << 30});
+  ASSERT_NE(find<Publish>(held), nullptr);
+  EXPECT_EQ(find<Publish>(held)->gate, GateChange::kOpen);
+  EXPECT_EQ(engine_->state(), GrantState::kHeld);
+}
+
+// A client that does not want the GPU any more (no thread waits, idle past the idle release) takes
+// no room; one whose memory came back into room moves it out again when evicted.
+TEST_F(GrantSessionTest, RoomIsLeftWhenIdleAndEvictedWhenTaken) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(1, 10ms);
+  at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
+  at(21ms, Drained{});
+  probe_.use = {1ull << 30, 0, 0};
+  at(30ms, SwappedOut{128ull << 20});
+  probe_.idle = 1s;
+  EXPECT_EQ(find<SwapIn>(at(40ms, FrameReceived{protocol::Room{1ull << 30}})), nullptr);
+  probe_.idle = 0ms;
+  probe_.waiting = 1;
+  ASSERT_NE(find<SwapIn>(at(50ms, FrameReceived{protocol::Room{1ull << 30}})), nullptr);
+  probe_.use = {1ull << 30, 1ull << 30, 0};
+  at(60ms, SwappedIn{1ull << 30});
+  // All of it had gone out; what came back into room goes out again for an eviction.
+  EXPECT_NE(find<Drain>(at(70ms, FrameReceived{protocol::Evict{}})), nullptr);
 }
 
 TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
@@ -436,7 +520,7 @@ TEST_F(GrantSessionTest, GrantToAnIdleSwappedOutClientIsHandedBack) {
   hold(1, 10ms);
   at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
   at(20ms, Drained{});
-  at(30ms, SwappedOut{1ull << 30});
+  at(30ms, SwappedOut{128ull << 20});
   probe_.idle = 1s;
   const auto granted = at(2s, FrameReceived{protocol::Grant{2}});
   EXPECT_EQ(find<SwapIn>(granted), nullptr);
@@ -585,7 +669,7 @@ TEST_F(GrantSessionTest, LostConnectionBringsSwappedOutMemoryBackBeforeOpening) 
   hold(1, 10ms);
   at(20ms, FrameReceived{protocol::Revoke{1, protocol::RevokeReason::kTurn, true}});
   at(20ms, Drained{});
-  at(30ms, SwappedOut{1ull << 30});
+  at(30ms, SwappedOut{128ull << 20});
   const auto lost = at(40ms, ConnectionLost{"reset"});
   EXPECT_NE(find<SwapIn>(lost), nullptr);
   EXPECT_EQ(find<Publish>(lost), nullptr);  // still closed while the memory comes back

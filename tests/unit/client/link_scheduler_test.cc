@@ -189,6 +189,8 @@ TEST(LinkWithScheduler, ClientsThatDoNotFitSwapAtTheHandOver) {
   // welcome, which may come before it (a race the sanitizer build's timing exposed).
   a.set_usage({700ull << 20, 700ull << 20, 0});
   b.set_usage({700ull << 20, 700ull << 20, 0});
+  a.agent().swap_bytes = 700ull << 20;
+  b.agent().swap_bytes = 700ull << 20;
   a.submit();
   ASSERT_TRUE(a.submitted_within(3s)) << scheduler.log();
   b.submit();

@@ -117,18 +117,27 @@ std::uint64_t FakeAgent::swap_out(std::uint64_t target) {
   last_swap_target.store(target);
   const Duration delay(swap_delay_ns.load());
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
-  ++swap_outs;
+  if (!swapped_.load()) ++swap_outs;  // the first step of a swap-out
   swapped_.store(true);
-  return swap_bytes.load();
+  const std::uint64_t total = swap_bytes.load();
+  const std::uint64_t left = total - std::min(total, out_bytes_.load());
+  const std::uint64_t moved = target == 0 ? left : std::min(left, target);
+  out_bytes_ += moved;
+  room_back_ = 0;
+  return moved;
 }
 
-std::uint64_t FakeAgent::swap_in() {
+std::uint64_t FakeAgent::swap_in(std::uint64_t limit) {
   record("swap_in");
   const Duration delay(swap_delay_ns.load());
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
-  ++swap_ins;
-  swapped_.store(false);
-  return swap_bytes.load();
+  ++(limit == 0 ? swap_ins : room_swap_ins);
+  const std::uint64_t out = out_bytes_.load();
+  const std::uint64_t moved = limit == 0 ? out : std::min(out, limit);
+  out_bytes_ -= moved;
+  if (limit == 0) swapped_.store(false);
+  room_back_ = limit == 0 ? 0 : room_back_.load() + moved;
+  return moved;
 }
 
 Duration FakeAgent::idle_for() {
@@ -141,7 +150,8 @@ DeviceUsage FakeAgent::usage() {
   record("usage");
   std::lock_guard lock(mu_);
   DeviceUsage usage = usage_;
-  if (swapped_.load()) usage.resident_bytes = 0;  // as the library reports it: on the host
+  // As the library reports it: swapped out, on the host, but for what came back into room.
+  if (swapped_.load()) usage.resident_bytes = std::min(usage.allocated_bytes, room_back_.load());
   return usage;
 }
 

@@ -48,7 +48,7 @@ class FakeAgent final : public DeviceAgent {
   Duration drain() override;
   std::uint64_t swap_out(std::uint64_t target = 0) override;
   std::atomic<std::uint64_t> last_swap_target{0};  // the target of the last swap_out()
-  std::uint64_t swap_in() override;
+  std::uint64_t swap_in(std::uint64_t limit = 0) override;
   Duration idle_for() override;
   DeviceUsage usage() override;
   Duration queue_waited() override { return Duration{0}; }
@@ -62,12 +62,15 @@ class FakeAgent final : public DeviceAgent {
   void release_drain();
 
   std::atomic<int> drains{0};
-  std::atomic<int> swap_outs{0};
-  std::atomic<int> swap_ins{0};
+  std::atomic<int> swap_outs{0};      // swap-outs begun with all the memory on the device
+  std::atomic<int> swap_ins{0};       // for a grant (or an outage): no limit
+  std::atomic<int> room_swap_ins{0};  // into room while waiting: with a limit
   std::atomic<int> idle_queries{0};
   std::atomic<Duration::rep> drain_delay_ns{0};
   std::atomic<Duration::rep> swap_delay_ns{0};
-  std::atomic<std::uint64_t> swap_bytes{1ull << 30};
+  // The memory it swaps: what a swap-out moves in all (in steps of at least their target, as the
+  // library's whole pieces), and a swap-in brings back (at most its limit).
+  std::atomic<std::uint64_t> swap_bytes{128ull << 20};
   std::atomic<std::int64_t> drain_started_ns{0};  // steady clock, when the last drain began
 
   std::vector<protocol::Limits> limits() const;
@@ -80,7 +83,9 @@ class FakeAgent final : public DeviceAgent {
 
   std::atomic<Duration::rep> idle_ns_{0};
   std::atomic<bool> hold_drain_{false};
-  std::atomic<bool> swapped_{false};  // swapped out since the last swap_in
+  std::atomic<bool> swapped_{false};         // swapped out since the last swap_in
+  std::atomic<std::uint64_t> out_bytes_{0};  // of swap_bytes, what is on the host
+  std::atomic<std::uint64_t> room_back_{0};  // brought back into room since the last swap-out
   mutable std::mutex mu_;
   std::condition_variable drain_cv_;
   bool drain_released_ = false;
