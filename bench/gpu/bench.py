@@ -454,6 +454,7 @@ class Bench:
             if label not in self.swap_variants:
                 continue
             outs, ins, ratios, releases, gaps, first_out = [], [], [], [], [], []
+            room_bytes, grant_in_bytes = 0, 0  # swapped in ahead of the grant (room) / at it
             for i in range(2):
                 trace = str(d / f"trace-{label}-{i}.jsonl")
                 with Scheduler(self, d, ["--capacity", "16Gi", *flags]) as s:
@@ -471,8 +472,14 @@ class Bench:
                     if e["event"] == "release":
                         (outs if e["pid"] in seen_out else first_out).append(gbps)
                         seen_out.add(e["pid"])
-                    elif e["event"] == "grant":
+                    elif e["event"] in ("grant", "room"):
+                        # A swap-in into room (protocol version 12) overlaps the other job's
+                        # swap-out: both directions at once.
                         ins.append(gbps)
+                        if e["event"] == "room":
+                            room_bytes += e["swap_bytes"]
+                        else:
+                            grant_in_bytes += e["swap_bytes"]
                 drains, waits = handoff_latencies(events)
                 releases += drains  # revoke -> release: drain and swap-out
                 gaps += waits       # release -> the other's grant: its swap-in included
@@ -493,7 +500,9 @@ class Bench:
                         runs=ratios, handoffs=len(releases),
                         revoke_to_release_ms_p50=percentile(releases, 50),
                         release_to_grant_ms_p50=percentile(gaps, 50),
-                        release_to_grant_ms_p99=percentile(gaps, 99))
+                        release_to_grant_ms_p99=percentile(gaps, 99),
+                        swapped_in_ahead_gb=room_bytes / 1e9,
+                        swapped_in_at_grants_gb=grant_in_bytes / 1e9)
         self.metric("native_pin_s_8_8gib", native.get("pin_s"), "reported", True, "s")
 
     def copystall(self):
