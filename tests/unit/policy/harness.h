@@ -158,6 +158,18 @@ inline PolicyConfig device_gpu(Mode mode = Mode::kAuto) {
   return config;
 }
 
+// Registers a client that takes byte targets (protocol version 10), and room where `takes_room`
+// (version 12), its `bytes` on the device.
+inline void add_partial(Harness& h, ClientId id, std::uint64_t bytes, bool takes_room = false) {
+  h.feed(Registered{id, Limits{}, /*evictable=*/true, /*partial_swap=*/true, takes_room});
+  h.feed(UsageReported{id, bytes, bytes, 0, {}});
+}
+
+// The client reports `resident` of its memory on the device (it moved the rest out, or back).
+inline std::vector<Action> keeps(Harness& h, ClientId id, std::uint64_t resident) {
+  return h.feed(UsageReported{id, h.client(id).allocated_bytes, resident, 0, {}});
+}
+
 // A configuration with a known capacity: 20 GiB virtual on the 24 GiB GPU, 10% reserve, so 18 GiB
 // usable.
 inline PolicyConfig virtual_gpu(Mode mode = Mode::kAuto) {

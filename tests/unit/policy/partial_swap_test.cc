@@ -11,17 +11,6 @@
 namespace nvshare::policy::testing {
 namespace {
 
-// Registers a client that takes byte targets, its `bytes` on the device.
-void add_partial(Harness& h, ClientId id, std::uint64_t bytes) {
-  h.feed(Registered{id, Limits{}, /*evictable=*/true, /*partial_swap=*/true});
-  h.feed(UsageReported{id, bytes, bytes, 0, {}});
-}
-
-// The client reports `resident` of its memory on the device (it moved the rest out).
-std::vector<Action> keeps(Harness& h, ClientId id, std::uint64_t resident) {
-  return h.feed(UsageReported{id, h.client(id).allocated_bytes, resident, 0, {}});
-}
-
 // Advances until `id` is revoked; returns the revoke.
 std::optional<SendRevoke> revoke_of(Harness& h, ClientId id) {
   for (int i = 0; i < 200; ++i) {

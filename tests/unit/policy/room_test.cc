@@ -13,13 +13,7 @@ namespace {
 
 // Registers a client that takes byte targets and room, its `bytes` on the device.
 void add_roomy(Harness& h, ClientId id, std::uint64_t bytes, bool takes_room = true) {
-  h.feed(Registered{id, Limits{}, /*evictable=*/true, /*partial_swap=*/true, takes_room});
-  h.feed(UsageReported{id, bytes, bytes, 0, {}});
-}
-
-// The client reports `resident` of its memory on the device.
-std::vector<Action> keeps(Harness& h, ClientId id, std::uint64_t resident) {
-  return h.feed(UsageReported{id, h.client(id).allocated_bytes, resident, 0, {}});
+  add_partial(h, id, bytes, takes_room);
 }
 
 std::optional<std::uint64_t> room_for(const std::vector<Action>& actions, ClientId id) {
