@@ -1638,12 +1638,17 @@ TEST_F(E2eTest, SchedulerKilledAndRestartedMidRun) {
 // (CLOCK_MONOTONIC in both processes), the time reported (tens of milliseconds on an idle host).
 // Run twice, 64Mi each under a 100Mi virtual capacity so the two do not fit together (the holder
 // is never asked to yield): waiting for its turn (exclusive mode) and waiting for memory (auto).
+// The holder never releases by itself (NVSHARE_IDLE_RELEASE_MS=0): a job that waits for its memory
+// would otherwise have it release at a pause of 20 ms, which a loaded host can put between two of
+// its kernels.
 class HolderKilledTest : public E2eTest {
  protected:
   void run(const std::vector<std::string>& scheduler_flags, const std::string& expected_reason) {
     ASSERT_NO_FATAL_FAILURE(start_scheduler(scheduler_flags));
     Trainer& holder = start_trainer(
-        {"holder", {"--bytes", "64Mi", "--kernels", "1000", "--kernel-us", "20000", "--progress"}});
+        {"holder",
+         {"--bytes", "64Mi", "--kernels", "1000", "--kernel-us", "20000", "--progress"},
+         {{"NVSHARE_IDLE_RELEASE_MS", "0"}}});
     ASSERT_FALSE(HasFailure());
     ASSERT_TRUE(wait_until(
         [&] {
