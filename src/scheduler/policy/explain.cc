@@ -154,6 +154,12 @@ std::string GpuPolicy::describe_parked(const ClientRecord& c) const {
   return text;
 }
 
+std::string GpuPolicy::describe_room(const ClientRecord& c) {
+  if (c.room_sent == 0) return "";
+  return "; given room for " + format_bytes(c.room_sent) + " of its memory while it waits (" +
+         format_bytes(c.parked_bytes()) + " of it back on the GPU)";
+}
+
 std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) const {
   const std::string who = "client " + std::to_string(c.id);
   const std::string waited = " (waiting " + secs(now - c.waiting_since) + ")";
@@ -278,6 +284,7 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
     }
     text += describe_parked(c);
   }
+  text += describe_room(c);
   const std::optional<TurnPlan> plan = turn_plan(c);
   if (yield_target() == &c) {
     // Nothing to swap: a runner whose fair turn ends before the quantum makes way first.

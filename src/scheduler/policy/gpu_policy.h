@@ -452,6 +452,8 @@ class GpuPolicy {
   // "; clients 2, 3 keep 8Gi on the GPU without a grant[, and ... asked to move it to the host]",
   // or "" when no client but `c` parks memory.
   std::string describe_parked(const ClientRecord& c) const;
+  // "; given room for 9Gi of its memory while it waits (8Gi of it back on the GPU)", or "".
+  static std::string describe_room(const ClientRecord& c);
 
   PolicyConfig config_;
   SwapEstimate swap_;

@@ -52,6 +52,11 @@ TEST(Room, TheHeadIsGivenTheRoomTheLeaverMakesAsItGoes) {
   EXPECT_EQ(room_for(revoked, 2), 8 * kGiB);
   EXPECT_TRUE(only<SendEvict>(keeps(h, 2, 8 * kGiB)).empty()) << "the room it took";
   EXPECT_EQ(h.client(2).parked_bytes, 8 * kGiB);
+  const std::string explained = h.policy.explain(2, h.now);
+  EXPECT_NE(explained.find("given room for 8Gi of its memory while it waits (8Gi of it back on "
+                           "the GPU)"),
+            std::string::npos)
+      << explained;
   // The leaver reports as it goes; a report that frees less than a step gives no room.
   EXPECT_FALSE(room_for(keeps(h, 1, 10 * kGiB - (32ull << 20)), 2));
   EXPECT_EQ(room_for(keeps(h, 1, 9 * kGiB), 2), 9 * kGiB);
