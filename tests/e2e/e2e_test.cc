@@ -594,7 +594,9 @@ TEST_F(E2eTest, SmallDeviceBackedTrainersTakeTurnsAndSwap) {
 // leaver is asked for that much and moves one allocation (the library moves whole ones), keeping
 // the other on the simulated GPU while it waits; an eviction (the second trainer allocates before
 // its first grant) moves one the same way. Both finish ok, every swap-out moved 96Mi and none all
-// 192Mi, and a waiting trainer was seen with 96Mi on the device.
+// 192Mi, and a waiting trainer was seen with 96Mi on the device. B starts once A has allocated:
+// a process's context is charged what the GPU's used memory grew by while it was made, so an
+// allocation of the other trainer's at that moment would be charged to it as well.
 TEST_F(E2eTest, TurnsMoveOnlyThePartThatDoesNotFit) {
   ASSERT_NO_FATAL_FAILURE(start_scheduler({"--capacity", "384Mi", "--quantum", "0.5"}));
   const std::vector<std::string> args = {"--bytes",     "96Mi",      "--spare-bytes",
@@ -603,6 +605,15 @@ TEST_F(E2eTest, TurnsMoveOnlyThePartThatDoesNotFit) {
   const std::string trace = dir_.path() + "/handoff.jsonl";
   const Env env = {{"NVSHARE_TRACE_FILE", trace}};
   Trainer& a = start_trainer({"A", args, env});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto status = poll_status();
+        return status.ok() && json_number(find_client(status.value(), a.pid()), "allocated_bytes",
+                                          0) >= 192.0 * kMi;
+      },
+      20))
+      << a.describe();
   Trainer& b = start_trainer({"B", args, env});
   ASSERT_FALSE(HasFailure());
   const double range = 96.0 * 1024 * 1024;
