@@ -453,8 +453,7 @@ void GrantSession::on_grant(const protocol::Grant& grant, MonoTime now) {
     hold(grant.epoch, now, -1);
     return;
   }
-  const Duration idle = config_.timing.idle_release;
-  if (probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle) {
+  if (wants_no_gpu()) {
     // Queued again by the revoke but idle since: hand the grant straight back rather than swap
     // in only to swap out again. The next submission asks anew.
     out_.emplace_back(session::Record{"handback", grant.epoch});
@@ -497,6 +496,11 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
   next_idle_check_ = now + config_.timing.idle_release / 2;
   out_.emplace_back(session::Record{"grant", epoch, swap_in_ms, swap});
   publish(GrantState::kHeld, session::GateChange::kOpen);
+}
+
+bool GrantSession::wants_no_gpu() {
+  const Duration idle = config_.timing.idle_release;
+  return probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle;
 }
 
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
@@ -603,8 +607,7 @@ void GrantSession::on_evict(const protocol::Evict& evict, MonoTime now) {
 
 void GrantSession::on_room(const protocol::Room& room, MonoTime now) {
   if (state_ != GrantState::kRequested || !swapped_out_ || !config_.can_swap) return;
-  const Duration idle = config_.timing.idle_release;
-  if (probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle) return;
+  if (wants_no_gpu()) return;
   const DeviceUsage usage = probe_.usage();
   const std::uint64_t on_device =
       usage.resident_bytes - std::min(usage.pinned_bytes, usage.resident_bytes);

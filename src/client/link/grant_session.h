@@ -351,6 +351,9 @@ class GrantSession {
   // The settings file is read now and then: while the limit is pending or the scheduler is away.
   bool watching_settings() const;
   void schedule_reconnect(MonoTime now);
+  // Queued (by a revoke) yet done with the GPU: no thread waits and the process has been idle for
+  // the idle release. Such a process takes neither a grant's swap-in nor room.
+  bool wants_no_gpu();
   bool yield_asked() const;
   bool noticed() const;
   Duration noticed_idle() const;

@@ -465,8 +465,7 @@ void GpuPolicy::send_room(std::vector<Action>& out) {
     if (c.holds()) taken += on_device(c);
   }
   if (taken >= usable()) return;
-  const std::uint64_t own =
-      next->allocated_bytes - std::min(next->pinned_bytes, next->allocated_bytes);
+  const std::uint64_t own = next->movable_bytes() + next->parked_bytes();
   const std::uint64_t room = std::min(own, usable() - taken);
   const std::uint64_t had = std::max(next->room_sent, next->parked_bytes());
   if (room <= had || (room < own && room - had < kRoomStep)) return;

@@ -170,6 +170,16 @@ inline std::vector<Action> keeps(Harness& h, ClientId id, std::uint64_t resident
   return h.feed(UsageReported{id, h.client(id).allocated_bytes, resident, 0, {}});
 }
 
+// Advances 100 ms at a time (20 s at most) until `id` is revoked; returns everything the engine did
+// at that step (nothing when it never was).
+inline std::vector<Action> until_revoked(Harness& h, ClientId id) {
+  for (int i = 0; i < 200; ++i) {
+    std::vector<Action> step = h.advance(std::chrono::milliseconds(100));
+    if (revoke_of(step, id)) return step;
+  }
+  return {};
+}
+
 // A configuration with a known capacity: 20 GiB virtual on the 24 GiB GPU, 10% reserve, so 18 GiB
 // usable.
 inline PolicyConfig virtual_gpu(Mode mode = Mode::kAuto) {

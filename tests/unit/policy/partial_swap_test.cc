@@ -13,12 +13,7 @@ namespace {
 
 // Advances until `id` is revoked; returns the revoke.
 std::optional<SendRevoke> revoke_of(Harness& h, ClientId id) {
-  for (int i = 0; i < 200; ++i) {
-    for (const SendRevoke& r : only<SendRevoke>(h.advance(100ms))) {
-      if (r.client == id) return r;
-    }
-  }
-  return std::nullopt;
+  return testing::revoke_of(until_revoked(h, id), id);
 }
 
 // Two 10 GiB jobs under 18 GiB usable: each hand-off moves the 2 GiB that do not fit, not 10.

@@ -24,17 +24,6 @@ std::optional<std::uint64_t> room_for(const std::vector<Action>& actions, Client
   return room;
 }
 
-// Advances until `id` is revoked; returns everything the engine did at that step.
-std::vector<Action> until_revoked(Harness& h, ClientId id) {
-  for (int i = 0; i < 200; ++i) {
-    std::vector<Action> step = h.advance(100ms);
-    for (const SendRevoke& r : only<SendRevoke>(step)) {
-      if (r.client == id) return step;
-    }
-  }
-  return {};
-}
-
 // Two 10 GiB jobs under 18 GiB usable. Nothing while the head only waits for its turn; at the
 // revoke, the 8 GiB nobody holds; then, as the leaver reports its swap-out, what each report frees,
 // up to all of the head's memory. What came back counts as the head's parked memory, evicts
