@@ -504,6 +504,10 @@ class Bench:
                         swapped_in_ahead_gb=room_bytes / 1e9,
                         swapped_in_at_grants_gb=grant_in_bytes / 1e9)
         self.metric("native_pin_s_8_8gib", native.get("pin_s"), "reported", True, "s")
+        # What an overlapped hand-off can reach: each direction's bandwidth while the other runs.
+        self.metric("native_duplex_gbps_each_way", native.get("duplex_each_way_gbps_median"),
+                    "reported", True, "GB/s", d2h_alone=native.get("d2h_gbps_median"),
+                    h2d_alone=native.get("h2d_gbps_median"))
 
     def copystall(self):
         """How making a host copy stalls the process's own submissions (host_copy_stall.cc: the

@@ -1,6 +1,7 @@
 """Native copy bandwidth between device memory and pinned host memory (PyTorch), the yardstick of
 the library's swap bandwidth: --gib of device tensors copied to pinned host tensors and back,
---repeats times, each direction timed on its own. Prints one JSON object: the best and median
+--repeats times, each direction timed on its own, then both at once (the GB/s each way while
+the other runs). Prints one JSON object: the best and median
 GB/s (1e9 bytes/s) each way, and how long pinning the host memory took."""
 import argparse
 import json
@@ -32,6 +33,23 @@ def main() -> int:
                     (h.copy_(d, non_blocking=True) if way == "d2h" else d.copy_(h, non_blocking=True))
             stream.synchronize()
             rates[way].append(bytes_moved / (time.monotonic() - t) / 1e9)
+    # Both ways at once, as a hand-off that overlaps one job's swap-out with the next one's
+    # swap-in moves them: chunk 0 out on one stream while chunk 1 comes in on another.
+    duplex = []
+    if args.chunks >= 2:
+        back = torch.cuda.Stream()
+        for _ in range(args.repeats):
+            torch.cuda.synchronize()
+            t = time.monotonic()
+            with torch.cuda.stream(stream):
+                host[0].copy_(device[0], non_blocking=True)
+            with torch.cuda.stream(back):
+                device[1].copy_(host[1], non_blocking=True)
+            stream.synchronize()
+            back.synchronize()
+            duplex.append(4 * n / (time.monotonic() - t) / 1e9)
+    if duplex:
+        rates["duplex_each_way"] = duplex
     ok = bool(torch.all(device[0] == 1.5).item())
     out = {"result": "ok" if ok else "wrong-result", "bytes": bytes_moved, "pin_s": pin_s}
     for way, r in rates.items():
