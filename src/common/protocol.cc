@@ -86,6 +86,9 @@ void decode_payload(ByteReader&, Evict&, bool&) {}
 void encode_payload(ByteWriter& w, const Room& m) { w.u64(m.bytes); }
 void decode_payload(ByteReader& r, Room& m, bool&) { m.bytes = r.u64(); }
 
+void encode_payload(ByteWriter& w, const Contended& m) { w.u64(m.epoch); }
+void decode_payload(ByteReader& r, Contended& m, bool&) { m.epoch = r.u64(); }
+
 void encode_payload(ByteWriter& w, const Revoke& m) {
   w.u64(m.epoch);
   w.u8(static_cast<std::uint8_t>(m.reason));
@@ -252,8 +255,8 @@ void decode_extension(ByteReader& r, Message& message, std::uint16_t version, bo
 // Variant index i holds MessageType i + 1; this is checked at compile time below.
 constexpr std::size_t kMessageTypes = std::variant_size_v<Message>;
 static_assert(std::is_same_v<std::variant_alternative_t<0, Message>, Hello>);
-static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, Room>);
-static_assert(static_cast<std::size_t>(MessageType::kRoom) == kMessageTypes);
+static_assert(std::is_same_v<std::variant_alternative_t<kMessageTypes - 1, Message>, Contended>);
+static_assert(static_cast<std::size_t>(MessageType::kContended) == kMessageTypes);
 
 template <std::size_t I>
 Message decode_alternative(ByteReader& r, bool& valid) {
@@ -301,6 +304,8 @@ std::uint16_t introduced_in(MessageType type) {
       return 9;
     case MessageType::kRoom:
       return kRoomVersion;
+    case MessageType::kContended:
+      return kContendedVersion;
     default:
       return kMinVersion;
   }
@@ -377,6 +382,8 @@ std::string_view to_string(MessageType type) {
       return "evict";
     case MessageType::kRoom:
       return "room";
+    case MessageType::kContended:
+      return "contended";
   }
   return "unknown";
 }

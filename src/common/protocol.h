@@ -36,7 +36,7 @@ namespace nvshare::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4853564E;
 inline constexpr std::uint16_t kMinVersion = 1;
-inline constexpr std::uint16_t kMaxVersion = 12;
+inline constexpr std::uint16_t kMaxVersion = 13;
 // The version from which revokes and evictions carry byte targets (Revoke::swap_bytes,
 // Evict::bytes).
 inline constexpr std::uint16_t kPartialSwapVersion = 10;
@@ -44,6 +44,8 @@ inline constexpr std::uint16_t kPartialSwapVersion = 10;
 inline constexpr std::uint16_t kNoticeBytesVersion = 11;
 // The version from which a waiting client may be given room to swap in ahead of its grant (Room).
 inline constexpr std::uint16_t kRoomVersion = 12;
+// The version from which a holder may be told that a job of a lower class waits for it (Contended).
+inline constexpr std::uint16_t kContendedVersion = 13;
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 4096;
 inline constexpr std::size_t kMaxUuidLength = 64;
@@ -73,6 +75,8 @@ enum class MessageType : std::uint16_t {
   kEvict = 17,  // scheduler -> client without the grant: move your device memory to the host
   // Version 12.
   kRoom = 18,  // scheduler -> waiting client: bring back what fits of your memory before the grant
+  // Version 13.
+  kContended = 19,  // scheduler -> holder: a job waits for the GPU; release at your next pause
 };
 
 // kYield is a soft revoke: someone waits for this holder and the hand-off moves no memory, so the
@@ -290,9 +294,18 @@ struct Room {
   bool operator==(const Room&) const = default;
 };
 
-using Message =
-    std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits, Wait, Ping,
-                 Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer, SwapNotice, Evict, Room>;
+// Version 13: the holder of grant `epoch` holds up a job that is given none of its idle moments (a
+// lower class held back while it runs). Advice only, like a swap notice without the swap: the holder
+// releases at its next pause (20 ms idle, or twice the longest pause it has made, at most its idle
+// release) instead of waiting out its idle release. Sent at most once per grant.
+struct Contended {
+  std::uint64_t epoch = 0;
+  bool operator==(const Contended&) const = default;
+};
+
+using Message = std::variant<Hello, Welcome, Request, Grant, Revoke, Released, Usage, SetLimits,
+                             Wait, Ping, Pong, IpcExport, IpcImport, IpcWithdraw, IpcAnswer,
+                             SwapNotice, Evict, Room, Contended>;
 
 MessageType type_of(const Message& message);
 // The first protocol version that has the message type (a sender never sends a type to a peer

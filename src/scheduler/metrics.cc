@@ -247,6 +247,9 @@ void client_families(Exposition& e, const std::vector<ClientRow>& rows) {
   each("nvshare_client_rooms_total", "counter",
        "Times the process was told how much of its memory it may bring back while it waited.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.rooms); });
+  each("nvshare_client_contended_total", "counter",
+       "Times the process, holding the GPU, was told that a lower class held back waits for it.",
+       [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.contended); });
   each("nvshare_client_releases_total", "counter", "Releases answering a revoke.",
        [&](const ClientStatus& c, const Labels& l) { e.sample(l, c.view.counters.releases); });
   each("nvshare_client_idle_releases_total", "counter",

@@ -275,6 +275,8 @@ void Scheduler::route(const std::vector<policy::Action>& actions) {
             channel_.send(a.client, protocol::Evict{a.bytes});
           } else if constexpr (std::is_same_v<T, policy::SendRoom>) {
             channel_.send(a.client, protocol::Room{a.bytes});
+          } else if constexpr (std::is_same_v<T, policy::SendContended>) {
+            channel_.send(a.client, protocol::Contended{a.epoch});
           } else if constexpr (std::is_same_v<T, policy::SendWait>) {
             channel_.send(a.client, protocol::Wait{a.reason});
           } else if constexpr (std::is_same_v<T, policy::SendLimits>) {

@@ -67,6 +67,28 @@ TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostOnce) {
   FAIL() << "no scenario named " << kNoticedEndsScenario;
 }
 
+// A high service that runs 1 s and pauses 1 s beside a low trainer that never idles: once the
+// trainer is held back (its drains delay the service), the service is told (contended) and hands
+// each later pause over within kNoticedIdle and one look, not after its 100 ms idle release.
+TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
+  for (const Scenario& scenario : named_scenarios()) {
+    if (scenario.name != kContendedPausesScenario) continue;
+    const Result result = run(scenario);
+    expect_ok(scenario, result);
+    std::printf("%llu contended; the service handed %d of its pauses over, %d after a notice, "
+                "the latest %.1f ms after its work\n",
+                static_cast<unsigned long long>(result.contended), result.pause_releases[0],
+                result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
+    EXPECT_GT(result.contended, 0u);
+    // About ten pauses in 20 s; the first ones may come before the trainer is held back.
+    EXPECT_GE(result.noticed_pause_releases[0], 5);
+    EXPECT_LE(result.noticed_pause_release[0],
+              client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
+    return;
+  }
+  FAIL() << "no scenario named " << kContendedPausesScenario;
+}
+
 // Seeds that sweeps beyond the ones every run checks (NVSHARE_SIM_SEED_BASE) found failing, kept
 // for good. 3631: a usage report fell due while a revoke waited for a thread inside a submission,
 // and the engine's next deadline stayed in the past (a busy loop).

@@ -90,7 +90,7 @@ class SimClient final : public client::SessionProbe {
   MonoTime last_submit{};
   int burst_left = 0;
   Duration worked_since_pause{0};
-  std::uint64_t noticed_epoch = 0;  // the grant its last swap notice came for
+  std::uint64_t noticed_epoch = 0;  // the grant its last swap notice or contended came for
   // Of spec.bytes, what is on the host; it moves in pieces of a quarter, as the library moves a
   // large allocation's pieces.
   std::uint64_t on_host = 0;
@@ -255,6 +255,9 @@ void World::start_scheduler(const std::optional<scheduler::SchedulerState>& stat
       scheduler::LimitsChange change;
       change.memory = {scheduler::FieldChange::Op::kSet, pod_limits_[p].memory_bytes};
       change.core = {scheduler::FieldChange::Op::kSet, pod_limits_[p].core_percent};
+      if (pod_limits_[p].priority != Limits::kNoPriority) {
+        change.priority = {scheduler::FieldChange::Op::kSet, pod_limits_[p].priority};
+      }
       if (auto r = scheduler_->set_limits(selector, change, now_); !r) fail(r.error().message);
     }
     scheduler_->mark_synced(now_);
@@ -339,6 +342,7 @@ void World::change_limits() {
   limits.memory_bytes = static_cast<std::uint64_t>(rng_.range(1, 12)) * kGiB;
   static constexpr std::uint32_t kCores[] = {100, 80, 50, 30, 100};
   limits.core_percent = kCores[rng_.range(0, 4)];
+  limits.priority = pod_limits_[p].priority;  // unchanged: only memory and core are set
   scheduler::Selector selector;
   selector.pod_uid = pod_uid(p);
   scheduler::LimitsChange change;
@@ -507,6 +511,10 @@ void World::perform(SimClient& c, const session::Action& action) {
   } else if (const auto* record = std::get_if<session::Record>(&action)) {
     const std::string event = record->event;
     if (event == "yield") ++result_.yields;
+    if (event == "contended") {
+      ++result_.contended;
+      c.noticed_epoch = record->epoch;
+    }
     if (event == "idle-release") record_idle_release(c, record->epoch);
     trace(who + event + " " + std::to_string(record->epoch));
   } else if (std::holds_alternative<session::Registered>(action)) {
@@ -588,6 +596,11 @@ void World::record_idle_release(const SimClient& c, std::uint64_t epoch) {
   const auto i = static_cast<std::size_t>(c.index);
   if (!done_working(c)) {
     ++result_.pause_releases[i];
+    if (epoch == c.noticed_epoch) {
+      ++result_.noticed_pause_releases[i];
+      Duration& worst = result_.noticed_pause_release[i];
+      worst = std::max(worst, now_ - std::max(c.work_end, c.last_submit));
+    }
   } else if (epoch == c.noticed_epoch) {
     Duration& worst = result_.noticed_end_release[i];
     worst = std::max(worst, now_ - std::max(c.work_end, c.last_submit));
@@ -774,6 +787,8 @@ Result World::run() {
   result_.stuck_bound = stuck_bound();
   result_.pause_releases.assign(sc_.clients.size(), 0);
   result_.noticed_end_release.assign(sc_.clients.size(), Duration{-1});
+  result_.noticed_pause_releases.assign(sc_.clients.size(), 0);
+  result_.noticed_pause_release.assign(sc_.clients.size(), Duration{-1});
   start_scheduler(std::nullopt);
   for (std::size_t i = 0; i < sc_.clients.size(); ++i) {
     clients_.push_back(std::make_unique<SimClient>(*this, static_cast<int>(i), sc_.clients[i]));
@@ -984,6 +999,24 @@ std::vector<Scenario> named_scenarios() {
     s.clients[1].idle_from = 20s;
     s.clients[2].idle_from = 2s;
     s.length = 24s;
+    out.push_back(s);
+  }
+  {
+    // A high service of 2 ms kernels that pauses 1 s after every 1 s of work, beside a low trainer
+    // of 20 ms kernels that never idles: the trainer's drains delay the service's return, so the
+    // budget holds it back while the service runs, and the service, told so (contended), hands
+    // each pause over at its start, not after its idle release.
+    Scenario s = base(kContendedPausesScenario, policy::Mode::kAuto);
+    const auto pod = [](nvshare::Priority p) {
+      return Limits{4 * kGiB, 100, Limits::kNoMemoryMode, protocol::priority_code(p)};
+    };
+    s.pods = {pod(nvshare::Priority::kHigh), pod(nvshare::Priority::kLow)};
+    s.clients = {ClientSpec{Load::kBusy, 0, 0, 2 * kGiB}, ClientSpec{Load::kBusy, 0, 1, 2 * kGiB}};
+    s.clients[0].kernel = 2ms;
+    s.clients[0].pause = 1s;
+    s.clients[0].pause_every = 1s;
+    s.clients[1].kernel = 20ms;
+    s.length = 20s;
     out.push_back(s);
   }
   for (const policy::Mode mode : {policy::Mode::kExclusive, policy::Mode::kAuto}) {

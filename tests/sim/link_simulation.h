@@ -102,6 +102,7 @@ struct Result {
   std::uint64_t idle_releases = 0;
   std::uint64_t yields = 0;
   std::uint64_t swap_notices = 0;  // swap notices a client acted on (it readied a swap-out)
+  std::uint64_t contended = 0;     // contended notices a holder took (a lower class held back)
   std::uint64_t reconnects = 0;
   std::uint64_t limit_changes = 0;
   std::uint64_t deferred = 0;  // events that arrived while the engine awaited an answer
@@ -113,9 +114,15 @@ struct Result {
   // (-1: no such release).
   std::vector<int> pause_releases;
   std::vector<Duration> noticed_end_release;
+  // Per client: of those pause releases, the ones of a grant with a notice (swap notice or
+  // contended), and the longest time from the end of its work to such a release (-1: none).
+  std::vector<int> noticed_pause_releases;
+  std::vector<Duration> noticed_pause_release;
 };
 
 inline constexpr const char* kNoticedEndsScenario = "pauses and ends while jobs wait for memory";
+inline constexpr const char* kContendedPausesScenario =
+    "a high service's pauses go to a held-back low trainer";
 
 Scenario random_scenario(std::uint64_t seed);
 std::vector<Scenario> named_scenarios();

@@ -527,9 +527,10 @@ TEST(Simulation, PriorityClasses) {
     }
     std::printf(
         "%s: high waited at most %.2f ms and shared the GPU with a lower class for %.3f s; low "
-        "had %.2f s of GPU, at least %.3f s per 5 s window\n",
+        "had %.2f s of GPU, at least %.3f s per 5 s window; %llu contended\n",
         s.name.c_str(), 1e3 * secs(high->worst_wait), secs(high->shared_with_lower),
-        low->billed_seconds, worst_window < 1e9 ? worst_window : 0.0);
+        low->billed_seconds, worst_window < 1e9 ? worst_window : 0.0,
+        static_cast<unsigned long long>(r.contended));
   }
 }
 

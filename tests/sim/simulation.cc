@@ -51,6 +51,7 @@ struct SimClient {
   bool hanging = false;
   int revokes_answered = 0;
   GrantEpoch noticed = 0;  // the grant a swap notice was last sent for
+  GrantEpoch contended = 0;  // the grant SendContended was last sent for
   MonoTime noticed_at{};
   std::optional<MonoTime> host_copies_at;  // when its host copies are (or were) made
   // Bytes it moved to the host (a swap-out, an eviction); its next grant swaps them back in.
@@ -432,6 +433,20 @@ class World {
     c->noticed = a.epoch;
     c->noticed_at = now_;
     start_host_copies(*c);
+  }
+
+  // Advice to a holder of a higher class that a lower class waits (the library releases at its
+  // next pause; the clients here release at the end of a burst or step as ever).
+  void on_action(const policy::SendContended& a) {
+    SimClient* c = unrevoked_holder(a.client, a.epoch, "contended");
+    if (c == nullptr) return;
+    if (c->contended == a.epoch) return fail("a second contended to " + name(*c) + " for a grant");
+    c->contended = a.epoch;
+    ++result_.contended;
+    const bool lower_waits = std::any_of(clients_.begin(), clients_.end(), [&](const SimClient& o) {
+      return o.connected && o.wants && !o.holding && rank(o) < rank(*c);
+    });
+    if (!lower_waits) fail("contended sent to " + name(*c) + " while no lower class waits");
   }
 
   void on_action(const policy::SendEvict& a) {

@@ -399,6 +399,8 @@ void GrantSession::on_frame(const protocol::Message& message, MonoTime now) {
           on_evict(m, now);
         } else if constexpr (std::is_same_v<T, protocol::Room>) {
           on_room(m, now);
+        } else if constexpr (std::is_same_v<T, protocol::Contended>) {
+          on_contended(m, now);
         } else if constexpr (std::is_same_v<T, protocol::SetLimits>) {
           on_limits(m);
         } else if constexpr (std::is_same_v<T, protocol::Wait>) {
@@ -577,11 +579,21 @@ void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
 }
 
 void GrantSession::on_swap_notice(const protocol::SwapNotice& notice, MonoTime now) {
-  if (state_ != GrantState::kHeld || notice.epoch != epoch_) return;  // stale: nothing to ready
-  notice_epoch_ = notice.epoch;
-  next_idle_check_ = std::min(next_idle_check_, now + noticed_idle() / 2);
+  if (!take_notice(notice.epoch, now)) return;  // stale: nothing to ready
   out_.emplace_back(session::PrepareSwapOut{notice.bytes});
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});
+}
+
+void GrantSession::on_contended(const protocol::Contended& contended, MonoTime now) {
+  if (!take_notice(contended.epoch, now)) return;
+  out_.emplace_back(session::Record{"contended", contended.epoch});
+}
+
+bool GrantSession::take_notice(std::uint64_t epoch, MonoTime now) {
+  if (state_ != GrantState::kHeld || epoch != epoch_) return false;
+  notice_epoch_ = epoch;
+  next_idle_check_ = std::min(next_idle_check_, now + noticed_idle() / 2);
+  return true;
 }
 
 void GrantSession::on_evict(const protocol::Evict& evict, MonoTime now) {

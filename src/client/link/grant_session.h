@@ -108,8 +108,8 @@ inline constexpr Duration kYieldIdle = std::chrono::microseconds(200);
 // How often a holder asked to yield looks whether it is idle (otherwise every half idle release, at
 // most once a millisecond).
 inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
-// Idle time after which a holder told that a waiting job needs its memory (a swap notice) releases,
-// at least: twice the longest pause the process has made while holding, if longer, and never more
+// Idle time after which a holder told that a waiting job needs its memory (a swap notice) or that a
+// lower class held back waits for it (contended) releases, at least: twice the longest pause the process has made while holding, if longer, and never more
 // than the idle release. A pause is an idle stretch that ended in new work: one seen between two
 // idle checks, or one that a release of this kind cut short, up to when a thread next began to
 // wait (SessionProbe::waiting_since).
@@ -333,6 +333,10 @@ class GrantSession {
   void on_swapped_in(std::uint64_t bytes, MonoTime now);
   void on_revoke(const protocol::Revoke& revoke, MonoTime now);
   void on_swap_notice(const protocol::SwapNotice& notice, MonoTime now);
+  void on_contended(const protocol::Contended& contended, MonoTime now);
+  // A notice (swap notice or contended) for the grant held: release at the next pause. False if
+  // stale.
+  bool take_notice(std::uint64_t epoch, MonoTime now);
   void on_evict(const protocol::Evict& evict, MonoTime now);
   void on_room(const protocol::Room& room, MonoTime now);
   void on_room_swapped_in(std::uint64_t bytes, MonoTime now);
@@ -419,7 +423,7 @@ class GrantSession {
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};
   std::uint64_t yield_epoch_ = 0;   // a yield asks to release this grant once idle
-  std::uint64_t notice_epoch_ = 0;  // a swap notice came for this grant
+  std::uint64_t notice_epoch_ = 0;  // a swap notice or contended came for this grant
   Duration longest_pause_{};        // the longest pause seen while holding, this process's life
   Duration idle_seen_{};            // idle time at the last idle check of the grant held
   session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)

@@ -8,7 +8,8 @@
 // duration where it has one (swap in for a grant, drain and swap out for a release); a grant or
 // release that included a swap adds `swap_bytes` and `swap_ms`. Events: request, grant, revoke,
 // release (answering a revoke), idle-release, handback (a grant given straight back), yield,
-// swap-notice (a swap-out announced for this grant: host copies are being made), pause (the
+// swap-notice (a swap-out announced for this grant: host copies are being made), contended (a
+// lower class held back waits: this grant ends at the next pause), pause (the
 // longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases; a
 // pause the idle checks saw adds `inside` and `waiting`, the most application threads they saw at
 // once inside a submission and waiting at the gate during it: 0 and 0, the application itself

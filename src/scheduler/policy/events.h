@@ -152,6 +152,14 @@ struct SendRoom {
   std::uint64_t bytes = 0;
 };
 
+// A holder of a higher class holds up a lower class that is given none of its idle moments (held
+// back by the interference budget): it is told so once per grant, and releases at its next pause
+// instead of after its idle release, so the lower class runs in the pauses between its bursts.
+struct SendContended {
+  ClientId client = 0;
+  GrantEpoch epoch = 0;
+};
+
 struct SendWait {
   ClientId client = 0;
   WaitReason reason = WaitReason::kTurn;
@@ -169,6 +177,6 @@ struct HolderUnresponsive {
 };
 
 using Action = std::variant<SendGrant, SendRevoke, SendYield, SendSwapNotice, SendEvict, SendRoom,
-                            SendWait, SendLimits, HolderUnresponsive>;
+                            SendContended, SendWait, SendLimits, HolderUnresponsive>;
 
 }  // namespace nvshare::policy

@@ -278,6 +278,7 @@ void GpuPolicy::schedule(MonoTime now, std::vector<Action>& out) {
   send_room(out);
   send_wait_reasons(out);
   send_yields(out);
+  send_contended(out);
   send_swap_notices(out);
   update_rates();
   next_deadline_ = compute_deadline();
@@ -766,6 +767,26 @@ std::vector<GpuPolicy::PlannedLeaver> GpuPolicy::planned_leavers(const ClientRec
 
 // As soon as the head's turn is planned, each runner that will leave for it with a swap-out is
 // told (once per grant), so that it readies the swap while its turn lasts.
+// A held-back lower class waits for the holders of a higher class to leave an idle moment, and is
+// given none while holding back is on (their grants span steps: no yields). Each such holder is
+// told once per grant, and releases at its next pause rather than after its whole idle release:
+// the pauses between a service's bursts go to the lower class, the gaps between its steps do not.
+void GpuPolicy::send_contended(std::vector<Action>& out) {
+  int held_back_rank = -1;  // the highest class held back
+  for (const ClientRecord& c : clients_) {
+    if (c.held_back) held_back_rank = std::max(held_back_rank, c.rank());
+  }
+  if (held_back_rank < 0) return;
+  for (ClientRecord& c : clients_) {
+    if (c.state == ClientState::kRunning && c.rank() > held_back_rank &&
+        c.contended_epoch != c.epoch) {
+      c.contended_epoch = c.epoch;
+      ++c.counters.contended;
+      out.push_back(SendContended{c.id, c.epoch});
+    }
+  }
+}
+
 void GpuPolicy::send_swap_notices(std::vector<Action>& out) {
   const ClientRecord* next = head();
   if (next == nullptr) return;

@@ -312,6 +312,7 @@ class GpuPolicy {
   // swapping out unless it still fits beside the head and what else stays resident.
   std::vector<PlannedLeaver> planned_leavers(const ClientRecord& head, const TurnPlan& plan) const;
   // Each runner that the head's planned turn will revoke with a swap-out is told, once per grant.
+  void send_contended(std::vector<Action>& out);
   void send_swap_notices(std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
   // swap) each runner whose fair turn has ended.

@@ -335,6 +335,25 @@ TEST_F(GrantSessionTest, ANoticedHolderReleasesAfterAShortIdle) {
   EXPECT_EQ(find<CloseGateToRelease>(at(600ms, Tick{})), nullptr);
 }
 
+// Contended (a lower class held back waits for this holder) hands the next pause over after
+// kNoticedIdle as a swap notice does, with no swap-out readied; a stale one is ignored.
+TEST_F(GrantSessionTest, AContendedHolderReleasesAtItsNextPauseAndReadiesNoSwap) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  EXPECT_TRUE(at(20ms, FrameReceived{protocol::Contended{2}}).empty()) << "stale";
+  const auto told = at(30ms, FrameReceived{protocol::Contended{3}});
+  EXPECT_EQ(find<PrepareSwapOut>(told), nullptr);
+  EXPECT_EQ(find<Publish>(told), nullptr);
+  EXPECT_EQ(engine_->state(), GrantState::kHeld);
+  const std::optional<MonoTime> next = engine_->next_deadline();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_LE(*next, MonoTime{30ms} + kNoticedIdle / 2) << "checks at half the shorter idle";
+  expect_idle_threshold(kNoticedIdle, 40ms, 50ms);
+  EXPECT_NE(sent<protocol::Released>(at(50ms, GateClosed{0})), nullptr);
+}
+
 // A pause is no end of work: once the process was seen to pause (idle, then busy again), a noticed
 // holder waits out twice that pause; and a pause that a release on a notice cut short counts too,
 // up to when a thread began to wait again.

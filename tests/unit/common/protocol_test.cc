@@ -48,6 +48,7 @@ std::vector<Message> every_message() {
       Evict{},
       Evict{5ULL << 30},
       Room{3ULL << 30},
+      Contended{12},
   };
 }
 
@@ -267,7 +268,7 @@ TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   // Magic, version, type, length, payload, as they lie on the wire.
   // clang-format off
   const std::vector<std::uint8_t> expected{
-      'N', 'V', 'S', 'H', 12, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+      'N', 'V', 'S', 'H', 13, 0, 4, 0, 8, 0, 0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
   // clang-format on
   EXPECT_EQ(bytes, expected);
 }
@@ -344,7 +345,7 @@ TEST(Protocol, UnknownVersionIsRejected) {
 }
 
 TEST(Protocol, UnknownTypeIsRejected) {
-  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{19}, std::uint16_t{0xFFFF}}) {
+  for (std::uint16_t type : {std::uint16_t{0}, std::uint16_t{20}, std::uint16_t{0xFFFF}}) {
     auto decoded = decode_frame(raw_frame(kMagic, 1, type, {}));
     ASSERT_FALSE(decoded.ok()) << type;
     EXPECT_NE(decoded.error().message.find("type"), std::string::npos);

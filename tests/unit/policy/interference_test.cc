@@ -62,6 +62,7 @@ TEST_F(Interference, AShortDrainIsFreeAndTheTrainerKeepsEveryGap) {
   for (int i = 0; i < 50; ++i) {
     const std::vector<Action> after = one_step(1ms, 1ms, 20ms);
     EXPECT_TRUE(yield_sent(after)) << "step " << i << ": the trainer was held back";
+    EXPECT_TRUE(only<SendContended>(after).empty()) << "step " << i;
   }
 }
 
@@ -95,6 +96,35 @@ TEST_F(Interference, AFloorGrantTheTrainerCouldNotUseDoesNotCount) {
   const std::vector<Action> used = one_step(1ms, 40ms, 2ms);
   EXPECT_FALSE(yield_sent(used));
   EXPECT_EQ(wait_of(used, kTrainer), WaitReason::kPriority);
+}
+
+// Held back, the trainer gets none of the service's idle moments while the service's grant spans
+// its steps: the service is told once per grant (contended), so that it releases at its next pause
+// rather than after its whole idle release.
+TEST_F(Interference, AHeldBackTrainerHasTheServiceToldOncePerGrant) {
+  one_step(1ms, 40ms, 2ms);
+  const std::vector<Action> held = one_step(1ms, 40ms, 2ms);
+  ASSERT_EQ(wait_of(held, kTrainer), WaitReason::kPriority);
+  const std::vector<SendContended> told = only<SendContended>(held);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].client, kService);
+  EXPECT_EQ(told[0].epoch, h.client(kService).epoch);
+  EXPECT_TRUE(only<SendContended>(h.advance(1s)).empty()) << "once per grant";
+  const std::uint64_t counted = h.client(kService).counters.contended;
+  // The service pauses and releases; the trainer runs until the service comes back, and drains
+  // 40 ms beside it: held back again, the service is told again for its new grant.
+  h.release(kService);
+  ASSERT_TRUE(granted(h.last, kTrainer));
+  h.now += 500ms;
+  h.request(kService);
+  ASSERT_TRUE(granted(h.last, kService));
+  h.now += 40ms;
+  const std::vector<Action> again = h.release(kTrainer);
+  const std::vector<SendContended> told_again = only<SendContended>(again);
+  ASSERT_EQ(told_again.size(), 1u);
+  EXPECT_EQ(told_again[0].epoch, h.client(kService).epoch);
+  EXPECT_GT(told_again[0].epoch, told[0].epoch);
+  EXPECT_EQ(h.client(kService).counters.contended, counted + 1);
 }
 
 TEST_F(Interference, TheTrainerRunsAtOnceWhenTheServiceGoesIdle) {
