@@ -165,6 +165,7 @@ class Bench:
         self.copystall_bin = str(b / "bench/gpu/nvshare-host-copy-stall")
         self.out = Path(args.out).resolve()
         self.swap_variants = args.swap_variants.split(",")
+        self.priority_shapes = args.priority_shapes.split(",")
         self.raw = self.out / "raw"
         self.raw.mkdir(parents=True, exist_ok=True)
         self.repeats = args.repeats
@@ -726,6 +727,8 @@ class Bench:
         pods = {"high": "be0c0000-0000-4000-8000-00000000000a",
                 "low": "be0c0000-0000-4000-8000-00000000000b"}
         for shape, shape_args in shapes.items():
+            if shape not in self.priority_shapes:
+                continue
             serve = alone_serve + shape_args
             alone = base if not shape_args else None
             if shape_args:
@@ -1099,6 +1102,8 @@ def main():
     ap.add_argument("--job-seconds", type=float, default=10.0)
     ap.add_argument("--swap-variants", default="device,unified,device_quantum_max_30",
                     help="the swap scenario's variants to run (comma-separated)")
+    ap.add_argument("--priority-shapes", default="half_idle,busy,oversubscribed,bursts",
+                    help="the priority scenario's service shapes to run (comma-separated)")
     args = ap.parse_args()
     bench = Bench(args)
     if args.phase == "all":
