@@ -89,6 +89,23 @@ TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
   FAIL() << "no scenario named " << kContendedPausesScenario;
 }
 
+// The same service with 30 ms gaps between its bursts of 100 ms: told that the trainer waits, it
+// hands one gap over at most (the gap is then learnt as a pause), not one every 130 ms.
+TEST(LinkSim, AHighServiceHandsAtMostOneShortGapToAHeldBackLowerClass) {
+  for (const Scenario& scenario : named_scenarios()) {
+    if (scenario.name != kContendedGapsScenario) continue;
+    const Result result = run(scenario);
+    expect_ok(scenario, result);
+    std::printf("%llu contended; the service handed %d of its gaps over after a notice\n",
+                static_cast<unsigned long long>(result.contended),
+                result.noticed_pause_releases[0]);
+    EXPECT_GT(result.contended, 0u);
+    EXPECT_LE(result.noticed_pause_releases[0], 1);
+    return;
+  }
+  FAIL() << "no scenario named " << kContendedGapsScenario;
+}
+
 // Seeds that sweeps beyond the ones every run checks (NVSHARE_SIM_SEED_BASE) found failing, kept
 // for good. 3631: a usage report fell due while a revoke waited for a thread inside a submission,
 // and the engine's next deadline stayed in the past (a busy loop).

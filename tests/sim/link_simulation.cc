@@ -91,6 +91,7 @@ class SimClient final : public client::SessionProbe {
   int burst_left = 0;
   Duration worked_since_pause{0};
   std::uint64_t noticed_epoch = 0;  // the grant its last swap notice or contended came for
+  std::uint64_t yield_epoch = 0;    // the grant its last yield came for
   // Of spec.bytes, what is on the host; it moves in pieces of a quarter, as the library moves a
   // large allocation's pieces.
   std::uint64_t on_host = 0;
@@ -510,7 +511,10 @@ void World::perform(SimClient& c, const session::Action& action) {
     c.noticed_epoch = c.held_epoch;
   } else if (const auto* record = std::get_if<session::Record>(&action)) {
     const std::string event = record->event;
-    if (event == "yield") ++result_.yields;
+    if (event == "yield") {
+      ++result_.yields;
+      c.yield_epoch = record->epoch;
+    }
     if (event == "contended") {
       ++result_.contended;
       c.noticed_epoch = record->epoch;
@@ -596,7 +600,8 @@ void World::record_idle_release(const SimClient& c, std::uint64_t epoch) {
   const auto i = static_cast<std::size_t>(c.index);
   if (!done_working(c)) {
     ++result_.pause_releases[i];
-    if (epoch == c.noticed_epoch) {
+    // A yield asks for the first idle moment: such a release is not the notice's.
+    if (epoch == c.noticed_epoch && epoch != c.yield_epoch) {
       ++result_.noticed_pause_releases[i];
       Duration& worst = result_.noticed_pause_release[i];
       worst = std::max(worst, now_ - std::max(c.work_end, c.last_submit));
@@ -1017,6 +1022,12 @@ std::vector<Scenario> named_scenarios() {
     s.clients[0].pause_every = 1s;
     s.clients[1].kernel = 20ms;
     s.length = 20s;
+    out.push_back(s);
+    // The same service with gaps of 30 ms after every 100 ms of work instead: a gap is no pause
+    // to hand over, and once one was handed over (it is learnt), none is again.
+    s.name = kContendedGapsScenario;
+    s.clients[0].pause = 30ms;
+    s.clients[0].pause_every = 100ms;
     out.push_back(s);
   }
   for (const policy::Mode mode : {policy::Mode::kExclusive, policy::Mode::kAuto}) {

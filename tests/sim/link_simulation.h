@@ -115,7 +115,8 @@ struct Result {
   std::vector<int> pause_releases;
   std::vector<Duration> noticed_end_release;
   // Per client: of those pause releases, the ones of a grant with a notice (swap notice or
-  // contended), and the longest time from the end of its work to such a release (-1: none).
+  // contended) and no yield, and the longest time from the end of its work to such a release (-1:
+  // none).
   std::vector<int> noticed_pause_releases;
   std::vector<Duration> noticed_pause_release;
 };
@@ -123,6 +124,8 @@ struct Result {
 inline constexpr const char* kNoticedEndsScenario = "pauses and ends while jobs wait for memory";
 inline constexpr const char* kContendedPausesScenario =
     "a high service's pauses go to a held-back low trainer";
+inline constexpr const char* kContendedGapsScenario =
+    "a high service's short gaps stay its own beside a held-back low trainer";
 
 Scenario random_scenario(std::uint64_t seed);
 std::vector<Scenario> named_scenarios();
