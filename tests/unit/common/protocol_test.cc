@@ -263,6 +263,17 @@ TEST(Protocol, EveryMessageTypeIsCovered) {
   EXPECT_EQ(seen.size(), std::variant_size_v<Message>);
 }
 
+// A scheduler sends no message to a peer whose version lacks its type (ClientSession::queue).
+TEST(Protocol, EachTypeNamesTheVersionThatIntroducedIt) {
+  EXPECT_EQ(introduced_in(MessageType::kGrant), kMinVersion);
+  EXPECT_EQ(introduced_in(MessageType::kIpcExport), 6);
+  EXPECT_EQ(introduced_in(MessageType::kSwapNotice), 8);
+  EXPECT_EQ(introduced_in(MessageType::kEvict), 9);
+  EXPECT_EQ(introduced_in(MessageType::kRoom), kRoomVersion);
+  EXPECT_EQ(introduced_in(MessageType::kContended), kContendedVersion);
+  EXPECT_EQ(kContendedVersion, kMaxVersion);
+}
+
 TEST(Protocol, HeaderIsLittleEndianFieldByField) {
   const auto bytes = frame_of(Grant{0x0102030405060708ULL});
   // Magic, version, type, length, payload, as they lie on the wire.
