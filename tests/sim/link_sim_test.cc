@@ -75,10 +75,11 @@ TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
     if (scenario.name != kContendedPausesScenario) continue;
     const Result result = run(scenario);
     expect_ok(scenario, result);
-    std::printf("%llu contended; the service handed %d of its pauses over, %d after a notice, "
-                "the latest %.1f ms after its work\n",
-                static_cast<unsigned long long>(result.contended), result.pause_releases[0],
-                result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
+    std::printf(
+        "%llu contended; the service handed %d of its pauses over, %d after a notice, "
+        "the latest %.1f ms after its work\n",
+        static_cast<unsigned long long>(result.contended), result.pause_releases[0],
+        result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
     EXPECT_GT(result.contended, 0u);
     // About ten pauses in 20 s; the first ones may come before the trainer is held back.
     EXPECT_GE(result.noticed_pause_releases[0], 5);

@@ -50,7 +50,7 @@ struct SimClient {
   bool unresponsive = false;
   bool hanging = false;
   int revokes_answered = 0;
-  GrantEpoch noticed = 0;  // the grant a swap notice was last sent for
+  GrantEpoch noticed = 0;    // the grant a swap notice was last sent for
   GrantEpoch contended = 0;  // the grant SendContended was last sent for
   MonoTime noticed_at{};
   std::optional<MonoTime> host_copies_at;  // when its host copies are (or were) made

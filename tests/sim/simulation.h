@@ -47,9 +47,9 @@ struct SimResult {
   std::uint64_t yields = 0;  // soft revokes sent (exclusive mode, someone waits and fits)
   std::uint64_t swap_notices = 0;
   std::uint64_t contended = 0;  // holders told that a lower class held back waits (SendContended)
-  std::uint64_t evictions = 0;          // memory kept on the device without a grant, asked out
-  std::uint64_t turn_swap_outs = 0;     // revokes for a turn that asked for a swap-out
-  std::uint64_t noticed_swap_outs = 0;  // of which a swap notice announced
+  std::uint64_t evictions = 0;  // memory kept on the device without a grant, asked out
+  std::uint64_t turn_swap_outs = 0;              // revokes for a turn that asked for a swap-out
+  std::uint64_t noticed_swap_outs = 0;           // of which a swap notice announced
   Duration least_notice_lead = Duration::max();  // from a notice to its swap-out revoke
   Duration host_copy_waits{0};   // swap-outs waiting for host copies (ClientSpec::host_copy_...)
   std::uint64_t rooms = 0;       // room given to a waiting head (SendRoom)

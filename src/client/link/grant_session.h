@@ -109,10 +109,10 @@ inline constexpr Duration kYieldIdle = std::chrono::microseconds(200);
 // most once a millisecond).
 inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // Idle time after which a holder told that a waiting job needs its memory (a swap notice) or that a
-// lower class held back waits for it (contended) releases, at least: twice the longest pause the process has made while holding, if longer, and never more
-// than the idle release. A pause is an idle stretch that ended in new work: one seen between two
-// idle checks, or one that a release of this kind cut short, up to when a thread next began to
-// wait (SessionProbe::waiting_since).
+// lower class held back waits for it (contended) releases, at least: twice the longest pause the
+// process has made while holding, if longer, and never more than the idle release. A pause is an
+// idle stretch that ended in new work: one seen between two idle checks, or one that a release of
+// this kind cut short, up to when a thread next began to wait (SessionProbe::waiting_since).
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 // A swap-out moves this much (whole pieces, at least) between two usage reports: a few
 // milliseconds of copies at PCIe speed, against which a report and the next step's start are

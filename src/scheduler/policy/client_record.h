@@ -40,7 +40,7 @@ struct ClientCounters {
   std::uint64_t swap_notices = 0;          // told a swap-out is coming (SendSwapNotice)
   std::uint64_t evictions = 0;             // asked to move its parked memory out (SendEvict)
   std::uint64_t rooms = 0;                 // given room to bring memory back while waiting
-  std::uint64_t contended = 0;  // told, holding, that a held-back lower class waits (SendContended)
+  std::uint64_t contended = 0;             // told a held-back lower class waits for it
   std::uint64_t releases = 0;              // answers to revokes
   std::uint64_t idle_releases = 0;         // released unasked (idle)
   // Time waited, by the reason it was given (WaitReason as the index); index 0 is waiting before
