@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 #include "client/link/grant_session.h"
 #include "link_simulation.h"
@@ -22,6 +25,18 @@ void expect_ok(const Scenario& scenario, const Result& result) {
   std::string trace;
   for (const std::string& line : replay.trace) trace += "  " + line + "\n";
   ADD_FAILURE() << describe(scenario) << "\n" << result.failure << "\nlast steps:\n" << trace;
+}
+
+// The named scenario `name`, run and checked; none (and a failure) if there is no such scenario.
+std::optional<std::pair<Scenario, Result>> run_named(std::string_view name) {
+  for (const Scenario& scenario : named_scenarios()) {
+    if (scenario.name != name) continue;
+    Result result = run(scenario);
+    expect_ok(scenario, result);
+    return std::make_pair(scenario, std::move(result));
+  }
+  ADD_FAILURE() << "no scenario named " << name;
+  return std::nullopt;
 }
 
 TEST(LinkSim, NamedScenarios) {
@@ -47,64 +62,51 @@ TEST(LinkSim, NamedScenarios) {
 // kNoticedIdle, not the idle release; a job that pauses loses its grant to a pause at most once,
 // since the pause is learnt (client/link/grant_session.h, kNoticedIdle).
 TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostOnce) {
-  for (const Scenario& scenario : named_scenarios()) {
-    if (scenario.name != kNoticedEndsScenario) continue;
-    const Result result = run(scenario);
-    expect_ok(scenario, result);
-    ASSERT_EQ(result.pause_releases.size(), 3u);
-    for (std::size_t i = 0; i < 3; ++i) {
-      std::printf("client %zu: %d pauses handed over, end released %.1f ms after the work\n", i,
-                  result.pause_releases[i], to_ms(result.noticed_end_release[i]));
-      EXPECT_LE(result.pause_releases[i], 1) << "client " << i;
-    }
-    // The job that never pauses: released within kNoticedIdle and one look (half of it), plus the
-    // simulated delays.
-    EXPECT_GE(result.noticed_end_release[2], Duration{0}) << "no noticed end was seen";
-    EXPECT_LE(result.noticed_end_release[2],
-              client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
-    return;
+  const auto named = run_named(kNoticedEndsScenario);
+  ASSERT_TRUE(named.has_value());
+  const auto& [scenario, result] = *named;
+  ASSERT_EQ(result.pause_releases.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::printf("client %zu: %d pauses handed over, end released %.1f ms after the work\n", i,
+                result.pause_releases[i], to_ms(result.noticed_end_release[i]));
+    EXPECT_LE(result.pause_releases[i], 1) << "client " << i;
   }
-  FAIL() << "no scenario named " << kNoticedEndsScenario;
+  // The job that never pauses: released within kNoticedIdle and one look (half of it), plus the
+  // simulated delays.
+  EXPECT_GE(result.noticed_end_release[2], Duration{0}) << "no noticed end was seen";
+  EXPECT_LE(result.noticed_end_release[2],
+            client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
 }
 
 // A high service that runs 1 s and pauses 1 s beside a low trainer that never idles: once the
 // trainer is held back (its drains delay the service), the service is told (contended) and hands
 // each later pause over within kNoticedIdle and one look, not after its 100 ms idle release.
 TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
-  for (const Scenario& scenario : named_scenarios()) {
-    if (scenario.name != kContendedPausesScenario) continue;
-    const Result result = run(scenario);
-    expect_ok(scenario, result);
-    std::printf(
-        "%llu contended; the service handed %d of its pauses over, %d after a notice, "
-        "the latest %.1f ms after its work\n",
-        static_cast<unsigned long long>(result.contended), result.pause_releases[0],
-        result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
-    EXPECT_GT(result.contended, 0u);
-    // About ten pauses in 20 s; the first ones may come before the trainer is held back.
-    EXPECT_GE(result.noticed_pause_releases[0], 5);
-    EXPECT_LE(result.noticed_pause_release[0],
-              client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
-    return;
-  }
-  FAIL() << "no scenario named " << kContendedPausesScenario;
+  const auto named = run_named(kContendedPausesScenario);
+  ASSERT_TRUE(named.has_value());
+  const auto& [scenario, result] = *named;
+  std::printf(
+      "%llu contended; the service handed %d of its pauses over, %d after a notice, "
+      "the latest %.1f ms after its work\n",
+      static_cast<unsigned long long>(result.contended), result.pause_releases[0],
+      result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
+  EXPECT_GT(result.contended, 0u);
+  // About ten pauses in 20 s; the first ones may come before the trainer is held back.
+  EXPECT_GE(result.noticed_pause_releases[0], 5);
+  EXPECT_LE(result.noticed_pause_release[0],
+            client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
 }
 
 // The same service with 30 ms gaps between its bursts of 100 ms: told that the trainer waits, it
 // hands one gap over at most (the gap is then learnt as a pause), not one every 130 ms.
 TEST(LinkSim, AHighServiceHandsAtMostOneShortGapToAHeldBackLowerClass) {
-  for (const Scenario& scenario : named_scenarios()) {
-    if (scenario.name != kContendedGapsScenario) continue;
-    const Result result = run(scenario);
-    expect_ok(scenario, result);
-    std::printf("%llu contended; the service handed %d of its gaps over after a notice\n",
-                static_cast<unsigned long long>(result.contended),
-                result.noticed_pause_releases[0]);
-    EXPECT_GT(result.contended, 0u);
-    EXPECT_LE(result.noticed_pause_releases[0], 1);
-    return;
-  }
-  FAIL() << "no scenario named " << kContendedGapsScenario;
+  const auto named = run_named(kContendedGapsScenario);
+  ASSERT_TRUE(named.has_value());
+  const auto& [scenario, result] = *named;
+  std::printf("%llu contended; the service handed %d of its gaps over after a notice\n",
+              static_cast<unsigned long long>(result.contended), result.noticed_pause_releases[0]);
+  EXPECT_GT(result.contended, 0u);
+  EXPECT_LE(result.noticed_pause_releases[0], 1);
 }
 
 // Seeds that sweeps beyond the ones every run checks (NVSHARE_SIM_SEED_BASE) found failing, kept
