@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <variant>
 
 #include "common/protocol.h"
 #include "scheduler/bucket_histogram.h"
@@ -12,7 +13,8 @@
 namespace nvshare::scheduler {
 
 struct DaemonStats {
-  static constexpr std::size_t kTypes = static_cast<std::size_t>(protocol::MessageType::kEvict) + 1;
+  // Every message type's value is an index (MessageType i is the variant's alternative i - 1).
+  static constexpr std::size_t kTypes = std::variant_size_v<protocol::Message> + 1;
 
   std::array<std::uint64_t, kTypes> frames_in{};  // indexed by MessageType
   std::array<std::uint64_t, kTypes> frames_out{};

@@ -232,6 +232,15 @@ TEST_F(ControlApiTest, ExplainStatsAndVersion) {
   EXPECT_NEAR(*r.find("decision_latency_us")->find("p50")->as_double(), 20, 1);
   r = call(R"({"cmd":"stats"})");
   EXPECT_EQ(r.find("frames_in")->find("request")->as_int64(), 0);
+  // Every message type has its counter, the newest included.
+  for (std::size_t t = 1; t <= std::variant_size_v<protocol::Message>; ++t) {
+    stats_.count_out(static_cast<protocol::MessageType>(t));
+  }
+  r = call(R"({"cmd":"stats"})");
+  EXPECT_EQ(r.find("frames_out")->find("room")->as_int64(), 1) << r.dump();
+  EXPECT_EQ(r.find("frames_out")->find("contended")->as_int64(), 1) << r.dump();
+  EXPECT_EQ(r.find("frames_out_total")->as_int64(),
+            static_cast<std::int64_t>(std::variant_size_v<protocol::Message>));
 
   r = call(R"({"cmd":"version"})");
   EXPECT_EQ(r.find("ok")->as_bool(), true);
