@@ -598,17 +598,16 @@ void World::close_from_client(SimClient& c) {
 void World::record_idle_release(const SimClient& c, std::uint64_t epoch) {
   ++result_.idle_releases;
   const auto i = static_cast<std::size_t>(c.index);
+  const Duration after_work = now_ - std::max(c.work_end, c.last_submit);
   if (!done_working(c)) {
     ++result_.pause_releases[i];
     // A yield asks for the first idle moment: such a release is not the notice's.
     if (epoch == c.noticed_epoch && epoch != c.yield_epoch) {
       ++result_.noticed_pause_releases[i];
-      Duration& worst = result_.noticed_pause_release[i];
-      worst = std::max(worst, now_ - std::max(c.work_end, c.last_submit));
+      result_.noticed_pause_release[i] = std::max(result_.noticed_pause_release[i], after_work);
     }
   } else if (epoch == c.noticed_epoch) {
-    Duration& worst = result_.noticed_end_release[i];
-    worst = std::max(worst, now_ - std::max(c.work_end, c.last_submit));
+    result_.noticed_end_release[i] = std::max(result_.noticed_end_release[i], after_work);
   }
 }
 

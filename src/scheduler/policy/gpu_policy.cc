@@ -765,8 +765,6 @@ std::vector<GpuPolicy::PlannedLeaver> GpuPolicy::planned_leavers(const ClientRec
   return planned;
 }
 
-// As soon as the head's turn is planned, each runner that will leave for it with a swap-out is
-// told (once per grant), so that it readies the swap while its turn lasts.
 // A held-back lower class waits for the holders of a higher class to leave an idle moment, and is
 // given none while holding back is on (their grants span steps: no yields). Each such holder is
 // told once per grant, and releases at its next pause rather than after its whole idle release:
@@ -787,6 +785,8 @@ void GpuPolicy::send_contended(std::vector<Action>& out) {
   }
 }
 
+// As soon as the head's turn is planned, each runner that will leave for it with a swap-out is
+// told (once per grant), so that it readies the swap while its turn lasts.
 void GpuPolicy::send_swap_notices(std::vector<Action>& out) {
   const ClientRecord* next = head();
   if (next == nullptr) return;

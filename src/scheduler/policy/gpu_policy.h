@@ -311,8 +311,9 @@ class GpuPolicy {
   // The runners that leave for the head's turn (earliest turn end first, up to plan.runner), each
   // swapping out unless it still fits beside the head and what else stays resident.
   std::vector<PlannedLeaver> planned_leavers(const ClientRecord& head, const TurnPlan& plan) const;
-  // Each runner that the head's planned turn will revoke with a swap-out is told, once per grant.
+  // Each holder of a class above a held-back one is told so, once per grant.
   void send_contended(std::vector<Action>& out);
+  // Each runner that the head's planned turn will revoke with a swap-out is told, once per grant.
   void send_swap_notices(std::vector<Action>& out);
   // One runner at a time, the head fitting beside the holders: revokes (reason turn, nothing to
   // swap) each runner whose fair turn has ended.
