@@ -17,15 +17,44 @@ Start barrier: with --ready FILE --go FILE the job allocates and warms up, write
 its loop only once the go file exists, so jobs started together begin their loops together.
 
 Times are time.monotonic() (CLOCK_MONOTONIC), comparable with other processes and with the library's
-trace. The job checks its own numbers, so a run that computes garbage reports result "wrong-result".
+trace. The job also reports the interpreter's garbage collections of GC_REPORT_MS or longer inside its
+loop (gc_pauses: start, milliseconds, generation): the host stalls a bounded queue of GPU work cannot
+hide. The job checks its own numbers, so a run that computes garbage reports result "wrong-result".
 """
 import argparse
+import gc
 import json
 import os
 import sys
 import time
 
 from start_barrier import wait_for_go
+
+
+GC_REPORT_MS = 2.0  # collections at least this long are listed in gc_pauses
+
+
+class GcPauses:
+    """Records the interpreter's collections of GC_REPORT_MS or longer (gc.callbacks)."""
+
+    def __init__(self):
+        self.pauses = []
+        self._began = None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase, info):
+        now = time.monotonic()
+        if phase == "start":
+            self._began = now
+        elif self._began is not None:
+            ms = (now - self._began) * 1000.0
+            if ms >= GC_REPORT_MS:
+                self.pauses.append([round(self._began, 6), round(ms, 3), info.get("generation")])
+            self._began = None
+
+    def stop(self):
+        gc.callbacks.remove(self._callback)
+        return self.pauses
 
 
 def parse_args():
@@ -136,6 +165,7 @@ def main() -> int:
     step_at = []  # serve: when each step began, seconds into the loop
     done_at = []  # --seconds: when each synchronized batch of iterations was done, into the loop
     skip_mark = None  # (time, iterations) at the first completion after --skip-s
+    gc_pauses = GcPauses()
     t1 = time.monotonic()
     burst_from = t1
     deadline = t1 + args.seconds if args.seconds > 0 else None
@@ -168,6 +198,7 @@ def main() -> int:
                 skip_mark = (now, iters)
     sync()
     t2 = time.monotonic()
+    out["gc_pauses"] = gc_pauses.stop()
     if skip_mark is not None and t2 > skip_mark[0]:
         out.update(steady_t0=skip_mark[0], steady_t1=t2,  # CLOCK_MONOTONIC, as the grant trace
                    steady_s=t2 - skip_mark[0], steady_iters=iters - skip_mark[1],

@@ -80,7 +80,7 @@ TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostOnce) {
 
 // A high service that runs 1 s and pauses 1 s beside a low trainer that never idles: once the
 // trainer is held back (its drains delay the service), the service is told (contended) and hands
-// each later pause over within kNoticedIdle and one look, not after its 100 ms idle release.
+// each later pause over within kContendedIdle and one look, not after its 100 ms idle release.
 TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
   const auto named = run_named(kContendedPausesScenario);
   ASSERT_TRUE(named.has_value());
@@ -94,7 +94,7 @@ TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
   // About ten pauses in 20 s; the first ones may come before the trainer is held back.
   EXPECT_GE(result.noticed_pause_releases[0], 5);
   EXPECT_LE(result.noticed_pause_release[0],
-            client::kNoticedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
+            client::kContendedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
 }
 
 // The same service with 30 ms gaps between its bursts of 100 ms: told that the trainer waits, it

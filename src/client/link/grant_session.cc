@@ -510,7 +510,9 @@ bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch
 bool GrantSession::noticed() const { return notice_epoch_ != 0 && notice_epoch_ == epoch_; }
 
 Duration GrantSession::noticed_idle() const {
-  return std::min(config_.timing.idle_release, std::max(kNoticedIdle, 2 * longest_pause_));
+  const bool swap_noticed = swap_notice_epoch_ != 0 && swap_notice_epoch_ == epoch_;
+  const Duration floor = swap_noticed ? kNoticedIdle : kContendedIdle;
+  return std::min(config_.timing.idle_release, std::max(floor, 2 * longest_pause_));
 }
 
 Duration GrantSession::idle_threshold() const {
@@ -579,6 +581,7 @@ void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
 }
 
 void GrantSession::on_swap_notice(const protocol::SwapNotice& notice, MonoTime now) {
+  if (state_ == GrantState::kHeld && notice.epoch == epoch_) swap_notice_epoch_ = notice.epoch;
   if (!take_notice(notice.epoch, now)) return;  // stale: nothing to ready
   out_.emplace_back(session::PrepareSwapOut{notice.bytes});
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});

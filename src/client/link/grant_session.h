@@ -114,6 +114,12 @@ inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // idle stretch that ended in new work: one seen between two idle checks, or one that a release of
 // this kind cut short, up to when a thread next began to wait (SessionProbe::waiting_since).
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
+// The same floor when only contended came: a release then moves no memory (the lower class runs
+// beside what this process keeps on the GPU), so handing a pause over costs this process at most
+// the lower class's drain when it comes back, against a whole swap each way after a swap notice.
+// It is shorter so that a held-back job gets the pause sooner; a pause of the kind the process has
+// made before still keeps the grant (twice the longest pause).
+inline constexpr Duration kContendedIdle = std::chrono::milliseconds(5);
 // A swap-out moves this much (whole pieces, at least) between two usage reports: a few
 // milliseconds of copies at PCIe speed, against which a report and the next step's start are
 // nothing.
@@ -424,8 +430,10 @@ class GrantSession {
   MonoTime next_idle_check_{};
   std::uint64_t yield_epoch_ = 0;   // a yield asks to release this grant once idle
   std::uint64_t notice_epoch_ = 0;  // a swap notice or contended came for this grant
-  Duration longest_pause_{};        // the longest pause seen while holding, this process's life
-  Duration idle_seen_{};            // idle time at the last idle check of the grant held
+  std::uint64_t swap_notice_epoch_ =
+      0;                      // of which a swap notice (kNoticedIdle, not kContendedIdle)
+  Duration longest_pause_{};  // the longest pause seen while holding, this process's life
+  Duration idle_seen_{};      // idle time at the last idle check of the grant held
   session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
   // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).
   std::optional<MonoTime> noticed_release_idle_since_;

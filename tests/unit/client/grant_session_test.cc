@@ -336,7 +336,8 @@ TEST_F(GrantSessionTest, ANoticedHolderReleasesAfterAShortIdle) {
 }
 
 // Contended (a lower class held back waits for this holder) hands the next pause over after
-// kNoticedIdle as a swap notice does, with no swap-out readied; a stale one is ignored.
+// kContendedIdle, shorter than a swap notice's (nothing moves), with no swap-out readied; a stale
+// one is ignored.
 TEST_F(GrantSessionTest, AContendedHolderReleasesAtItsNextPauseAndReadiesNoSwap) {
   SessionConfig c = config();
   c.timing.idle_release = 100ms;
@@ -349,9 +350,29 @@ TEST_F(GrantSessionTest, AContendedHolderReleasesAtItsNextPauseAndReadiesNoSwap)
   EXPECT_EQ(engine_->state(), GrantState::kHeld);
   const std::optional<MonoTime> next = engine_->next_deadline();
   ASSERT_TRUE(next.has_value());
-  EXPECT_LE(*next, MonoTime{30ms} + kNoticedIdle / 2) << "checks at half the shorter idle";
-  expect_idle_threshold(kNoticedIdle, 40ms, 50ms);
+  EXPECT_LE(*next, MonoTime{30ms} + kContendedIdle / 2) << "checks at half the shorter idle";
+  static_assert(kContendedIdle < kNoticedIdle);
+  expect_idle_threshold(kContendedIdle, 40ms, 50ms);
   EXPECT_NE(sent<protocol::Released>(at(50ms, GateClosed{0})), nullptr);
+}
+
+// Contended and a swap notice for the same grant, in either order: the swap notice's longer floor
+// holds, since a release then costs a swap each way.
+TEST_F(GrantSessionTest, ASwapNoticeKeepsItsFloorBesideContended) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  for (const bool contended_first : {true, false}) {
+    probe_.idle = 0ms;
+    welcome(c);
+    hold(3, 10ms);
+    const protocol::Message first = contended_first ? protocol::Message{protocol::Contended{3}}
+                                                    : protocol::Message{protocol::SwapNotice{3}};
+    const protocol::Message second = contended_first ? protocol::Message{protocol::SwapNotice{3}}
+                                                     : protocol::Message{protocol::Contended{3}};
+    at(20ms, FrameReceived{first});
+    at(25ms, FrameReceived{second});
+    expect_idle_threshold(kNoticedIdle, 40ms, 50ms);
+  }
 }
 
 // A pause is no end of work: once the process was seen to pause (idle, then busy again), a noticed
