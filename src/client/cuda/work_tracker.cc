@@ -306,13 +306,13 @@ CUevent WorkTracker::over_bound_locked(const ContextWork& work) const {
   return target >= 0 ? work.pending[static_cast<std::size_t>(target)].event : nullptr;
 }
 
-void WorkTracker::waited_locked(CUcontext ctx, CUevent event, MonoTime done) {
+bool WorkTracker::waited_locked(CUcontext ctx, CUevent event, MonoTime done) {
   ContextWork* work = find_locked(ctx);
   // Another thread may have reaped it meanwhile, or the context ended: nothing to learn then.
-  if (work == nullptr) return;
+  if (work == nullptr) return false;
   auto waited = std::find_if(work->pending.begin(), work->pending.end(),
                              [event](const Marker& marker) { return marker.event == event; });
-  if (waited == work->pending.end()) return;
+  if (waited == work->pending.end()) return false;
   // The GPU worked on these markers' submissions from when it finished the marker before them (or
   // from when they were submitted, if later) until now.
   const MonoTime began = std::max(work->last_done, work->pending.front().recorded);
@@ -323,6 +323,7 @@ void WorkTracker::waited_locked(CUcontext ctx, CUevent event, MonoTime done) {
   for (auto it = work->pending.begin(); it != last; ++it) recycle(*work, it->event);
   work->pending.erase(work->pending.begin(), last);
   work->last_done = done;
+  return true;
 }
 
 void WorkTracker::replayed(CUcontext ctx, CUstream stream, CUgraphExec graph) noexcept {
@@ -381,10 +382,17 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   double queued_after = 0;
   for (int round = 0; wait_for != nullptr && round < 4; ++round) {
     bound_waits_.fetch_add(1, std::memory_order_relaxed);
+    const MonoTime round_began = clock_.now();
     driver().cuEventSynchronize(wait_for);
     done = clock_.now();
     std::lock_guard lock(mu_);
-    waited_locked(ctx, wait_for, done);
+    const bool still_pending = waited_locked(ctx, wait_for, done);
+    if (done - round_began > 2 * drain_bound()) {
+      // A wait for a marker that leaves at most the bound queued should not outlast it twice.
+      NVSHARE_DEBUG("drain bound: waited %.1f ms for one marker (%s)", to_ms(done - round_began),
+                    still_pending ? "still pending when the wait returned"
+                                  : "seen complete by another thread meanwhile");
+    }
     ContextWork* work = find_locked(ctx);
     if (work == nullptr || captures_.load(std::memory_order_acquire) != 0) break;
     reap_locked(*work);

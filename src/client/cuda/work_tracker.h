@@ -269,8 +269,8 @@ class WorkTracker {
   // complete for the bound to hold again); else null.
   CUevent over_bound_locked(const ContextWork& work) const;
   // After waiting for `event` (completed at `done`): pops it and the markers before it, and learns
-  // tau from them.
-  void waited_locked(CUcontext ctx, CUevent event, MonoTime done);
+  // tau from them. False when it was no longer pending (another thread saw it complete first).
+  bool waited_locked(CUcontext ctx, CUevent event, MonoTime done);
 
   // The drain bound in nanoseconds: set at start, changed by set_drain_bound() (a class change).
   std::atomic<Duration::rep> drain_bound_ns_;
