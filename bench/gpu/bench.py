@@ -115,7 +115,8 @@ class Scheduler:
 
     def env(self, extra=None):
         env = {"LD_PRELOAD": self.bench.lib, "NVSHARE_SOCKET": self.socket,
-               "NVSHARE_TRACE_FILE": self.trace, "NVSHARE_LOG_LEVEL": "warn"}
+               "NVSHARE_TRACE_FILE": self.trace,
+               "NVSHARE_LOG_LEVEL": self.bench.library_log_level}
         env.update(extra or {})
         return env
 
@@ -165,6 +166,7 @@ class Bench:
         self.copystall_bin = str(b / "bench/gpu/nvshare-host-copy-stall")
         self.out = Path(args.out).resolve()
         self.swap_variants = args.swap_variants.split(",")
+        self.library_log_level = args.library_log_level
         self.priority_shapes = args.priority_shapes.split(",")
         self.raw = self.out / "raw"
         self.raw.mkdir(parents=True, exist_ok=True)
@@ -1104,6 +1106,8 @@ def main():
                     help="the swap scenario's variants to run (comma-separated)")
     ap.add_argument("--priority-shapes", default="half_idle,busy,oversubscribed,bursts",
                     help="the priority scenario's service shapes to run (comma-separated)")
+    ap.add_argument("--library-log-level", default="warn",
+                    help="NVSHARE_LOG_LEVEL of the jobs run under a scheduler (their stderr is kept)")
     args = ap.parse_args()
     bench = Bench(args)
     if args.phase == "all":

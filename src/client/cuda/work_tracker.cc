@@ -336,7 +336,12 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
                                    CUgraphExec graph) noexcept {
   CUevent wait_for = nullptr;
   {
+    const MonoTime lock_asked = clock_.now();
     std::lock_guard lock(mu_);
+    if (const Duration held_up = clock_.now() - lock_asked; held_up > drain_bound()) {
+      NVSHARE_DEBUG("drain bound: a marker point waited %.1f ms for the tracker's lock",
+                    to_ms(held_up));
+    }
     // Another thread may have recorded this marker already, or a capture may have started since
     // the fast path looked. A replay is always marked.
     if ((graph == nullptr && count < next_marker_.load(std::memory_order_relaxed)) ||
@@ -387,8 +392,8 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     done = clock_.now();
     std::lock_guard lock(mu_);
     const bool still_pending = waited_locked(ctx, wait_for, done);
-    if (done - round_began > 2 * drain_bound()) {
-      // A wait for a marker that leaves at most the bound queued should not outlast it twice.
+    if (done - round_began > drain_bound()) {
+      // A wait for a marker that leaves at most the bound queued should not outlast it.
       NVSHARE_DEBUG("drain bound: waited %.1f ms for one marker (%s)", to_ms(done - round_began),
                     still_pending ? "still pending when the wait returned"
                                   : "seen complete by another thread meanwhile");
