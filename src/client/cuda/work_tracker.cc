@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "client/hooks/hook_table.h"
 #include "common/log.h"
@@ -307,19 +306,6 @@ CUevent WorkTracker::over_bound_locked(const ContextWork& work) const {
   return target >= 0 ? work.pending[static_cast<std::size_t>(target)].event : nullptr;
 }
 
-MonoTime WorkTracker::await_marker(CUevent event) const noexcept {
-  // Short naps that grow, never past a sixteenth of the bound: what the wait leaves queued (about
-  // the bound) still runs while the thread oversleeps its marker by at most one nap.
-  const Duration longest = std::clamp<Duration>(drain_bound() / 16, kMarkerNapFirst, kMarkerNapMax);
-  Duration nap = kMarkerNapFirst;
-  for (;;) {
-    const CUresult rc = driver().cuEventQuery(event);
-    if (rc != CUDA_ERROR_NOT_READY) return clock_.now();  // complete, or it never will be
-    std::this_thread::sleep_for(nap);
-    nap = std::min(longest, 2 * nap);
-  }
-}
-
 bool WorkTracker::waited_locked(CUcontext ctx, CUevent event, MonoTime done) {
   ContextWork* work = find_locked(ctx);
   // Another thread may have reaped it meanwhile, or the context ended: nothing to learn then.
@@ -402,7 +388,8 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   for (int round = 0; wait_for != nullptr && round < 4; ++round) {
     bound_waits_.fetch_add(1, std::memory_order_relaxed);
     const MonoTime round_began = clock_.now();
-    done = await_marker(wait_for);
+    driver().cuEventSynchronize(wait_for);
+    done = clock_.now();
     std::lock_guard lock(mu_);
     const bool still_pending = waited_locked(ctx, wait_for, done);
     if (done - round_began > drain_bound()) {

@@ -12,33 +12,33 @@
 // the tracker learns the GPU time one submission takes (tau: measured whenever a thread waits for a
 // marker, from the marker's completion time, and at every drain, as an average), estimates the
 // queued GPU time as the pending markers' submissions times tau, and when recording a marker waits
-// (looking at it between short naps, outside every lock) for the marker after which at most the
-// drain bound (NVSHARE_DRAIN_BOUND_MS) of work remains. Markers are spaced so that one covers about
-// half the bound (at most kMarkerEvery submissions). Whatever tau says, a thread also waits for
-// every marker older than the bound, and whenever more than kMaxPendingMarkers markers of unknown
-// length are pending. Until tau is trusted every marker is of unknown length: before it is measured
-// (at most two submissions of unknown length are queued before the first measurement), and after,
-// until kConfirmations lessons agree with it (within a factor of two or kAgreeSlack, or shorter
-// than it says; a span shorter than kAgreeSlack confirms nothing) with none in between that found
-// the work longer over a span of more than kShortSpanOfBound of the bound (a shorter span that took
-// longer than tau says may be another context's time slice: it only narrows the spacing to what
-// keeps two markers within the bound were every submission as long as the span). Meanwhile markers
-// start dense and their spacing doubles only on evidence: a wait that found the work no longer than
-// tau says, or a marker point where every marker had completed and the newest span seen complete
-// shows submissions short enough for twice the spacing (its submissions were made after it opened
-// and had run by then); a span seen complete also narrows the spacing to what it shows. A marker
-// complete only because the application synchronized and paused therefore never widens it, and when
-// the link thread sees the process idle, markers start dense again. So tiny start-up kernels, a
-// synchronize, then a loop of long kernels queue two of them before a wait measures them, not a
-// marker spacing fitted to the tiny ones; a lesson that disagrees makes tau untrusted again. When
-// the link thread's idle check finds a marker older than the bound still pending, the next
-// submission is a marker point (kernels that became longer than tau says, submitted slowly, are
-// caught within an idle check; work queued at CPU speed is caught only at the next marker point, at
-// most kMarkerEvery submissions on; the same holds for a trusted tau, which alone spaces markers,
-// when long kernels follow short ones with no idle period between). So but for those cases a
-// revoke's drain waits for about the bound at most, for short and long kernels alike, while
-// launch-bound work (tiny kernels the GPU keeps up with) never waits. The pace (bound_waited)
-// counts only waits that had more than the bound queued.
+// (cuEventSynchronize, outside every lock) for the marker after which at most the drain bound
+// (NVSHARE_DRAIN_BOUND_MS) of work remains. Markers are spaced so that one covers about half the
+// bound (at most kMarkerEvery submissions). Whatever tau says, a thread also waits for every marker
+// older than the bound, and whenever more than kMaxPendingMarkers markers of unknown length are
+// pending. Until tau is trusted every marker is of unknown length: before it is measured (at most
+// two submissions of unknown length are queued before the first measurement), and after, until
+// kConfirmations lessons agree with it (within a factor of two or kAgreeSlack, or shorter than it
+// says; a span shorter than kAgreeSlack confirms nothing) with none in between that found the work
+// longer over a span of more than kShortSpanOfBound of the bound (a shorter span that took longer
+// than tau says may be another context's time slice: it only narrows the spacing to what keeps two
+// markers within the bound were every submission as long as the span). Meanwhile markers start
+// dense and their spacing doubles only on evidence: a wait that found the work no longer than tau
+// says, or a marker point where every marker had completed and the newest span seen complete shows
+// submissions short enough for twice the spacing (its submissions were made after it opened and had
+// run by then); a span seen complete also narrows the spacing to what it shows. A marker complete
+// only because the application synchronized and paused therefore never widens it, and when the link
+// thread sees the process idle, markers start dense again. So tiny start-up kernels, a synchronize,
+// then a loop of long kernels queue two of them before a wait measures them, not a marker spacing
+// fitted to the tiny ones; a lesson that disagrees makes tau untrusted again. When the link
+// thread's idle check finds a marker older than the bound still pending, the next submission is a
+// marker point (kernels that became longer than tau says, submitted slowly, are caught within an
+// idle check; work queued at CPU speed is caught only at the next marker point, at most
+// kMarkerEvery submissions on; the same holds for a trusted tau, which alone spaces markers, when
+// long kernels follow short ones with no idle period between). So but for those cases a revoke's
+// drain waits for about the bound at most, for short and long kernels alike, while launch-bound
+// work (tiny kernels the GPU keeps up with) never waits. The pace (bound_waited) counts only waits
+// that had more than the bound queued.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
@@ -107,13 +107,6 @@ inline constexpr Duration kAgreeSlack = std::chrono::milliseconds(1);
 // that two markers stay within the bound even if every submission took as long as that span.
 inline constexpr double kShortSpanOfBound = 0.25;
 inline constexpr std::size_t kMaxGraphCosts = 512;  // executable graphs whose GPU time is kept
-// A thread waiting at the drain bound looks at its marker (cuEventQuery) between naps that start
-// at kMarkerNapFirst and double up to a sixteenth of the bound, within [kMarkerNapFirst,
-// kMarkerNapMax]. It does not sleep in cuEventSynchronize: on a driver 580 H200, a thread
-// sleeping there on a marker that another thread had already seen complete slept on for tens of
-// milliseconds with the GPU idle (until the next hand-off woke it).
-inline constexpr Duration kMarkerNapFirst = std::chrono::microseconds(20);
-inline constexpr Duration kMarkerNapMax = std::chrono::milliseconds(1);
 inline constexpr Duration kCaptureWaitBound = std::chrono::seconds(5);
 
 struct TrackerStats {
@@ -275,8 +268,6 @@ class WorkTracker {
   // The event to wait for when this context has too much queued (the newest marker that must
   // complete for the bound to hold again); else null.
   CUevent over_bound_locked(const ContextWork& work) const;
-  // Waits until `event` is complete (or failed for good); returns when that was seen.
-  MonoTime await_marker(CUevent event) const noexcept;
   // After waiting for `event` (completed at `done`): pops it and the markers before it, and learns
   // tau from them. False when it was no longer pending (another thread saw it complete first).
   bool waited_locked(CUcontext ctx, CUevent event, MonoTime done);
