@@ -32,6 +32,7 @@
 #include "client/cuda/memory_ledger.h"
 #include "client/hooks/cuda_api.h"  // first: the versioned driver names
 #include "client/hooks/hook_table.h"
+#include "driver.h"
 #include "shared_state.h"
 #include "test_link.h"
 
@@ -980,6 +981,53 @@ TEST_F(GpuTest, ShortKernelsQueuedAheadGetATrustedTime) {
                                  << stats.gpu_ns_per_submission << " ns";
   EXPECT_GT(stats.gpu_ns_per_submission, 50'000);
   EXPECT_LT(stats.gpu_ns_per_submission, 400'000);
+}
+
+// A thread waiting at the drain bound sleeps in cuEventSynchronize on its marker; once the marker
+// completes, another thread may see it complete (the link thread's idle checks, another submitting
+// thread) before the waiter wakes. The tracker reuses completed marker events, but never one a
+// thread still waits for: recorded again, it would make the waiter wait for the newer work (on an
+// H200 it slept on with the GPU idle). Here waiters wake 3 ms late, as an interrupt-driven wake-up
+// may, while a second thread submits and a third looks for idleness as the link thread does.
+TEST_F(GpuTest, AMarkerAThreadWaitsForIsNeverRecordedAgain) {
+  cuda::WorkTracker tracker(20ms, SteadyClock::instance());
+  tracker.note_context(ctx_);
+  const auto real_launch = hooks::real<hooks::HookId::cuLaunchKernel>();
+  ASSERT_NE(real_launch, nullptr);
+  const auto spin = [&](CUstream stream, std::uint64_t ns) {
+    void* params[] = {&ns};
+    return real_launch(spin_, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+  };
+  CUstream other = nullptr;
+  ASSERT_EQ(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const unsigned long long rerecorded_before = cuFakeRecordsWhileAwaited();
+  cuFakeSetBlockingWakeNs(3'000'000);
+  std::atomic<bool> stop{false};
+  std::thread looker([&] {
+    while (!stop.load()) {
+      tracker.idle_for();
+      std::this_thread::sleep_for(500us);
+    }
+  });
+  std::thread second([&] {
+    if (cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return;
+    while (!stop.load()) {
+      if (spin(other, 50'000) == CUDA_SUCCESS) tracker.submitted(ctx_, other);
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  for (int i = 0; i < 150; ++i) {
+    ASSERT_EQ(spin(stream_, 2'000'000), CUDA_SUCCESS);
+    tracker.submitted(ctx_, stream_);
+  }
+  stop.store(true);
+  looker.join();
+  second.join();
+  cuFakeSetBlockingWakeNs(0);
+  EXPECT_EQ(cuStreamSynchronize(other), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy_v2(other), CUDA_SUCCESS);
+  EXPECT_GT(tracker.stats().bound_waits, 10u);
+  EXPECT_EQ(cuFakeRecordsWhileAwaited() - rerecorded_before, 0u);
 }
 
 // A revoke can come before any submitting thread has waited at the bound (a capped client's first

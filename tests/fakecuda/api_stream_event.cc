@@ -130,6 +130,7 @@ CUresult event_record(CUevent hEvent, CUstream hStream, unsigned flags) {
   // A record into a capturing stream becomes part of the graph in the real driver; the fake's
   // graphs hold only work, so such a record does nothing.
   if (fakecuda::stream_capturing(hStream)) return CUDA_SUCCESS;
+  if (event->awaited.load() > 0) Driver::instance().records_while_awaited.fetch_add(1);
   const std::uint64_t id = Driver::instance().next_id.fetch_add(1);
   std::uint64_t previous_seq = 0;
   {
@@ -306,11 +307,23 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
   return guarded([&] {
     std::shared_ptr<CUevent_st> event;
     if (CUresult rc = find_event(hEvent, &event); rc != CUDA_SUCCESS) return rc;
+    event->awaited.fetch_add(1);
     RecordState state = record_state(*event);
     if (state.queue) state.queue->wait_for(state.seq);
+    const std::int64_t wake_ns = Driver::instance().blocking_wake_ns.load();
+    if (wake_ns > 0 && (event->flags & CU_EVENT_BLOCKING_SYNC) != 0) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(wake_ns));
+    }
+    event->awaited.fetch_sub(1);
     return CUDA_SUCCESS;
   });
 }
+
+unsigned long long cuFakeRecordsWhileAwaited(void) {
+  return Driver::instance().records_while_awaited.load();
+}
+
+void cuFakeSetBlockingWakeNs(long long ns) { Driver::instance().blocking_wake_ns.store(ns); }
 
 CUresult CUDAAPI cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
   return guarded([&] { return elapsed_time(pMilliseconds, hStart, hEnd); });

@@ -180,6 +180,15 @@ class Driver {
       access;  // mapped range -> bit per device (cuMemSetAccess)
   std::atomic<std::uint64_t> next_id{1};
 
+  // Events recorded again while a thread was inside cuEventSynchronize on them: what that thread
+  // then waits for is undefined in the real driver (it was seen to wait for the newer work). Tests
+  // read it (cuFakeRecordsWhileAwaited); nothing in the fake depends on it.
+  std::atomic<std::uint64_t> records_while_awaited{0};
+  // How long after its event completes cuEventSynchronize returns, for events made with
+  // CU_EVENT_BLOCKING_SYNC (a real driver wakes such a waiter by an interrupt, later than a
+  // spinning one); 0 by default. Tests set it (cuFakeSetBlockingWakeNs).
+  std::atomic<std::int64_t> blocking_wake_ns{0};
+
   // Allocations by base address, guarded by alloc_mu.
   std::mutex alloc_mu;
   std::map<std::uintptr_t, Allocation> allocations;
@@ -263,3 +272,9 @@ void fill_bytes(void* dst, unsigned char value, std::size_t bytes);
 std::uint64_t fault_in_managed(const std::shared_ptr<CUctx_st>& ctx);
 
 }  // namespace fakecuda
+
+// Test controls of the simulated driver, not CUDA API (exported with the cu* names, libcuda.map).
+extern "C" {
+unsigned long long cuFakeRecordsWhileAwaited(void);
+void cuFakeSetBlockingWakeNs(long long ns);
+}

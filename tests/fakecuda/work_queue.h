@@ -28,6 +28,7 @@
 //  - Event timestamps are the simulated completion times (CLOCK_MONOTONIC ns).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,6 +55,7 @@ struct EventState {
   std::uint64_t record_id = 0;       // process-unique id of the latest record
   std::uint64_t stamped_id = 0;      // id of the record timestamp_ns belongs to
   std::int64_t timestamp_ns = 0;
+  std::atomic<int> awaited{0};  // threads inside cuEventSynchronize on it
 };
 
 struct Op {

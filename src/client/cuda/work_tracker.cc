@@ -85,11 +85,34 @@ void WorkTracker::forget_locked(CUcontext ctx) {
 }
 
 void WorkTracker::recycle(ContextWork& work, CUevent event) noexcept {
+  const bool awaited =
+      std::find(work.awaited.begin(), work.awaited.end(), event) != work.awaited.end();
   try {
-    work.spare.push_back(event);
+    (awaited ? work.held : work.spare).push_back(event);
   } catch (...) {
-    driver().cuEventDestroy_v2(event);  // no memory to keep it: give it back
+    // No memory to keep it. One a thread still waits for is left alone (its context's end
+    // destroys it); any other is given back.
+    if (!awaited) driver().cuEventDestroy_v2(event);
   }
+}
+
+void WorkTracker::awaiting_locked(ContextWork& work, CUevent event) noexcept {
+  try {
+    work.awaited.push_back(event);
+  } catch (...) {
+    // Not noted: the event may be reused while this thread waits, which only lengthens the wait.
+  }
+}
+
+void WorkTracker::done_awaiting_locked(ContextWork& work, CUevent event) noexcept {
+  const auto it = std::find(work.awaited.begin(), work.awaited.end(), event);
+  if (it == work.awaited.end()) return;
+  work.awaited.erase(it);
+  if (std::find(work.awaited.begin(), work.awaited.end(), event) != work.awaited.end()) return;
+  const auto held = std::find(work.held.begin(), work.held.end(), event);
+  if (held == work.held.end()) return;  // still pending: the one who reaps it recycles it
+  work.held.erase(held);
+  recycle(work, event);
 }
 
 bool WorkTracker::record_locked(ContextWork& work, CUstream stream, std::uint64_t count,
@@ -377,10 +400,11 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     next_marker_.store(count + spacing, std::memory_order_relaxed);
     record_locked(*work, stream, count, /*context_wide=*/false, graph);
     wait_for = over_bound_locked(*work);
+    if (wait_for != nullptr) awaiting_locked(*work, wait_for);
   }
   // Wait outside the lock until the estimate is within the bound (one wait, unless tau changed
-  // meanwhile). The event stays valid (only its context's end destroys it); if another thread
-  // re-records it meanwhile, this waits for newer work, which the same bound allows.
+  // meanwhile). The event stays valid (only its context's end destroys it), and no thread records
+  // it again until this one is done with it (awaiting_locked, under the lock that chose it).
   if (wait_for == nullptr) return;
   const MonoTime started = clock_.now();
   MonoTime done = started;
@@ -391,6 +415,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     driver().cuEventSynchronize(wait_for);
     done = clock_.now();
     std::lock_guard lock(mu_);
+    if (ContextWork* waited = find_locked(ctx)) done_awaiting_locked(*waited, wait_for);
     const bool still_pending = waited_locked(ctx, wait_for, done);
     if (done - round_began > drain_bound()) {
       // A wait for a marker that leaves at most the bound queued should not outlast it.
@@ -402,8 +427,13 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     if (work == nullptr || captures_.load(std::memory_order_acquire) != 0) break;
     reap_locked(*work);
     wait_for = over_bound_locked(*work);
+    if (wait_for != nullptr) awaiting_locked(*work, wait_for);
     queued_after = 0;
     for (const Marker& marker : work->pending) queued_after += estimate(marker);
+  }
+  if (wait_for != nullptr) {  // chosen in the last round, not waited for
+    std::lock_guard lock(mu_);
+    if (ContextWork* work = find_locked(ctx)) done_awaiting_locked(*work, wait_for);
   }
   // The pace the scheduler is told counts the waits of a thread that had more than the bound
   // queued, as learnt once the wait ended (what it waited for plus what is still queued). A wait

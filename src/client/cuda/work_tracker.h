@@ -220,9 +220,15 @@ class WorkTracker {
     CUcontext ctx = nullptr;
     std::deque<Marker> pending;
     std::vector<CUevent> spare;  // completed marker events, reused
-    CUstream stream = nullptr;   // private stream, created on first use
-    MonoTime last_done{};        // when the newest completed marker was seen complete
-    MonoTime last_recorded{};    // when the newest marker was recorded (or the context noted)
+    // Marker events a thread is waiting for (once per waiting thread), and completed ones kept out
+    // of `spare` until their last waiter is done: an event recorded again while a thread sleeps in
+    // cuEventSynchronize on it makes that thread wait for the newer work (on an H200 it slept on
+    // with the GPU idle).
+    std::vector<CUevent> awaited;
+    std::vector<CUevent> held;
+    CUstream stream = nullptr;  // private stream, created on first use
+    MonoTime last_done{};       // when the newest completed marker was seen complete
+    MonoTime last_recorded{};   // when the newest marker was recorded (or the context noted)
     // At most this GPU time per submission, shown by the newest marker seen complete (its span's
     // submissions were made after it opened and had run by then); 0: no such evidence since it
     // was last used.
@@ -260,8 +266,12 @@ class WorkTracker {
   void learn_locked(std::deque<Marker>::const_iterator first,
                     std::deque<Marker>::const_iterator last, double elapsed_ns);
   TrackerStats stats_locked() const;
-  // Keeps a completed marker event for reuse (never throws: it is destroyed when that fails).
+  // Keeps a completed marker event for reuse (never throws: it is destroyed when that fails); one a
+  // thread is waiting for is reused only once that thread is done (done_awaiting_locked).
   static void recycle(ContextWork& work, CUevent event) noexcept;
+  // A thread waits for `event` / is done waiting for it.
+  static void awaiting_locked(ContextWork& work, CUevent event) noexcept;
+  static void done_awaiting_locked(ContextWork& work, CUevent event) noexcept;
   // Pops completed markers (keeping the evidence short_ns of the newest cleanly completed one);
   // true when none is pending any more.
   bool reap_locked(ContextWork& work);
