@@ -97,6 +97,22 @@ TEST(LinkSim, AHighServiceHandsItsPausesToAHeldBackLowerClassSoon) {
             client::kContendedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
 }
 
+// The same service with launch calls the driver holds for 90 ms now and then (the GPU idle
+// meanwhile): those stretches are not learnt as pauses (they would raise the service's threshold
+// to its whole idle release), so its pauses still go down within kContendedIdle and one look.
+TEST(LinkSim, AStalledLaunchIsNoPause) {
+  const auto named = run_named(kStalledLaunchesScenario);
+  ASSERT_TRUE(named.has_value());
+  const auto& [scenario, result] = *named;
+  std::printf(
+      "the service handed %d of its pauses over after a notice, the latest %.1f ms after "
+      "its work\n",
+      result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
+  EXPECT_GE(result.noticed_pause_releases[0], 5);
+  EXPECT_LE(result.noticed_pause_release[0],
+            client::kContendedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
+}
+
 // The same service with 30 ms gaps between its bursts of 100 ms: told that the trainer waits, it
 // hands one gap over at most (the gap is then learnt as a pause), not one every 130 ms.
 TEST(LinkSim, AHighServiceHandsAtMostOneShortGapToAHeldBackLowerClass) {

@@ -61,6 +61,10 @@ struct ClientSpec {
   Duration pause{0};
   Duration pause_every = std::chrono::milliseconds(200);
   Duration idle_from{0};  // 0: never; else no more work from then on (its memory stays)
+  // A launch call that takes this long (the driver holds it; the GPU runs dry meanwhile) after
+  // every stall_every of GPU work; 0: none.
+  Duration stall{0};
+  Duration stall_every = std::chrono::milliseconds(500);
 };
 
 struct Restart {
@@ -122,6 +126,8 @@ struct Result {
 };
 
 inline constexpr const char* kNoticedEndsScenario = "pauses and ends while jobs wait for memory";
+inline constexpr const char* kStalledLaunchesScenario =
+    "a high service whose launches the driver holds now and then beside a held-back low trainer";
 inline constexpr const char* kContendedPausesScenario =
     "a high service's pauses go to a held-back low trainer";
 inline constexpr const char* kContendedGapsScenario =

@@ -251,7 +251,9 @@ void GrantSession::service_grant(MonoTime now) {
     next_idle_check_ = now + std::max<Duration>(idle / 2, floor);
     const Duration idle_now = probe_.idle_for();
     observe_idle(idle_now);
-    if (idle_now >= idle && probe_.waiters() == 0) {
+    // A thread inside a submission is about to queue work, however long the call takes: the GPU
+    // is idle, the process is not.
+    if (idle_now >= idle && probe_.waiters() == 0 && probe_.inside() == 0) {
       await(Awaiting::kGateClosed, session::CloseGateToRelease{});
       return;
     }
@@ -525,7 +527,13 @@ Duration GrantSession::idle_threshold() const {
 void GrantSession::observe_idle(Duration idle) {
   // Less idle than at the last check: work came in between, so that idle stretch was a pause.
   if (idle < idle_seen_) {
-    learn_pause(idle_seen_, idle_threads_);
+    // A stretch during which a thread sat inside a submission is the driver's, not the
+    // application's: traced, never learnt as a pause.
+    if (idle_threads_.inside > 0) {
+      note_stall(idle_seen_, idle_threads_);
+    } else {
+      learn_pause(idle_seen_, idle_threads_);
+    }
     idle_threads_ = {};
   }
   if (idle.count() > 0) {
@@ -541,6 +549,12 @@ void GrantSession::learn_pause(Duration pause, session::ThreadsSeen threads) {
   if (pause <= longest_pause_) return;
   longest_pause_ = pause;
   out_.emplace_back(session::Record{"pause", epoch_, to_ms(pause), {}, threads});
+}
+
+void GrantSession::note_stall(Duration stall, session::ThreadsSeen threads) {
+  if (stall <= longest_stall_) return;
+  longest_stall_ = stall;
+  out_.emplace_back(session::Record{"stall", epoch_, to_ms(stall), {}, threads});
 }
 
 void GrantSession::observe_pause_before_request(MonoTime now) {

@@ -112,7 +112,9 @@ inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // lower class held back waits for it (contended) releases, at least: twice the longest pause the
 // process has made while holding, if longer, and never more than the idle release. A pause is an
 // idle stretch that ended in new work: one seen between two idle checks, or one that a release of
-// this kind cut short, up to when a thread next began to wait (SessionProbe::waiting_since).
+// this kind cut short, up to when a thread next began to wait (SessionProbe::waiting_since). An
+// idle stretch during which an idle check saw a thread inside a submission is no pause (the process
+// was submitting; the driver held the call), and no holder releases while a thread is inside one.
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 // The same floor when only contended came: a release then moves no memory (the lower class runs
 // beside what this process keeps on the GPU), so handing a pause over costs this process at most
@@ -372,6 +374,8 @@ class GrantSession {
   void observe_idle(Duration idle);
   // A longer pause than seen so far is traced ("pause"), with the threads seen during it.
   void learn_pause(Duration pause, session::ThreadsSeen threads = {});
+  // An idle stretch with a thread inside a submission: traced ("stall") when the longest yet.
+  void note_stall(Duration stall, session::ThreadsSeen threads);
   void observe_pause_before_request(MonoTime now);
   void settle_if_limits_known();
   void settle();
@@ -433,6 +437,7 @@ class GrantSession {
   std::uint64_t swap_notice_epoch_ =
       0;                      // of which a swap notice (kNoticedIdle, not kContendedIdle)
   Duration longest_pause_{};  // the longest pause seen while holding, this process's life
+  Duration longest_stall_{};  // the longest idle stretch with a thread inside a submission
   Duration idle_seen_{};      // idle time at the last idle check of the grant held
   session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
   // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).

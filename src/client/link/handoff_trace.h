@@ -13,8 +13,10 @@
 // longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases; a
 // pause the idle checks saw adds `inside` and `waiting`, the most application threads they saw at
 // once inside a submission and waiting at the gate during it: 0 and 0, the application itself
-// paused), evict and evicted (an eviction without a grant, and its swap-out), room (memory brought
-// back into room while waiting for the grant, with `swap_bytes` and `swap_ms`).
+// paused), stall (the longest idle stretch yet during which a thread sat inside a submission: not
+// a pause, and never learnt as one; with `inside` and `waiting`), evict and evicted (an eviction
+// without a grant, and its swap-out), room (memory brought back into room while waiting for the
+// grant, with `swap_bytes` and `swap_ms`).
 //
 // Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
 // be opened is logged once and the trace stays disabled; recording never blocks on anything but

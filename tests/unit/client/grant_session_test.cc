@@ -384,19 +384,17 @@ TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
   welcome(c);
   hold(3, 10ms);
   at(15ms, FrameReceived{protocol::SwapNotice{3}});
-  // An idle check inside a pause (15 ms idle when seen, a thread inside a submission), then the
+  // An idle check inside a pause (15 ms idle when seen, no thread inside a submission), then the
   // work is back: the pause is traced with the threads seen during it.
   probe_.idle = 15ms;
-  probe_.inside_now = 1;
   EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr);
   probe_.idle = 0ms;
-  probe_.inside_now = 0;
   const auto back = at(45ms, Tick{});
   const Record* pause = find<Record>(back);
   ASSERT_NE(pause, nullptr);
   EXPECT_STREQ(pause->event, "pause");
   EXPECT_EQ(pause->ms, 15.0);
-  EXPECT_EQ(pause->threads.inside, 1);
+  EXPECT_EQ(pause->threads.inside, 0);
   EXPECT_EQ(pause->threads.waiting, 0);
   expect_idle_threshold(30ms, 100ms, 130ms);  // twice the pause
   at(130ms, GateClosed{0});
@@ -409,6 +407,28 @@ TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
   hold(4, 400ms, 160ms);
   at(410ms, FrameReceived{protocol::SwapNotice{4}});
   expect_idle_threshold(100ms, 540ms, 600ms);
+}
+
+// An idle GPU while a thread sits inside a submission (the driver holds the call) is no pause of
+// the process: a noticed holder does not release then, and the stretch is traced as a stall, never
+// learnt, so the floor stays kNoticedIdle.
+TEST_F(GrantSessionTest, AThreadInsideASubmissionIsNoPause) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  at(15ms, FrameReceived{protocol::SwapNotice{3}});
+  probe_.idle = 90ms;
+  probe_.inside_now = 1;
+  EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr) << "released under a submission";
+  probe_.idle = 0ms;
+  probe_.inside_now = 0;
+  const Record* stall = find<Record>(at(45ms, Tick{}));
+  ASSERT_NE(stall, nullptr);
+  EXPECT_STREQ(stall->event, "stall");
+  EXPECT_EQ(stall->ms, 90.0);
+  EXPECT_EQ(stall->threads.inside, 1);
+  expect_idle_threshold(kNoticedIdle, 60ms, 70ms);
 }
 
 // An eviction without a grant (protocol version 9): drain, swap out, report the usage at once; the
