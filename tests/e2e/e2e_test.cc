@@ -409,10 +409,18 @@ TEST_F(E2eTest, TwoThatDoNotFitTakeTurnsAndSwap) {
       }
       max_holding = std::max(max_holding, holding);
       if (runner != nullptr && waiter != nullptr && runner_slot.is_null()) {
+        const auto runner_pid = static_cast<pid_t>(json_number(runner, "pid"));
+        const double runner_epoch = json_number(runner, "epoch");
         auto stat = fake_stat();
-        if (stat.ok()) {
+        // Only a sample taken while the same turn still runs: the runner may have released (at
+        // a pause, a swap notice shortens its idle release) and been swapped out meanwhile.
+        auto after = poll_status();
+        const Json* still = after.ok() ? find_client(after.value(), runner_pid) : nullptr;
+        const bool same_turn = still != nullptr && json_string(still, "state") == "running" &&
+                               json_number(still, "epoch") == runner_epoch;
+        if (stat.ok() && same_turn) {
           const Json* device = first_device(stat.value());
-          const Json* rs = context_of(device, static_cast<pid_t>(json_number(runner, "pid")));
+          const Json* rs = context_of(device, runner_pid);
           const Json* ws = context_of(device, static_cast<pid_t>(json_number(waiter, "pid")));
           if (rs != nullptr && ws != nullptr) {
             runner_slot = *rs;
