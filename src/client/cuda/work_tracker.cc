@@ -359,12 +359,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
                                    CUgraphExec graph) noexcept {
   CUevent wait_for = nullptr;
   {
-    const MonoTime lock_asked = clock_.now();
     std::lock_guard lock(mu_);
-    if (const Duration held_up = clock_.now() - lock_asked; held_up > drain_bound()) {
-      NVSHARE_DEBUG("drain bound: a marker point waited %.1f ms for the tracker's lock",
-                    to_ms(held_up));
-    }
     // Another thread may have recorded this marker already, or a capture may have started since
     // the fast path looked. A replay is always marked.
     if ((graph == nullptr && count < next_marker_.load(std::memory_order_relaxed)) ||
@@ -415,7 +410,8 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     driver().cuEventSynchronize(wait_for);
     done = clock_.now();
     std::lock_guard lock(mu_);
-    if (ContextWork* waited = find_locked(ctx)) done_awaiting_locked(*waited, wait_for);
+    ContextWork* work = find_locked(ctx);
+    if (work != nullptr) done_awaiting_locked(*work, wait_for);
     const bool still_pending = waited_locked(ctx, wait_for, done);
     if (done - round_began > drain_bound()) {
       // A wait for a marker that leaves at most the bound queued should not outlast it.
@@ -423,7 +419,6 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
                     still_pending ? "still pending when the wait returned"
                                   : "seen complete by another thread meanwhile");
     }
-    ContextWork* work = find_locked(ctx);
     if (work == nullptr || captures_.load(std::memory_order_acquire) != 0) break;
     reap_locked(*work);
     wait_for = over_bound_locked(*work);

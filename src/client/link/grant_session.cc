@@ -511,9 +511,12 @@ bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch
 
 bool GrantSession::noticed() const { return notice_epoch_ != 0 && notice_epoch_ == epoch_; }
 
+bool GrantSession::swap_noticed() const {
+  return swap_notice_epoch_ != 0 && swap_notice_epoch_ == epoch_;
+}
+
 Duration GrantSession::noticed_idle() const {
-  const bool swap_noticed = swap_notice_epoch_ != 0 && swap_notice_epoch_ == epoch_;
-  const Duration floor = swap_noticed ? kNoticedIdle : kContendedIdle;
+  const Duration floor = swap_noticed() ? kNoticedIdle : kContendedIdle;
   return std::min(config_.timing.idle_release, std::max(floor, 2 * longest_pause_));
 }
 
@@ -595,20 +598,20 @@ void GrantSession::on_revoke(const protocol::Revoke& revoke, MonoTime now) {
 }
 
 void GrantSession::on_swap_notice(const protocol::SwapNotice& notice, MonoTime now) {
-  if (state_ == GrantState::kHeld && notice.epoch == epoch_) swap_notice_epoch_ = notice.epoch;
-  if (!take_notice(notice.epoch, now)) return;  // stale: nothing to ready
+  if (!take_notice(notice.epoch, now, /*swap=*/true)) return;  // stale: nothing to ready
   out_.emplace_back(session::PrepareSwapOut{notice.bytes});
   out_.emplace_back(session::Record{"swap-notice", notice.epoch});
 }
 
 void GrantSession::on_contended(const protocol::Contended& contended, MonoTime now) {
-  if (!take_notice(contended.epoch, now)) return;
+  if (!take_notice(contended.epoch, now, /*swap=*/false)) return;
   out_.emplace_back(session::Record{"contended", contended.epoch});
 }
 
-bool GrantSession::take_notice(std::uint64_t epoch, MonoTime now) {
+bool GrantSession::take_notice(std::uint64_t epoch, MonoTime now, bool swap) {
   if (state_ != GrantState::kHeld || epoch != epoch_) return false;
   notice_epoch_ = epoch;
+  if (swap) swap_notice_epoch_ = epoch;
   next_idle_check_ = std::min(next_idle_check_, now + noticed_idle() / 2);
   return true;
 }

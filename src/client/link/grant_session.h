@@ -344,7 +344,7 @@ class GrantSession {
   void on_contended(const protocol::Contended& contended, MonoTime now);
   // A notice (swap notice or contended) for the grant held: release at the next pause. False if
   // stale.
-  bool take_notice(std::uint64_t epoch, MonoTime now);
+  bool take_notice(std::uint64_t epoch, MonoTime now, bool swap);
   void on_evict(const protocol::Evict& evict, MonoTime now);
   void on_room(const protocol::Room& room, MonoTime now);
   void on_room_swapped_in(std::uint64_t bytes, MonoTime now);
@@ -368,6 +368,7 @@ class GrantSession {
   bool wants_no_gpu();
   bool yield_asked() const;
   bool noticed() const;
+  bool swap_noticed() const;  // of the notices for the grant held, one was a swap notice
   Duration noticed_idle() const;
   Duration idle_threshold() const;
   // Pauses (kNoticedIdle): an idle check's view, and a request after a release on a notice.
@@ -432,10 +433,9 @@ class GrantSession {
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};
-  std::uint64_t yield_epoch_ = 0;   // a yield asks to release this grant once idle
-  std::uint64_t notice_epoch_ = 0;  // a swap notice or contended came for this grant
-  std::uint64_t swap_notice_epoch_ =
-      0;                      // of which a swap notice (kNoticedIdle, not kContendedIdle)
+  std::uint64_t yield_epoch_ = 0;        // a yield asks to release this grant once idle
+  std::uint64_t notice_epoch_ = 0;       // a swap notice or contended came for this grant
+  std::uint64_t swap_notice_epoch_ = 0;  // of which a swap notice (floor kNoticedIdle)
   Duration longest_pause_{};  // the longest pause seen while holding, this process's life
   Duration longest_stall_{};  // the longest idle stretch with a thread inside a submission
   Duration idle_seen_{};      // idle time at the last idle check of the grant held
