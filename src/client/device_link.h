@@ -100,6 +100,9 @@ class DeviceAgent {
   // Submitting threads' waits for the drain bound so far (pace_meter.h): cheap, read at every
   // event of the link, unlike usage().
   virtual Duration queue_waited() = 0;
+  // Submitting threads waiting now for the drain bound, that is for this process's own queued work
+  // (WorkTracker::threads_at_bound): cheap, read at every idle check.
+  virtual std::uint64_t threads_at_bound() = 0;
   // New limits from the scheduler (memory 0 = unlimited; core is informational for the client).
   virtual void apply_limits(const protocol::Limits& limits) = 0;
   // The limits this process must keep are not known yet (see settings_file.h: a managed container

@@ -1030,6 +1030,41 @@ TEST_F(GpuTest, AMarkerAThreadWaitsForIsNeverRecordedAgain) {
   EXPECT_EQ(cuFakeRecordsWhileAwaited() - rerecorded_before, 0u);
 }
 
+// A thread the driver wakes late from its wait for the drain bound (the GPU idle meanwhile) is
+// counted as waiting there for as long as it waits: the link does not take that stretch for a pause
+// of the process (grant_session.h, kNoticedIdle).
+TEST_F(GpuTest, AThreadWokenLateFromTheDrainBoundIsCountedThere) {
+  cuda::WorkTracker tracker(5ms, SteadyClock::instance());
+  tracker.note_context(ctx_);
+  const auto real_launch = hooks::real<hooks::HookId::cuLaunchKernel>();
+  ASSERT_NE(real_launch, nullptr);
+  cuFakeSetBlockingWakeNs(60'000'000);
+  std::atomic<bool> done{false};
+  std::thread submitter([&] {
+    if (cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) {
+      for (int i = 0; i < 10; ++i) {
+        std::uint64_t ns = 2'000'000;
+        void* params[] = {&ns};
+        if (real_launch(spin_, 1, 1, 1, 32, 1, 1, 0, stream_, params, nullptr) == CUDA_SUCCESS) {
+          tracker.submitted(ctx_, stream_);
+        }
+      }
+    }
+    done.store(true);
+  });
+  bool seen = false;  // idle for 10 ms or more while the thread waited at the bound
+  while (!done.load() && !seen) {
+    const std::uint64_t at_bound = tracker.threads_at_bound();
+    seen = at_bound == 1 && tracker.idle_for() >= 10ms && tracker.threads_at_bound() == 1;
+    std::this_thread::sleep_for(1ms);
+  }
+  submitter.join();
+  cuFakeSetBlockingWakeNs(0);
+  EXPECT_TRUE(seen);
+  EXPECT_GT(tracker.stats().bound_waits, 0u);
+  EXPECT_EQ(tracker.threads_at_bound(), 0u);
+}
+
 // A revoke can come before any submitting thread has waited at the bound (a capped client's first
 // run is a few tens of milliseconds): the drain's synchronization is then the first measurement.
 // Without it a process whose grants always end inside its first long kernel never learnt tau, its

@@ -113,6 +113,22 @@ TEST(LinkSim, AStalledLaunchIsNoPause) {
             client::kContendedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
 }
 
+// Two jobs taking turns with swaps, neither pausing, whose waits for the drain bound the driver
+// now and then ends 90 ms late (the GPU idle meanwhile): a thread waiting for its own work is no
+// pause of the process, so no turn is handed over early. Without the rule each job hands one such
+// stretch over (then it is learnt as a pause).
+TEST(LinkSim, ALateWakeAtTheDrainBoundIsNoPause) {
+  const auto named = run_named(kLateWakesScenario);
+  ASSERT_TRUE(named.has_value());
+  const auto& [scenario, result] = *named;
+  ASSERT_EQ(result.pause_releases.size(), 2u);
+  EXPECT_GT(result.swaps, 2u) << "the jobs did not take turns";
+  for (std::size_t i = 0; i < 2; ++i) {
+    std::printf("client %zu: %d stretches handed over\n", i, result.pause_releases[i]);
+    EXPECT_EQ(result.pause_releases[i], 0) << "client " << i;
+  }
+}
+
 // The same service with 30 ms gaps between its bursts of 100 ms: told that the trainer waits, it
 // hands one gap over at most (the gap is then learnt as a pause), not one every 130 ms.
 TEST(LinkSim, AHighServiceHandsAtMostOneShortGapToAHeldBackLowerClass) {

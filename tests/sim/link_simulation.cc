@@ -71,6 +71,7 @@ class SimClient final : public client::SessionProbe {
   Duration idle_for() override;
   client::DeviceUsage usage() override { return {spec.bytes, spec.bytes - on_host, 0}; }
   Duration queue_waited() override { return Duration{0}; }
+  std::uint64_t at_bound() override { return at_bound_now ? 1 : 0; }
 
   World& world_;
   const int index;
@@ -86,6 +87,7 @@ class SimClient final : public client::SessionProbe {
   bool waiting = false;
   MonoTime wait_since{};
   bool in_launch = false;
+  bool at_bound_now = false;  // waiting for the drain bound (outside the gate)
   MonoTime work_end{};
   MonoTime last_submit{};
   int burst_left = 0;
@@ -619,6 +621,7 @@ bool World::done_working(const SimClient& c) const {
 
 void World::submit(SimClient& c) {
   if (!c.alive || c.in_launch) return;
+  c.at_bound_now = false;
   if (!c.waiting && done_working(c)) return;
   if (!c.gate_open) {
     if (c.waiting) return;  // woken, but closed again: waits on
@@ -657,7 +660,13 @@ void World::launch_done(SimClient& c) {
              (c.worked_since_pause += c.spec.kernel) >= c.spec.pause_every) {
     c.worked_since_pause = Duration{0};
     next = c.work_end + c.spec.pause;
+  } else if (c.spec.late_wake > Duration{0} && c.worked_since_stall >= c.spec.stall_every) {
+    // A wait for the bound whose thread the driver wakes late: the GPU runs dry meanwhile.
+    c.worked_since_stall = Duration{0};
+    c.at_bound_now = true;
+    next = c.work_end + c.spec.late_wake;
   } else if (c.work_end - now_ > kQueueAhead) {
+    c.at_bound_now = true;
     next = c.work_end - kQueueAhead;
   }
   SimClient* p = &c;
@@ -1011,6 +1020,22 @@ std::vector<Scenario> named_scenarios() {
     s.clients[1].idle_from = 20s;
     s.clients[2].idle_from = 2s;
     s.length = 24s;
+    out.push_back(s);
+  }
+  {
+    // Two jobs that do not fit beside each other take turns, each told that the other waits for
+    // its memory (a swap notice); neither ever pauses, but now and then the driver wakes a thread
+    // that waits for the drain bound 90 ms after the work it waited for is done, the GPU idle
+    // meanwhile: the process is submitting, not idle, so no turn ends there.
+    Scenario s = base(kLateWakesScenario, policy::Mode::kAuto);
+    s.config.quantum_max = 3s;
+    for (int i = 0; i < 2; ++i) {
+      s.clients.push_back(ClientSpec{Load::kBusy, 0, -1, 12 * kGiB});
+      s.clients.back().swap_bytes_per_s = 40e9;
+      s.clients.back().late_wake = 90ms;
+      s.clients.back().stall_every = 500ms;
+    }
+    s.length = 16s;
     out.push_back(s);
   }
   {

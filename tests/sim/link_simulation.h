@@ -65,6 +65,10 @@ struct ClientSpec {
   // every stall_every of GPU work; 0: none.
   Duration stall{0};
   Duration stall_every = std::chrono::milliseconds(500);
+  // A wait for the drain bound that ends this long after the work it waited for is done (the
+  // driver wakes the thread late; the GPU runs dry meanwhile), after every stall_every of GPU
+  // work; 0: none.
+  Duration late_wake{0};
 };
 
 struct Restart {
@@ -126,6 +130,8 @@ struct Result {
 };
 
 inline constexpr const char* kNoticedEndsScenario = "pauses and ends while jobs wait for memory";
+inline constexpr const char* kLateWakesScenario =
+    "jobs that wait for memory while their waits for the drain bound wake late now and then";
 inline constexpr const char* kStalledLaunchesScenario =
     "a high service whose launches the driver holds now and then beside a held-back low trainer";
 inline constexpr const char* kContendedPausesScenario =

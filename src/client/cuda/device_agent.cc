@@ -42,6 +42,8 @@ Duration GpuAgent::idle_for() { return device_.tracker.idle_for(); }
 
 Duration GpuAgent::queue_waited() { return device_.tracker.bound_waited(); }
 
+std::uint64_t GpuAgent::threads_at_bound() { return device_.tracker.threads_at_bound(); }
+
 std::uint64_t GpuAgent::move(bool to_host, std::uint64_t target) {
   std::vector<ManagedRange> ranges = managed_ranges_of(device_.ordinal);
   std::uint64_t moved = 0;

@@ -60,6 +60,7 @@ class GpuAgent final : public DeviceAgent {
   Duration idle_for() override;
   DeviceUsage usage() override;
   Duration queue_waited() override;
+  std::uint64_t threads_at_bound() override;
   void apply_limits(const protocol::Limits& limits) override;
   void limits_unknown() override;
   // The scheduler's memory mode (a protocol::Limits code) for allocations from now on, unless the

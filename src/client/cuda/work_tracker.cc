@@ -401,6 +401,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   // meanwhile). The event stays valid (only its context's end destroys it), and no thread records
   // it again until this one is done with it (awaiting_locked, under the lock that chose it).
   if (wait_for == nullptr) return;
+  threads_at_bound_.fetch_add(1, std::memory_order_acq_rel);
   const MonoTime started = clock_.now();
   MonoTime done = started;
   double queued_after = 0;
@@ -430,6 +431,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
     std::lock_guard lock(mu_);
     if (ContextWork* work = find_locked(ctx)) done_awaiting_locked(*work, wait_for);
   }
+  threads_at_bound_.fetch_sub(1, std::memory_order_acq_rel);
   // The pace the scheduler is told counts the waits of a thread that had more than the bound
   // queued, as learnt once the wait ended (what it waited for plus what is still queued). A wait
   // for a marker of unknown length, or for the oldest of many short ones, that turns out to have

@@ -200,6 +200,11 @@ class WorkTracker {
   Duration bound_waited() const {
     return Duration(bound_waited_ns_.load(std::memory_order_relaxed));
   }
+  // Submitting threads waiting for the drain bound now. Such a thread waits for this process's own
+  // queued work: when the GPU is idle meanwhile, its wake-up is late, and the process is not idle.
+  std::uint64_t threads_at_bound() const noexcept {
+    return threads_at_bound_.load(std::memory_order_acquire);
+  }
 
  private:
   struct Marker {
@@ -307,6 +312,7 @@ class WorkTracker {
   std::uint64_t disagreements_ = 0;
   std::atomic<std::uint64_t> bound_waits_{0};
   std::atomic<std::int64_t> bound_waited_ns_{0};
+  std::atomic<std::uint64_t> threads_at_bound_{0};
 };
 
 }  // namespace nvshare::client::cuda

@@ -251,9 +251,10 @@ void GrantSession::service_grant(MonoTime now) {
     next_idle_check_ = now + std::max<Duration>(idle / 2, floor);
     const Duration idle_now = probe_.idle_for();
     observe_idle(idle_now);
-    // A thread inside a submission is about to queue work, however long the call takes: the GPU
-    // is idle, the process is not.
-    if (idle_now >= idle && probe_.waiters() == 0 && probe_.inside() == 0) {
+    // A thread inside a submission is about to queue work, however long the call takes, and one
+    // waiting for the drain bound is about to go on (the work it waits for is done when the GPU
+    // is idle): the GPU is idle, the process is not.
+    if (idle_now >= idle && probe_.waiters() == 0 && !submitting()) {
       await(Awaiting::kGateClosed, session::CloseGateToRelease{});
       return;
     }
@@ -507,6 +508,8 @@ bool GrantSession::wants_no_gpu() {
   return probe_.waiters() == 0 && idle.count() > 0 && probe_.idle_for() >= idle;
 }
 
+bool GrantSession::submitting() { return probe_.inside() > 0 || probe_.at_bound() > 0; }
+
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
 
 bool GrantSession::noticed() const { return notice_epoch_ != 0 && notice_epoch_ == epoch_; }
@@ -530,9 +533,9 @@ Duration GrantSession::idle_threshold() const {
 void GrantSession::observe_idle(Duration idle) {
   // Less idle than at the last check: work came in between, so that idle stretch was a pause.
   if (idle < idle_seen_) {
-    // A stretch during which a thread sat inside a submission is the driver's, not the
-    // application's: traced, never learnt as a pause.
-    if (idle_threads_.inside > 0) {
+    // A stretch during which a thread sat inside a submission or at the drain bound is the
+    // driver's, not the application's: traced, never learnt as a pause.
+    if (idle_threads_.submitting()) {
       note_stall(idle_seen_, idle_threads_);
     } else {
       learn_pause(idle_seen_, idle_threads_);
@@ -544,6 +547,8 @@ void GrantSession::observe_idle(Duration idle) {
         std::max(idle_threads_.inside, static_cast<std::int64_t>(probe_.inside()));
     idle_threads_.waiting =
         std::max(idle_threads_.waiting, static_cast<std::int64_t>(probe_.waiters()));
+    idle_threads_.at_bound =
+        std::max(idle_threads_.at_bound, static_cast<std::int64_t>(probe_.at_bound()));
   }
   idle_seen_ = idle;
 }
@@ -721,8 +726,10 @@ void GrantSession::finish_revoke(MonoTime now, session::SwapRecord swap) {
 }
 
 void GrantSession::on_gate_closed(std::uint64_t inside, MonoTime now) {
-  // With the gate closed nobody can start a submission; release only if nobody did in between.
-  if (state_ != GrantState::kHeld || inside > 0 || probe_.idle_for() < idle_threshold()) {
+  // With the gate closed nobody can start a submission; release only if nobody did in between
+  // and no thread waits for the drain bound (its next submission would come at once).
+  if (state_ != GrantState::kHeld || inside > 0 || probe_.at_bound() > 0 ||
+      probe_.idle_for() < idle_threshold()) {
     publish(state_, session::GateChange::kOpen);
     return;
   }

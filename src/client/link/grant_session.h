@@ -113,8 +113,9 @@ inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // process has made while holding, if longer, and never more than the idle release. A pause is an
 // idle stretch that ended in new work: one seen between two idle checks, or one that a release of
 // this kind cut short, up to when a thread next began to wait (SessionProbe::waiting_since). An
-// idle stretch during which an idle check saw a thread inside a submission is no pause (the process
-// was submitting; the driver held the call), and no holder releases while a thread is inside one.
+// idle stretch during which an idle check saw a thread inside a submission, or waiting for the
+// drain bound, is no pause (the process was submitting: the driver held the call, or woke a thread
+// late from its wait for work already done), and no holder releases while a thread is in either.
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 // The same floor when only contended came: a release then moves no memory (the lower class runs
 // beside what this process keeps on the GPU), so handing a pause over costs this process at most
@@ -172,9 +173,12 @@ class SessionProbe {
   virtual int waiters() = 0;             // application threads waiting at the closed gate
   virtual MonoTime waiting_since() = 0;  // when the first of them began to wait (waiters() > 0)
   virtual std::uint64_t inside() = 0;    // threads inside a submission
-  virtual Duration idle_for() = 0;       // DeviceAgent::idle_for()
-  virtual DeviceUsage usage() = 0;       // DeviceAgent::usage()
-  virtual Duration queue_waited() = 0;   // DeviceAgent::queue_waited()
+  // Threads waiting for the drain bound, after their submission (outside the gate, so a revoke
+  // never waits for them): DeviceAgent::threads_at_bound().
+  virtual std::uint64_t at_bound() = 0;
+  virtual Duration idle_for() = 0;      // DeviceAgent::idle_for()
+  virtual DeviceUsage usage() = 0;      // DeviceAgent::usage()
+  virtual Duration queue_waited() = 0;  // DeviceAgent::queue_waited()
 };
 
 namespace session {
@@ -248,11 +252,14 @@ struct SwapRecord {      // a swap a trace event included; bytes < 0: none
   double ms = -1;
 };
 // During an idle stretch seen by the idle checks: the most application threads seen at once inside
-// a submission and waiting at the gate (-1: not looked). A pause with threads inside was spent in a
-// submission (the library's drain-bound wait or the driver), not in the application.
+// a submission, waiting at the gate and waiting for the drain bound (-1: not looked). A stretch
+// with threads inside or at the bound was spent submitting (in the driver, or in the library's wait
+// for this process's own work), not in the application.
 struct ThreadsSeen {
   std::int64_t inside = -1;
   std::int64_t waiting = -1;
+  std::int64_t at_bound = -1;
+  bool submitting() const { return inside > 0 || at_bound > 0; }
 };
 // A hand-off trace event (handoff_trace.h); ms < 0: no duration. Emitted before the action that
 // lets another process react to the event (a frame, the gate opening), so that what others record
@@ -366,6 +373,9 @@ class GrantSession {
   // Queued (by a revoke) yet done with the GPU: no thread waits and the process has been idle for
   // the idle release. Such a process takes neither a grant's swap-in nor room.
   bool wants_no_gpu();
+  // A thread is inside a submission or waiting for the drain bound: the process is not idle,
+  // whatever the GPU is.
+  bool submitting();
   bool yield_asked() const;
   bool noticed() const;
   bool swap_noticed() const;  // of the notices for the grant held, one was a swap notice
@@ -375,7 +385,7 @@ class GrantSession {
   void observe_idle(Duration idle);
   // A longer pause than seen so far is traced ("pause"), with the threads seen during it.
   void learn_pause(Duration pause, session::ThreadsSeen threads = {});
-  // An idle stretch with a thread inside a submission: traced ("stall") when the longest yet.
+  // An idle stretch with a thread submitting: traced ("stall") when the longest yet.
   void note_stall(Duration stall, session::ThreadsSeen threads);
   void observe_pause_before_request(MonoTime now);
   void settle_if_limits_known();
@@ -437,7 +447,7 @@ class GrantSession {
   std::uint64_t notice_epoch_ = 0;       // a swap notice or contended came for this grant
   std::uint64_t swap_notice_epoch_ = 0;  // of which a swap notice (floor kNoticedIdle)
   Duration longest_pause_{};  // the longest pause seen while holding, this process's life
-  Duration longest_stall_{};  // the longest idle stretch with a thread inside a submission
+  Duration longest_stall_{};  // the longest idle stretch with a thread submitting
   Duration idle_seen_{};      // idle time at the last idle check of the grant held
   session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
   // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).

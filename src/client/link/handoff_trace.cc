@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -28,7 +29,7 @@ HandoffTrace::~HandoffTrace() {
 
 void HandoffTrace::record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
                           double ms, std::int64_t swap_bytes, double swap_ms, std::int64_t inside,
-                          std::int64_t waiting) const noexcept {
+                          std::int64_t waiting, std::int64_t at_bound) const noexcept {
   if (fd_ < 0) return;
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -46,8 +47,9 @@ void HandoffTrace::record(std::string_view event, std::string_view gpu_uuid, std
                        swap_bytes, swap_ms);
   }
   if (inside >= 0) {
-    n += std::snprintf(line + n, sizeof line - n, ",\"inside\":%" PRId64 ",\"waiting\":%" PRId64,
-                       inside, waiting);
+    n += std::snprintf(line + n, sizeof line - n,
+                       ",\"inside\":%" PRId64 ",\"waiting\":%" PRId64 ",\"at_bound\":%" PRId64,
+                       inside, waiting, std::max<std::int64_t>(at_bound, 0));
   }
   n += std::snprintf(line + n, sizeof line - n, "}\n");
   // One write: O_APPEND keeps concurrent writers' lines whole. A short write is not retried (it

@@ -11,10 +11,11 @@
 // swap-notice (a swap-out announced for this grant: host copies are being made), contended (a
 // lower class held back waits: this grant ends at the next pause), pause (the
 // longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases; a
-// pause the idle checks saw adds `inside` and `waiting`, the most application threads they saw at
-// once inside a submission and waiting at the gate during it: 0 and 0, the application itself
-// paused), stall (the longest idle stretch yet during which a thread sat inside a submission: not
-// a pause, and never learnt as one; with `inside` and `waiting`), evict and evicted (an eviction
+// pause the idle checks saw adds `inside`, `waiting` and `at_bound`, the most application threads
+// they saw at once inside a submission, waiting at the gate and waiting for the drain bound during
+// it: all 0, the application itself paused), stall (the longest idle stretch yet during which a
+// thread sat inside a submission or waited for the drain bound: not a pause, and never learnt as
+// one; with the same counts), evict and evicted (an eviction
 // without a grant, and its swap-out), room (memory brought back into room while waiting for the
 // grant, with `swap_bytes` and `swap_ms`).
 //
@@ -38,10 +39,11 @@ class HandoffTrace {
 
   bool enabled() const { return fd_ >= 0; }
   // `ms` < 0: the event has no duration; `swap_bytes` < 0: it included no swap; `inside` < 0: no
-  // thread counts (`inside` and `waiting`, written only with them).
+  // thread counts (`inside`, `waiting` and `at_bound`, written only with them).
   void record(std::string_view event, std::string_view gpu_uuid, std::uint64_t epoch,
               double ms = -1, std::int64_t swap_bytes = -1, double swap_ms = -1,
-              std::int64_t inside = -1, std::int64_t waiting = -1) const noexcept;
+              std::int64_t inside = -1, std::int64_t waiting = -1,
+              std::int64_t at_bound = -1) const noexcept;
 
  private:
   int fd_ = -1;

@@ -273,6 +273,8 @@ Duration DeviceChannel::queue_waited() {
   return agent_allowed() ? agent_.queue_waited() : Duration{0};
 }
 
+std::uint64_t DeviceChannel::at_bound() { return agent_allowed() ? agent_.threads_at_bound() : 0; }
+
 void DeviceChannel::run() {
   try {
     while (!engine_.stopping_.load(std::memory_order_acquire)) {
@@ -380,7 +382,7 @@ std::optional<session::Event> DeviceChannel::perform(const session::Action& acti
   }
   if (const auto* r = std::get_if<Record>(&action)) {
     engine_.trace_.record(r->event, identity_.gpu_uuid, r->epoch, r->ms, r->swap.bytes, r->swap.ms,
-                          r->threads.inside, r->threads.waiting);
+                          r->threads.inside, r->threads.waiting, r->threads.at_bound);
     return std::nullopt;
   }
   if (const auto* r = std::get_if<Registered>(&action)) {

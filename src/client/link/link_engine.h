@@ -124,6 +124,7 @@ class DeviceChannel final : public DeviceLink, private SessionProbe {
   Duration idle_for() override;
   DeviceUsage usage() override;
   Duration queue_waited() override;
+  std::uint64_t at_bound() override;
 
   void slow_enter();
   void ensure_started();

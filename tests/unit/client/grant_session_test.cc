@@ -22,10 +22,12 @@ class Probe final : public SessionProbe {
   Duration idle_for() override { return idle; }
   DeviceUsage usage() override { return use; }
   Duration queue_waited() override { return waited; }
+  std::uint64_t at_bound() override { return at_bound_now; }
 
   int waiting = 0;
   MonoTime since{};
   std::uint64_t inside_now = 0;
+  std::uint64_t at_bound_now = 0;
   Duration idle{0};
   DeviceUsage use{1ull << 30, 1ull << 30, 0};
   Duration waited{0};
@@ -429,6 +431,36 @@ TEST_F(GrantSessionTest, AThreadInsideASubmissionIsNoPause) {
   EXPECT_EQ(stall->ms, 90.0);
   EXPECT_EQ(stall->threads.inside, 1);
   expect_idle_threshold(kNoticedIdle, 60ms, 70ms);
+}
+
+// The same for a thread waiting for the drain bound (outside the gate): the driver woke it late
+// from a wait for work already done. No release while it waits, at an idle check or when the gate
+// closes, and the stretch is a stall.
+TEST_F(GrantSessionTest, AThreadWaitingForTheDrainBoundIsNoPause) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  at(15ms, FrameReceived{protocol::SwapNotice{3}});
+  probe_.idle = 90ms;
+  probe_.at_bound_now = 1;
+  EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr) << "released at the bound";
+  probe_.idle = 0ms;
+  probe_.at_bound_now = 0;
+  const Record* stall = find<Record>(at(45ms, Tick{}));
+  ASSERT_NE(stall, nullptr);
+  EXPECT_STREQ(stall->event, "stall");
+  EXPECT_EQ(stall->threads.inside, 0);
+  EXPECT_EQ(stall->threads.at_bound, 1);
+  expect_idle_threshold(kNoticedIdle, 60ms, 70ms);
+  // A thread came to the bound between that idle check and the closing of the gate: the gate
+  // opens again.
+  probe_.at_bound_now = 1;
+  const auto closed = at(71ms, GateClosed{0});
+  EXPECT_EQ(sent<protocol::Released>(closed), nullptr);
+  ASSERT_NE(find<Publish>(closed), nullptr);
+  EXPECT_EQ(find<Publish>(closed)->gate, GateChange::kOpen);
+  EXPECT_EQ(engine_->state(), GrantState::kHeld);
 }
 
 // An eviction without a grant (protocol version 9): drain, swap out, report the usage at once; the

@@ -29,7 +29,7 @@ TEST(HandoffTrace, WritesEachFieldOnlyWhereTheEventHasIt) {
     ASSERT_TRUE(trace.enabled());
     trace.record("request", "GPU-1", 3);
     trace.record("release", "GPU-1", 3, 12.5, 4096, 2.25);
-    trace.record("pause", "GPU-1", 3, 91.0, -1, -1, 1, 0);
+    trace.record("pause", "GPU-1", 3, 91.0, -1, -1, 1, 0, 2);
   }
   const std::vector<std::string> lines = lines_of(path);
   std::filesystem::remove(path);
@@ -40,7 +40,8 @@ TEST(HandoffTrace, WritesEachFieldOnlyWhereTheEventHasIt) {
       << lines[1];
   EXPECT_EQ(lines[1].find("inside"), std::string::npos);
   EXPECT_NE(
-      lines[2].find("\"event\":\"pause\",\"epoch\":3,\"ms\":91.000,\"inside\":1,\"waiting\":0}"),
+      lines[2].find("\"event\":\"pause\",\"epoch\":3,\"ms\":91.000,\"inside\":1,\"waiting\":0,"
+                    "\"at_bound\":2}"),
       std::string::npos)
       << lines[2];
 }

@@ -52,6 +52,7 @@ class FakeAgent final : public DeviceAgent {
   Duration idle_for() override;
   DeviceUsage usage() override;
   Duration queue_waited() override { return Duration{0}; }
+  std::uint64_t threads_at_bound() override { return 0; }
   void apply_limits(const protocol::Limits& limits) override;
   void limits_unknown() override;
 
