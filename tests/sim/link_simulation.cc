@@ -665,6 +665,9 @@ void World::launch_done(SimClient& c) {
     c.worked_since_stall = Duration{0};
     c.at_bound_now = true;
     next = c.work_end + c.spec.late_wake;
+    SimClient* p = &c;
+    at_time(next, [p] { p->at_bound_now = false; });
+    next += c.spec.after_wake;
   } else if (c.work_end - now_ > kQueueAhead) {
     c.at_bound_now = true;
     next = c.work_end - kQueueAhead;
@@ -1026,13 +1029,15 @@ std::vector<Scenario> named_scenarios() {
     // Two jobs that do not fit beside each other take turns, each told that the other waits for
     // its memory (a swap notice); neither ever pauses, but now and then the driver wakes a thread
     // that waits for the drain bound 90 ms after the work it waited for is done, the GPU idle
-    // meanwhile: the process is submitting, not idle, so no turn ends there.
+    // meanwhile, and the thread spends 2 ms on the host before its next launch: the process was
+    // submitting, not idle, so no turn ends there, nor in the 2 ms after.
     Scenario s = base(kLateWakesScenario, policy::Mode::kAuto);
     s.config.quantum_max = 3s;
     for (int i = 0; i < 2; ++i) {
       s.clients.push_back(ClientSpec{Load::kBusy, 0, -1, 12 * kGiB});
       s.clients.back().swap_bytes_per_s = 40e9;
       s.clients.back().late_wake = 90ms;
+      s.clients.back().after_wake = 2ms;
       s.clients.back().stall_every = 500ms;
     }
     s.length = 16s;

@@ -67,8 +67,9 @@ struct ClientSpec {
   Duration stall_every = std::chrono::milliseconds(500);
   // A wait for the drain bound that ends this long after the work it waited for is done (the
   // driver wakes the thread late; the GPU runs dry meanwhile), after every stall_every of GPU
-  // work; 0: none.
+  // work; 0: none. The thread then spends after_wake on host work before its next launch.
   Duration late_wake{0};
+  Duration after_wake{0};
 };
 
 struct Restart {

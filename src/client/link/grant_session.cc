@@ -249,12 +249,14 @@ void GrantSession::service_grant(MonoTime now) {
   if (state_ == GrantState::kHeld && idle.count() > 0 && now >= next_idle_check_) {
     const Duration floor = yield_asked() ? kYieldCheckEvery : std::chrono::milliseconds(1);
     next_idle_check_ = now + std::max<Duration>(idle / 2, floor);
-    const Duration idle_now = probe_.idle_for();
-    observe_idle(idle_now);
+    const Duration gpu_idle = probe_.idle_for();
+    observe_idle(gpu_idle);
     // A thread inside a submission is about to queue work, however long the call takes, and one
     // waiting for the drain bound is about to go on (the work it waits for is done when the GPU
-    // is idle): the GPU is idle, the process is not.
-    if (idle_now >= idle && probe_.waiters() == 0 && !submitting()) {
+    // is idle): the GPU is idle, the process is not, and its idle time starts again.
+    const bool busy = submitting();
+    if (busy) submitting_seen_ = now;
+    if (process_idle(now, gpu_idle) >= idle && probe_.waiters() == 0 && !busy) {
       await(Awaiting::kGateClosed, session::CloseGateToRelease{});
       return;
     }
@@ -498,6 +500,7 @@ void GrantSession::hold(std::uint64_t epoch, MonoTime now, double swap_in_ms,
   granted_at_ = now;
   idle_seen_ = Duration{0};
   idle_threads_ = {};
+  submitting_seen_.reset();
   next_idle_check_ = now + config_.timing.idle_release / 2;
   out_.emplace_back(session::Record{"grant", epoch, swap_in_ms, swap});
   publish(GrantState::kHeld, session::GateChange::kOpen);
@@ -509,6 +512,11 @@ bool GrantSession::wants_no_gpu() {
 }
 
 bool GrantSession::submitting() { return probe_.inside() > 0 || probe_.at_bound() > 0; }
+
+Duration GrantSession::process_idle(MonoTime now, Duration gpu_idle) const {
+  if (!submitting_seen_) return gpu_idle;
+  return std::min(gpu_idle, now - *submitting_seen_);
+}
 
 bool GrantSession::yield_asked() const { return yield_epoch_ != 0 && yield_epoch_ == epoch_; }
 
@@ -728,14 +736,15 @@ void GrantSession::finish_revoke(MonoTime now, session::SwapRecord swap) {
 void GrantSession::on_gate_closed(std::uint64_t inside, MonoTime now) {
   // With the gate closed nobody can start a submission; release only if nobody did in between
   // and no thread waits for the drain bound (its next submission would come at once).
+  const Duration idle = process_idle(now, probe_.idle_for());
   if (state_ != GrantState::kHeld || inside > 0 || probe_.at_bound() > 0 ||
-      probe_.idle_for() < idle_threshold()) {
+      idle < idle_threshold()) {
     publish(state_, session::GateChange::kOpen);
     return;
   }
-  out_.emplace_back(session::Record{"idle-release", epoch_});
+  out_.emplace_back(session::Record{"idle-release", epoch_, to_ms(idle), {}, idle_threads_});
   if (noticed() && idle_threshold() < config_.timing.idle_release) {
-    noticed_release_idle_since_ = now - probe_.idle_for();
+    noticed_release_idle_since_ = now - idle;
   } else {
     noticed_release_idle_since_.reset();
   }

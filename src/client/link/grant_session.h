@@ -376,6 +376,9 @@ class GrantSession {
   // A thread is inside a submission or waiting for the drain bound: the process is not idle,
   // whatever the GPU is.
   bool submitting();
+  // How long the process has been idle: the GPU's idle time, from the last idle check that saw a
+  // thread submitting at the latest.
+  Duration process_idle(MonoTime now, Duration gpu_idle) const;
   bool yield_asked() const;
   bool noticed() const;
   bool swap_noticed() const;  // of the notices for the grant held, one was a swap notice
@@ -450,6 +453,8 @@ class GrantSession {
   Duration longest_stall_{};  // the longest idle stretch with a thread submitting
   Duration idle_seen_{};      // idle time at the last idle check of the grant held
   session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
+  // The last idle check of the grant held that saw a thread submitting (none: not since the grant).
+  std::optional<MonoTime> submitting_seen_;
   // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).
   std::optional<MonoTime> noticed_release_idle_since_;
   // Usage.

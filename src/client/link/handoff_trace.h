@@ -7,7 +7,8 @@
 // `t` is CLOCK_MONOTONIC in seconds (comparable across processes of one host); `ms` is the event's
 // duration where it has one (swap in for a grant, drain and swap out for a release); a grant or
 // release that included a swap adds `swap_bytes` and `swap_ms`. Events: request, grant, revoke,
-// release (answering a revoke), idle-release, handback (a grant given straight back), yield,
+// release (answering a revoke), idle-release (`ms`: how long the process had been idle, with the
+// thread counts below seen during that stretch), handback (a grant given straight back), yield,
 // swap-notice (a swap-out announced for this grant: host copies are being made), contended (a
 // lower class held back waits: this grant ends at the next pause), pause (the
 // longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases; a

@@ -463,6 +463,32 @@ TEST_F(GrantSessionTest, AThreadWaitingForTheDrainBoundIsNoPause) {
   EXPECT_EQ(engine_->state(), GrantState::kHeld);
 }
 
+// A thread seen submitting at an idle check makes the process busy then, whatever the GPU's idle
+// time says: the process's idle time starts again from that check (a thread the driver woke late
+// from the drain bound goes on to its next submission, and an idle check may come in between).
+TEST_F(GrantSessionTest, IdleTimeStartsAgainWhereAThreadWasSeenSubmitting) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  at(15ms, FrameReceived{protocol::SwapNotice{3}});
+  probe_.idle = 40ms;
+  probe_.at_bound_now = 1;
+  EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr);
+  probe_.at_bound_now = 0;
+  probe_.idle = 50ms;  // nothing submitted since: the GPU is still idle
+  EXPECT_EQ(find<CloseGateToRelease>(at(40ms, Tick{})), nullptr) << "idle 10 ms since the bound";
+  probe_.idle = 60ms;
+  EXPECT_NE(find<CloseGateToRelease>(at(50ms, Tick{})), nullptr) << "idle 20 ms since the bound";
+  const auto released = at(50ms, GateClosed{0});
+  ASSERT_NE(sent<protocol::Released>(released), nullptr);
+  const Record* record = find<Record>(released);
+  ASSERT_NE(record, nullptr);
+  EXPECT_STREQ(record->event, "idle-release");
+  EXPECT_EQ(record->ms, 20.0) << "the process's idle time, not the GPU's";
+  EXPECT_EQ(record->threads.at_bound, 1) << "seen during the stretch";
+}
+
 // An eviction without a grant (protocol version 9): drain, swap out, report the usage at once; the
 // next grant swaps the memory back in. Ignored while holding; already out, only the usage again.
 TEST_F(GrantSessionTest, AnEvictionWithoutAGrantSwapsOutAndReports) {
