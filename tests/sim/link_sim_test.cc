@@ -59,9 +59,9 @@ TEST(LinkSim, NamedScenarios) {
 }
 
 // A swap notice (a job waits for this one's memory) hands the end of a turn's work over after
-// kNoticedIdle, not the idle release; a job that pauses loses its grant to a pause at most once,
-// since the pause is learnt (client/link/grant_session.h, kNoticedIdle).
-TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostOnce) {
+// kNoticedIdle, not the idle release; a job that pauses loses its grant to a pause at most twice,
+// since a pause made twice is waited out (client/link/grant_session.h, kNoticedIdle).
+TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostTwice) {
   const auto named = run_named(kNoticedEndsScenario);
   ASSERT_TRUE(named.has_value());
   const auto& [scenario, result] = *named;
@@ -69,7 +69,7 @@ TEST(LinkSim, ANoticedEndIsHandedOverSoonAndAPauseAtMostOnce) {
   for (std::size_t i = 0; i < 3; ++i) {
     std::printf("client %zu: %d pauses handed over, end released %.1f ms after the work\n", i,
                 result.pause_releases[i], to_ms(result.noticed_end_release[i]));
-    EXPECT_LE(result.pause_releases[i], 1) << "client " << i;
+    EXPECT_LE(result.pause_releases[i], 2) << "client " << i;
   }
   // The job that never pauses: released within kNoticedIdle and one look (half of it), plus the
   // simulated delays.
@@ -129,16 +129,32 @@ TEST(LinkSim, ALateWakeAtTheDrainBoundIsNoPause) {
   }
 }
 
+// The same service with one pause of 60 ms at its start, before the trainer is held back: a pause
+// made once is not waited out (it would be, for the rest of the run, at twice its length), so the
+// later pauses still go down within kContendedIdle and one look.
+TEST(LinkSim, AOneOffPauseKeepsNoLaterPauseFromAHeldBackLowerClass) {
+  const auto named = run_named(kOneOffPauseScenario);
+  ASSERT_TRUE(named.has_value());
+  const auto& [scenario, result] = *named;
+  std::printf(
+      "the service handed %d of its pauses over after a notice, the latest %.1f ms after its "
+      "work\n",
+      result.noticed_pause_releases[0], to_ms(result.noticed_pause_release[0]));
+  EXPECT_GE(result.noticed_pause_releases[0], 5);
+  EXPECT_LE(result.noticed_pause_release[0],
+            client::kContendedIdle * 3 / 2 + scenario.delay_max + std::chrono::milliseconds(1));
+}
+
 // The same service with 30 ms gaps between its bursts of 100 ms: told that the trainer waits, it
-// hands one gap over at most (the gap is then learnt as a pause), not one every 130 ms.
-TEST(LinkSim, AHighServiceHandsAtMostOneShortGapToAHeldBackLowerClass) {
+// hands two gaps over at most (a gap made twice is waited out), not one every 130 ms.
+TEST(LinkSim, AHighServiceHandsAtMostTwoShortGapsToAHeldBackLowerClass) {
   const auto named = run_named(kContendedGapsScenario);
   ASSERT_TRUE(named.has_value());
   const auto& [scenario, result] = *named;
   std::printf("%llu contended; the service handed %d of its gaps over after a notice\n",
               static_cast<unsigned long long>(result.contended), result.noticed_pause_releases[0]);
   EXPECT_GT(result.contended, 0u);
-  EXPECT_LE(result.noticed_pause_releases[0], 1);
+  EXPECT_LE(result.noticed_pause_releases[0], 2);
 }
 
 // Seeds that sweeps beyond the ones every run checks (NVSHARE_SIM_SEED_BASE) found failing, kept

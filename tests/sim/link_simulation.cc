@@ -93,6 +93,8 @@ class SimClient final : public client::SessionProbe {
   int burst_left = 0;
   Duration worked_since_pause{0};
   Duration worked_since_stall{0};
+  Duration worked{0};
+  bool paused_once = false;
   std::uint64_t noticed_epoch = 0;  // the grant its last swap notice or contended came for
   std::uint64_t yield_epoch = 0;    // the grant its last yield came for
   // Of spec.bytes, what is on the host; it moves in pieces of a quarter, as the library moves a
@@ -653,7 +655,11 @@ void World::launch_done(SimClient& c) {
   // The last thread out of a closed gate wakes the link thread.
   if (!c.gate_open) feed(c, session::Tick{});
   MonoTime next = now_ + 50us;
-  if (c.spec.load == Load::kBursty && --c.burst_left <= 0) {
+  c.worked += c.spec.kernel;
+  if (c.spec.once_pause > Duration{0} && !c.paused_once && c.worked >= c.spec.once_pause_after) {
+    c.paused_once = true;
+    next = c.work_end + c.spec.once_pause;
+  } else if (c.spec.load == Load::kBursty && --c.burst_left <= 0) {
     c.burst_left = rng_.range(5, 60);
     next = c.work_end + rng_.between(50ms, 1500ms);
   } else if (c.spec.pause > Duration{0} &&
@@ -1070,6 +1076,13 @@ std::vector<Scenario> named_scenarios() {
     s.clients[0].stall_every = 500ms;
     out.push_back(s);
     s.clients[0].stall = Duration{0};
+    // The first service again, with one pause of 60 ms after its first 100 ms of work (a start-up
+    // before its loop): made once, it is not waited out, and the later pauses go down at once.
+    s.name = kOneOffPauseScenario;
+    s.clients[0].once_pause = 60ms;
+    s.clients[0].once_pause_after = 100ms;
+    out.push_back(s);
+    s.clients[0].once_pause = Duration{0};
     s.name = kContendedGapsScenario;
     s.clients[0].pause = 30ms;
     s.clients[0].pause_every = 100ms;

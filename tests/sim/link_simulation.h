@@ -61,6 +61,10 @@ struct ClientSpec {
   Duration pause{0};
   Duration pause_every = std::chrono::milliseconds(200);
   Duration idle_from{0};  // 0: never; else no more work from then on (its memory stays)
+  // kBusy: one pause of host work this long after once_pause_after of GPU work (a start-up before
+  // the loop); 0: none.
+  Duration once_pause{0};
+  Duration once_pause_after{0};
   // A launch call that takes this long (the driver holds it; the GPU runs dry meanwhile) after
   // every stall_every of GPU work; 0: none.
   Duration stall{0};
@@ -137,6 +141,9 @@ inline constexpr const char* kStalledLaunchesScenario =
     "a high service whose launches the driver holds now and then beside a held-back low trainer";
 inline constexpr const char* kContendedPausesScenario =
     "a high service's pauses go to a held-back low trainer";
+inline constexpr const char* kOneOffPauseScenario =
+    "a high service's one-off pause at its start keeps none of its later pauses from a held-back "
+    "low trainer";
 inline constexpr const char* kContendedGapsScenario =
     "a high service's short gaps stay its own beside a held-back low trainer";
 

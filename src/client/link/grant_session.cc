@@ -528,7 +528,7 @@ bool GrantSession::swap_noticed() const {
 
 Duration GrantSession::noticed_idle() const {
   const Duration floor = swap_noticed() ? kNoticedIdle : kContendedIdle;
-  return std::min(config_.timing.idle_release, std::max(floor, 2 * longest_pause_));
+  return std::min(config_.timing.idle_release, std::max(floor, 2 * recurring_pause()));
 }
 
 Duration GrantSession::idle_threshold() const {
@@ -562,9 +562,30 @@ void GrantSession::observe_idle(Duration idle) {
 }
 
 void GrantSession::learn_pause(Duration pause, session::ThreadsSeen threads) {
-  if (pause <= longest_pause_) return;
-  longest_pause_ = pause;
-  out_.emplace_back(session::Record{"pause", epoch_, to_ms(pause), {}, threads});
+  // Traced where the time it would take a contended holder to release changes: below the floor
+  // every pause is alike.
+  const auto waited_out = [this] {
+    return std::min(config_.timing.idle_release, std::max(kContendedIdle, 2 * recurring_pause()));
+  };
+  const Duration before = waited_out();
+  pauses_[pauses_seen_++ % kPausesKept] = pause;
+  if (waited_out() != before) {
+    out_.emplace_back(session::Record{"pause", epoch_, to_ms(recurring_pause()), {}, threads});
+  }
+}
+
+Duration GrantSession::recurring_pause() const {
+  Duration longest{0};
+  Duration second{0};
+  for (const Duration pause : pauses_) {
+    if (pause > longest) {
+      second = longest;
+      longest = pause;
+    } else if (pause > second) {
+      second = pause;
+    }
+  }
+  return second;
 }
 
 void GrantSession::note_stall(Duration stall, session::ThreadsSeen threads) {

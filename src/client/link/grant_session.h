@@ -76,6 +76,7 @@
 //    failed connect, a lost connection or Stop, unless the limits are still unknown.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -109,10 +110,11 @@ inline constexpr Duration kYieldIdle = std::chrono::microseconds(200);
 // most once a millisecond).
 inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // Idle time after which a holder told that a waiting job needs its memory (a swap notice) or that a
-// lower class held back waits for it (contended) releases, at least: twice the longest pause the
-// process has made while holding, if longer, and never more than the idle release. A pause is an
-// idle stretch that ended in new work: one seen between two idle checks, or one that a release of
-// this kind cut short, up to when a thread next began to wait (SessionProbe::waiting_since). An
+// lower class held back waits for it (contended) releases, at least: twice the pause the process
+// makes again and again (recurring_pause()), if longer, and never more than the idle release. A
+// pause is an idle stretch, while holding, that ended in new work: one seen between two idle
+// checks, or one that a release of this kind cut short, up to when a thread next began to wait
+// (SessionProbe::waiting_since). An
 // idle stretch during which an idle check saw a thread inside a submission, or waiting for the
 // drain bound, is no pause (the process was submitting: the driver held the call, or woke a thread
 // late from its wait for work already done), and no holder releases while a thread is in either.
@@ -120,9 +122,15 @@ inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 // The same floor when only contended came: a release then moves no memory (the lower class runs
 // beside what this process keeps on the GPU), so handing a pause over costs this process at most
 // the lower class's drain when it comes back, against a whole swap each way after a swap notice.
-// It is shorter so that a held-back job gets the pause sooner; a pause of the kind the process has
-// made before still keeps the grant (twice the longest pause).
+// It is shorter so that a held-back job gets the pause sooner; a pause of the kind the process
+// makes again and again still keeps the grant.
 inline constexpr Duration kContendedIdle = std::chrono::milliseconds(5);
+// The pauses a holder remembers: its last kPausesKept. The pause it waits out is the second longest
+// of them, the longest that was made at least twice: a pause of its steady work (a gap every step)
+// is waited out after it was seen twice, while a one-off (start-up before a loop, a collection, a
+// hiccup of the host) never takes the short floor away, and is forgotten once as many pauses came
+// after it.
+inline constexpr std::size_t kPausesKept = 16;
 // A swap-out moves this much (whole pieces, at least) between two usage reports: a few
 // milliseconds of copies at PCIe speed, against which a report and the next step's start are
 // nothing.
@@ -386,8 +394,11 @@ class GrantSession {
   Duration idle_threshold() const;
   // Pauses (kNoticedIdle): an idle check's view, and a request after a release on a notice.
   void observe_idle(Duration idle);
-  // A longer pause than seen so far is traced ("pause"), with the threads seen during it.
+  // Kept among the last kPausesKept; a change of the recurring pause is traced ("pause"), with the
+  // threads seen during the pause that changed it.
   void learn_pause(Duration pause, session::ThreadsSeen threads = {});
+  // The longest pause made at least twice among those kept (kPausesKept).
+  Duration recurring_pause() const;
   // An idle stretch with a thread submitting: traced ("stall") when the longest yet.
   void note_stall(Duration stall, session::ThreadsSeen threads);
   void observe_pause_before_request(MonoTime now);
@@ -446,12 +457,13 @@ class GrantSession {
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};
-  std::uint64_t yield_epoch_ = 0;        // a yield asks to release this grant once idle
-  std::uint64_t notice_epoch_ = 0;       // a swap notice or contended came for this grant
-  std::uint64_t swap_notice_epoch_ = 0;  // of which a swap notice (floor kNoticedIdle)
-  Duration longest_pause_{};  // the longest pause seen while holding, this process's life
-  Duration longest_stall_{};  // the longest idle stretch with a thread submitting
-  Duration idle_seen_{};      // idle time at the last idle check of the grant held
+  std::uint64_t yield_epoch_ = 0;               // a yield asks to release this grant once idle
+  std::uint64_t notice_epoch_ = 0;              // a swap notice or contended came for this grant
+  std::uint64_t swap_notice_epoch_ = 0;         // of which a swap notice (floor kNoticedIdle)
+  std::array<Duration, kPausesKept> pauses_{};  // the last pauses seen while holding
+  std::size_t pauses_seen_ = 0;
+  Duration longest_stall_{};             // the longest idle stretch with a thread submitting
+  Duration idle_seen_{};                 // idle time at the last idle check of the grant held
   session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
   // The last idle check of the grant held that saw a thread submitting (none: not since the grant).
   std::optional<MonoTime> submitting_seen_;

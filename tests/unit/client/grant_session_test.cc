@@ -377,22 +377,25 @@ TEST_F(GrantSessionTest, ASwapNoticeKeepsItsFloorBesideContended) {
   }
 }
 
-// A pause is no end of work: once the process was seen to pause (idle, then busy again), a noticed
-// holder waits out twice that pause; and a pause that a release on a notice cut short counts too,
-// up to when a thread began to wait again.
-TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
+// A pause is no end of work: once the process was seen to make a pause twice (idle, then busy
+// again), a noticed holder waits out twice that pause; a pause that a release on a notice cut short
+// counts too, up to when a thread began to wait again. A pause made once changes nothing.
+TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItMakesAgain) {
   SessionConfig c = config();
   c.timing.idle_release = 100ms;
   welcome(c);
   hold(3, 10ms);
   at(15ms, FrameReceived{protocol::SwapNotice{3}});
-  // An idle check inside a pause (15 ms idle when seen, no thread inside a submission), then the
-  // work is back: the pause is traced with the threads seen during it.
+  // Idle checks inside two pauses (15 ms idle when seen, no thread submitting), each followed by
+  // work: the second is traced with the threads seen during it.
   probe_.idle = 15ms;
   EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr);
   probe_.idle = 0ms;
-  const auto back = at(45ms, Tick{});
-  const Record* pause = find<Record>(back);
+  EXPECT_EQ(find<Record>(at(40ms, Tick{})), nullptr) << "made once";
+  probe_.idle = 15ms;
+  EXPECT_EQ(find<CloseGateToRelease>(at(50ms, Tick{})), nullptr);
+  probe_.idle = 0ms;
+  const Record* pause = find<Record>(at(60ms, Tick{}));
   ASSERT_NE(pause, nullptr);
   EXPECT_STREQ(pause->event, "pause");
   EXPECT_EQ(pause->ms, 15.0);
@@ -404,11 +407,52 @@ TEST_F(GrantSessionTest, ANoticedHolderWaitsOutThePausesItHasMade) {
 
   // That release came 30 ms into an idle stretch, and a thread began to wait for the GPU 60 ms
   // after the stretch began (its request went out later, after an eviction): a pause of 60 ms,
-  // learnt, so the next noticed grant waits the whole idle release (at most).
+  // made once, so the next noticed grant still waits out 30 ms.
   probe_.idle = 0ms;
   hold(4, 400ms, 160ms);
   at(410ms, FrameReceived{protocol::SwapNotice{4}});
-  expect_idle_threshold(100ms, 540ms, 600ms);
+  expect_idle_threshold(30ms, 440ms, 460ms);
+  at(460ms, GateClosed{0});
+  ASSERT_EQ(engine_->state(), GrantState::kIdle);
+  // The same again: 60 ms made twice, so the next noticed grant waits the whole idle release.
+  probe_.idle = 0ms;
+  hold(5, 600ms, 490ms);
+  at(610ms, FrameReceived{protocol::SwapNotice{5}});
+  expect_idle_threshold(100ms, 740ms, 800ms);
+}
+
+// The pauses kept are the last kPausesKept: a long pause made twice is forgotten once that many
+// shorter ones came after it, and the holder waits out the short ones again.
+TEST_F(GrantSessionTest, APauseIsForgottenOnceEnoughOthersCameAfterIt) {
+  SessionConfig c = config();
+  c.timing.idle_release = 100ms;
+  welcome(c);
+  hold(3, 10ms);
+  Duration t = 60ms;  // idle checks every 50 ms (half the idle release) until a notice
+  const auto pause = [&](Duration length) {  // an idle check inside it, then one after it
+    probe_.idle = length;
+    EXPECT_EQ(find<CloseGateToRelease>(at(t, Tick{})), nullptr);
+    probe_.idle = 0ms;
+    at(t + 50ms, Tick{});
+    t += 100ms;
+  };
+  pause(4ms);
+  pause(4ms);
+  pause(40ms);
+  pause(40ms);
+  for (std::size_t i = 0; i + 2 < kPausesKept; ++i) pause(4ms);
+  // Both long ones are still among the last kPausesKept: twice 40 ms.
+  at(t, FrameReceived{protocol::Contended{3}});
+  expect_idle_threshold(80ms, t + 40ms, t + 80ms);
+  at(t + 80ms, GateClosed{0});
+  ASSERT_EQ(engine_->state(), GrantState::kIdle);
+  probe_.idle = 0ms;
+  hold(4, t + 200ms);
+  t += 250ms;
+  pause(4ms);  // one more short one: the first long one is gone
+  at(t, FrameReceived{protocol::Contended{4}});
+  static_assert(2 * 4ms > kContendedIdle);
+  expect_idle_threshold(8ms, t + 4ms, t + 10ms);
 }
 
 // An idle GPU while a thread sits inside a submission (the driver holds the call) is no pause of
