@@ -140,7 +140,8 @@ constexpr std::array<ClientKnob, 13> kKnobs = {{
     {"idle-release-ms", "100", "0..3600000 (milliseconds; 0: never)",
      "A holder that has submitted nothing for this long, with all its work complete, gives the "
      "grant back by itself and asks again on its next submission. While a job waits for its "
-     "memory (a swap notice), after 20 ms or twice its longest pause, if shorter (scheduling.md, "
+     "memory (a swap notice), after 20 ms or twice the pause it makes again and again, if "
+     "shorter (scheduling.md, "
      "\"A noticed holder releases sooner\").",
      apply_idle_release},
     {"drain-bound-ms", "50", "1..60000 (milliseconds)",

@@ -296,8 +296,8 @@ struct Room {
 
 // Version 13: the holder of grant `epoch` holds up a job that is given none of its idle moments (a
 // lower class held back while it runs). Advice only, like a swap notice without the swap: the
-// holder releases at its next pause (20 ms idle, or twice the longest pause it has made, at most
-// its idle release) instead of waiting out its idle release. Sent at most once per grant.
+// holder releases at its next pause (5 ms idle, or twice the pause it makes again and again, at
+// most its idle release) instead of waiting out its idle release. Sent at most once per grant.
 struct Contended {
   std::uint64_t epoch = 0;
   bool operator==(const Contended&) const = default;

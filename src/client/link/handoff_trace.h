@@ -10,8 +10,8 @@
 // release (answering a revoke), idle-release (`ms`: how long the process had been idle, with the
 // thread counts below seen during that stretch), handback (a grant given straight back), yield,
 // swap-notice (a swap-out announced for this grant: host copies are being made), contended (a
-// lower class held back waits: this grant ends at the next pause), pause (the
-// longest pause yet while holding, `ms` its length: it sets how soon a noticed holder releases; a
+// lower class held back waits: this grant ends at the next pause), pause (the pause a noticed
+// holder waits out changed, `ms` the new one: the second longest of its last kPausesKept; a
 // pause the idle checks saw adds `inside`, `waiting` and `at_bound`, the most application threads
 // they saw at once inside a submission, waiting at the gate and waiting for the drain bound during
 // it: all 0, the application itself paused), stall (the longest idle stretch yet during which a
