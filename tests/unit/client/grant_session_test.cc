@@ -455,56 +455,43 @@ TEST_F(GrantSessionTest, APauseIsForgottenOnceEnoughOthersCameAfterIt) {
   expect_idle_threshold(8ms, t + 4ms, t + 10ms);
 }
 
-// An idle GPU while a thread sits inside a submission (the driver holds the call) is no pause of
-// the process: a noticed holder does not release then, and the stretch is traced as a stall, never
-// learnt, so the floor stays kNoticedIdle.
-TEST_F(GrantSessionTest, AThreadInsideASubmissionIsNoPause) {
+// An idle GPU while a thread is submitting is no pause of the process: inside a submission (the
+// driver holds the call), or waiting for the drain bound outside the gate (the driver woke it late
+// from a wait for work already done). A noticed holder does not release then, at an idle check or
+// when the gate closes, and the stretch is traced as a stall, never learnt, so the floor stays
+// kNoticedIdle.
+TEST_F(GrantSessionTest, AThreadSubmittingIsNoPause) {
   SessionConfig c = config();
   c.timing.idle_release = 100ms;
-  welcome(c);
-  hold(3, 10ms);
-  at(15ms, FrameReceived{protocol::SwapNotice{3}});
-  probe_.idle = 90ms;
-  probe_.inside_now = 1;
-  EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr) << "released under a submission";
-  probe_.idle = 0ms;
-  probe_.inside_now = 0;
-  const Record* stall = find<Record>(at(45ms, Tick{}));
-  ASSERT_NE(stall, nullptr);
-  EXPECT_STREQ(stall->event, "stall");
-  EXPECT_EQ(stall->ms, 90.0);
-  EXPECT_EQ(stall->threads.inside, 1);
-  expect_idle_threshold(kNoticedIdle, 60ms, 70ms);
-}
-
-// The same for a thread waiting for the drain bound (outside the gate): the driver woke it late
-// from a wait for work already done. No release while it waits, at an idle check or when the gate
-// closes, and the stretch is a stall.
-TEST_F(GrantSessionTest, AThreadWaitingForTheDrainBoundIsNoPause) {
-  SessionConfig c = config();
-  c.timing.idle_release = 100ms;
-  welcome(c);
-  hold(3, 10ms);
-  at(15ms, FrameReceived{protocol::SwapNotice{3}});
-  probe_.idle = 90ms;
-  probe_.at_bound_now = 1;
-  EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr) << "released at the bound";
-  probe_.idle = 0ms;
-  probe_.at_bound_now = 0;
-  const Record* stall = find<Record>(at(45ms, Tick{}));
-  ASSERT_NE(stall, nullptr);
-  EXPECT_STREQ(stall->event, "stall");
-  EXPECT_EQ(stall->threads.inside, 0);
-  EXPECT_EQ(stall->threads.at_bound, 1);
-  expect_idle_threshold(kNoticedIdle, 60ms, 70ms);
-  // A thread came to the bound between that idle check and the closing of the gate: the gate
-  // opens again.
-  probe_.at_bound_now = 1;
-  const auto closed = at(71ms, GateClosed{0});
-  EXPECT_EQ(sent<protocol::Released>(closed), nullptr);
-  ASSERT_NE(find<Publish>(closed), nullptr);
-  EXPECT_EQ(find<Publish>(closed)->gate, GateChange::kOpen);
-  EXPECT_EQ(engine_->state(), GrantState::kHeld);
+  for (const bool at_bound : {false, true}) {
+    SCOPED_TRACE(at_bound ? "at the drain bound" : "inside a submission");
+    std::uint64_t& count = at_bound ? probe_.at_bound_now : probe_.inside_now;
+    probe_.idle = 0ms;
+    welcome(c);
+    hold(3, 10ms);
+    at(15ms, FrameReceived{protocol::SwapNotice{3}});
+    probe_.idle = 90ms;
+    count = 1;
+    EXPECT_EQ(find<CloseGateToRelease>(at(30ms, Tick{})), nullptr) << "released while submitting";
+    probe_.idle = 0ms;
+    count = 0;
+    const Record* stall = find<Record>(at(45ms, Tick{}));
+    ASSERT_NE(stall, nullptr);
+    EXPECT_STREQ(stall->event, "stall");
+    EXPECT_EQ(stall->ms, 90.0);
+    EXPECT_EQ(stall->threads.inside, at_bound ? 0 : 1);
+    EXPECT_EQ(stall->threads.at_bound, at_bound ? 1 : 0);
+    expect_idle_threshold(kNoticedIdle, 60ms, 70ms);
+    // A thread began to submit between that idle check and the closing of the gate: the gate
+    // opens again.
+    count = 1;
+    const auto closed = at(71ms, GateClosed{probe_.inside_now});
+    count = 0;
+    EXPECT_EQ(sent<protocol::Released>(closed), nullptr);
+    ASSERT_NE(find<Publish>(closed), nullptr);
+    EXPECT_EQ(find<Publish>(closed)->gate, GateChange::kOpen);
+    EXPECT_EQ(engine_->state(), GrantState::kHeld);
+  }
 }
 
 // A thread seen submitting at an idle check makes the process busy then, whatever the GPU's idle
