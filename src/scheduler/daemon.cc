@@ -475,8 +475,22 @@ bool Daemon::has_session(const ClientIdentity& process) const {
   return welcomed_.count(process_key(process)) != 0;
 }
 
-SessionHost::IpcReply Daemon::ipc(const ClientIdentity& peer, const protocol::Message& request,
+ClientIdentity Daemon::ipc_identity(const ClientIdentity& peer) const {
+  if (peer.pod_uid || !has_session(peer)) return peer;
+  for (const auto& [fd, session] : sessions_) {
+    if (session->client() == 0 || process_key(session->peer()) != process_key(peer)) continue;
+    if (std::optional<std::string> pod = scheduler_.pod_of(session->client())) {
+      ClientIdentity who = peer;
+      who.pod_uid = std::move(pod);
+      return who;
+    }
+  }
+  return peer;
+}
+
+SessionHost::IpcReply Daemon::ipc(const ClientIdentity& sender, const protocol::Message& request,
                                   UniqueFd passed) {
+  const ClientIdentity peer = ipc_identity(sender);
   IpcReply reply;
   std::visit(
       [&](const auto& m) {

@@ -108,6 +108,10 @@ class Daemon final : public ClientChannel, public SessionHost {
   // Whether a welcomed session of that process (pid and start time) is open (one closing counts
   // until close_session() ends it). One map lookup: welcomed_ counts them by process.
   bool has_session(const ClientIdentity& process) const;
+  // Who a CUDA IPC request comes from: the peer, in the pod its welcomed sessions count in where
+  // its cgroup names none (a pod it declared to a scheduler that trusts client limits), so that
+  // memory is shared within the pods the scheduler counts it in.
+  ClientIdentity ipc_identity(const ClientIdentity& peer) const;
   using ProcessKey = std::pair<pid_t, std::uint64_t>;  // pid, start time
   static ProcessKey process_key(const ClientIdentity& peer) { return {peer.pid, peer.start_time}; }
 

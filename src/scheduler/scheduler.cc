@@ -326,6 +326,12 @@ Status Scheduler::set_gpus(const std::vector<GpuInfo>& gpus, const std::string& 
   return Status::Ok();
 }
 
+std::optional<std::string> Scheduler::pod_of(ClientId client) const {
+  const auto it = clients_.find(client);
+  if (it == clients_.end()) return std::nullopt;
+  return it->second.pod_uid;
+}
+
 Status Scheduler::register_client(ClientId id, const ClientIdentity& identity,
                                   const protocol::Hello& hello, MonoTime now) {
   if (hello.gpu_uuid.empty()) return make_error("hello names no GPU");

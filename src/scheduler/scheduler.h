@@ -218,6 +218,9 @@ class Scheduler {
   const DaemonConfig& config() const { return config_; }
   std::size_t client_count() const { return clients_.size(); }
   bool has_client(ClientId client) const { return clients_.count(client) != 0; }
+  // The pod a client counts in: its cgroup's, or the one it declared where the scheduler trusts
+  // client limits. None: no pod, or no such client.
+  std::optional<std::string> pod_of(ClientId client) const;
 
  private:
   struct Client {

@@ -753,6 +753,43 @@ TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
   EXPECT_EQ(json_string(&re, "ipc_seen_last"), "a5") << "the last piece did not map";
 }
 
+// CUDA IPC stays within a pod: with the pods the processes declare (a scheduler that trusts
+// clients, as off Kubernetes with --trust-client-limits), a process of another pod that opens the
+// exporter's handle gets CUDA_ERROR_INVALID_HANDLE and maps nothing, as for a handle nobody
+// exported, and a process of the exporter's own pod opens the same handle afterwards.
+TEST_F(E2eTest, IpcIsRefusedToAnotherPod) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({"--trust-client-limits"}));
+  const std::string pod = "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d";
+  const std::string other_pod = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+  const std::string handle = dir_.path() + "/ipc.handle";
+  const std::string done = dir_.path() + "/ipc.done";
+  Trainer& exporter = start_trainer({"exporter",
+                                     {"--bytes", "128Mi", "--kernels", "1", "--ipc-export", handle,
+                                      "--ipc-wait", done, "--ipc-bytes", "128Mi"},
+                                     {{"NVSHARE_POD_UID", pod}}});
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(wait_until([&] { return !read_file(handle).empty(); }, 20)) << exporter.describe();
+  Trainer& stranger = start_trainer(
+      {"stranger", {"--kernels", "0", "--ipc-import", handle}, {{"NVSHARE_POD_UID", other_pod}}});
+  ASSERT_FALSE(HasFailure());
+  auto code = stranger.wait(30);
+  ASSERT_TRUE(code.ok()) << stranger.describe();
+  EXPECT_EQ(code.value(), 1) << stranger.describe();
+  auto report = stranger.report();
+  ASSERT_TRUE(report.ok()) << stranger.describe();
+  EXPECT_EQ(json_string(&report.value(), "error"), "CUDA_ERROR_INVALID_HANDLE: cuIpcOpenMemHandle")
+      << stranger.describe();
+  Trainer& neighbour = start_trainer(
+      {"neighbour",
+       {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done, "--ipc-bytes", "128Mi"},
+       {{"NVSHARE_POD_UID", pod}}});
+  Json rn = finish(neighbour);
+  Json re = finish(exporter);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(json_string(&rn, "ipc_read"), "5a") << "the same pod could not open the handle";
+  EXPECT_EQ(json_string(&re, "ipc_seen"), "a5");
+}
+
 // The 16 hex digits of `value` as a handle stores it (little endian).
 std::string le_hex(std::uint64_t value) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -276,6 +276,9 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Open&& re
   if (current.device->ordinal < 0 || current.device->ordinal >= kMaxGpus) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
+  // The scheduler decides in which pod this process may import by its registration: one that
+  // opens a handle before it allocated anything registers first, as an allocation would.
+  current.device->link->await_registration();
   auto claimed = claim_pieces(*fields);
   if (!claimed) {
     NVSHARE_WARN("cuIpcOpenMemHandle: %s", claimed.error().message.c_str());
