@@ -753,6 +753,18 @@ TEST_F(E2eTest, IpcSharesDeviceBackedMemoryCountedOnce) {
   EXPECT_EQ(json_string(&re, "ipc_seen_last"), "a5") << "the last piece did not map";
 }
 
+// A trainer whose --ipc-import was refused: it exits 1 and reports cuIpcOpenMemHandle's
+// CUDA_ERROR_INVALID_HANDLE.
+void expect_open_refused(Trainer& t) {
+  auto code = t.wait(30);
+  ASSERT_TRUE(code.ok()) << t.describe();
+  EXPECT_EQ(code.value(), 1) << t.describe();
+  auto report = t.report();
+  ASSERT_TRUE(report.ok()) << t.describe();
+  EXPECT_EQ(json_string(&report.value(), "error"), "CUDA_ERROR_INVALID_HANDLE: cuIpcOpenMemHandle")
+      << t.describe();
+}
+
 // CUDA IPC stays within a pod: with the pods the processes declare (a scheduler that trusts
 // clients, as off Kubernetes with --trust-client-limits), a process of another pod that opens the
 // exporter's handle gets CUDA_ERROR_INVALID_HANDLE and maps nothing, as for a handle nobody
@@ -772,13 +784,7 @@ TEST_F(E2eTest, IpcIsRefusedToAnotherPod) {
   Trainer& stranger = start_trainer(
       {"stranger", {"--kernels", "0", "--ipc-import", handle}, {{"NVSHARE_POD_UID", other_pod}}});
   ASSERT_FALSE(HasFailure());
-  auto code = stranger.wait(30);
-  ASSERT_TRUE(code.ok()) << stranger.describe();
-  EXPECT_EQ(code.value(), 1) << stranger.describe();
-  auto report = stranger.report();
-  ASSERT_TRUE(report.ok()) << stranger.describe();
-  EXPECT_EQ(json_string(&report.value(), "error"), "CUDA_ERROR_INVALID_HANDLE: cuIpcOpenMemHandle")
-      << stranger.describe();
+  expect_open_refused(stranger);
   Trainer& neighbour = start_trainer(
       {"neighbour",
        {"--kernels", "0", "--ipc-import", handle, "--ipc-done", done, "--ipc-bytes", "128Mi"},
@@ -828,14 +834,7 @@ TEST_F(E2eTest, ATamperedHandleOfAPiecedExportIsRefused) {
     Trainer& t = start_trainer(
         {"forged" + std::to_string(n++), {"--kernels", "0", "--ipc-import", path}, {}});
     ASSERT_FALSE(HasFailure());
-    auto code = t.wait(30);
-    ASSERT_TRUE(code.ok()) << t.describe();
-    EXPECT_EQ(code.value(), 1) << t.describe();
-    auto report = t.report();
-    ASSERT_TRUE(report.ok()) << t.describe();
-    EXPECT_EQ(json_string(&report.value(), "error"),
-              "CUDA_ERROR_INVALID_HANDLE: cuIpcOpenMemHandle")
-        << t.describe();
+    expect_open_refused(t);
   }
   for (const auto& [forged, why] :
        {std::pair{0, "a malformed handle"}, std::pair{1, "the handle says 128Mi"}}) {

@@ -527,7 +527,10 @@ bool GrantSession::swap_noticed() const {
 }
 
 Duration GrantSession::noticed_idle() const {
-  const Duration floor = swap_noticed() ? kNoticedIdle : kContendedIdle;
+  return pauses_waited_out(swap_noticed() ? kNoticedIdle : kContendedIdle);
+}
+
+Duration GrantSession::pauses_waited_out(Duration floor) const {
   return std::min(config_.timing.idle_release, std::max(floor, 2 * recurring_pause()));
 }
 
@@ -564,12 +567,9 @@ void GrantSession::observe_idle(Duration idle) {
 void GrantSession::learn_pause(Duration pause, session::ThreadsSeen threads) {
   // Traced where the time it would take a contended holder to release changes: below the floor
   // every pause is alike.
-  const auto waited_out = [this] {
-    return std::min(config_.timing.idle_release, std::max(kContendedIdle, 2 * recurring_pause()));
-  };
-  const Duration before = waited_out();
+  const Duration before = pauses_waited_out(kContendedIdle);
   pauses_[pauses_seen_++ % kPausesKept] = pause;
-  if (waited_out() != before) {
+  if (pauses_waited_out(kContendedIdle) != before) {
     out_.emplace_back(session::Record{"pause", epoch_, to_ms(recurring_pause()), {}, threads});
   }
 }

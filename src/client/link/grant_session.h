@@ -114,10 +114,10 @@ inline constexpr Duration kYieldCheckEvery = std::chrono::microseconds(250);
 // makes again and again (recurring_pause()), if longer, and never more than the idle release. A
 // pause is an idle stretch, while holding, that ended in new work: one seen between two idle
 // checks, or one that a release of this kind cut short, up to when a thread next began to wait
-// (SessionProbe::waiting_since). An
-// idle stretch during which an idle check saw a thread inside a submission, or waiting for the
-// drain bound, is no pause (the process was submitting: the driver held the call, or woke a thread
-// late from its wait for work already done), and no holder releases while a thread is in either.
+// (SessionProbe::waiting_since). An idle stretch during which an idle check saw a thread inside a
+// submission, or waiting for the drain bound, is no pause (the process was submitting: the driver
+// held the call, or woke a thread late from its wait for work already done), and no holder
+// releases while a thread is in either.
 inline constexpr Duration kNoticedIdle = std::chrono::milliseconds(20);
 // The same floor when only contended came: a release then moves no memory (the lower class runs
 // beside what this process keeps on the GPU), so handing a pause over costs this process at most
@@ -391,6 +391,9 @@ class GrantSession {
   bool noticed() const;
   bool swap_noticed() const;  // of the notices for the grant held, one was a swap notice
   Duration noticed_idle() const;
+  // The idle time a noticed holder waits out with this floor: twice the recurring pause, if
+  // longer, never more than the idle release.
+  Duration pauses_waited_out(Duration floor) const;
   Duration idle_threshold() const;
   // Pauses (kNoticedIdle): an idle check's view, and a request after a release on a notice.
   void observe_idle(Duration idle);

@@ -16,9 +16,9 @@
 // they saw at once inside a submission, waiting at the gate and waiting for the drain bound during
 // it: all 0, the application itself paused), stall (the longest idle stretch yet during which a
 // thread sat inside a submission or waited for the drain bound: not a pause, and never learnt as
-// one; with the same counts), evict and evicted (an eviction
-// without a grant, and its swap-out), room (memory brought back into room while waiting for the
-// grant, with `swap_bytes` and `swap_ms`).
+// one; with the same counts), evict and evicted (an eviction without a grant, and its swap-out),
+// room (memory brought back into room while waiting for the grant, with `swap_bytes` and
+// `swap_ms`).
 //
 // Contract: disabled (no file, no cost but one branch) when the path is empty; a file that cannot
 // be opened is logged once and the trace stays disabled; recording never blocks on anything but
