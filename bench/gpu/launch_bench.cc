@@ -17,8 +17,14 @@
 //          in the same process on the same CPU and context, so what differs from one process to the
 //          next cancels out; natively both are the driver's function and the ratio is the method's
 //          own noise.
+//   atomic: the driver's function with an atomic read-modify-write just before and just after each
+//          launch against the bare function, interleaved the same way: the least a gate costs.
+//   interleaved: the same two functions in blocks of kBlock launches, alternating ABBA within one
+//          loop; per repetition the ratio of the two sums of block times, so that slower drifts
+//          (seen to move single loops by 10%) cancel.
 // It also reports the cost of single driver calls the library makes: cuCtxGetCurrent (every gated
-// call), cuEventRecord after a launch (each marker) and cuEventQuery.
+// call), cuEventRecord after a launch (each marker) and cuEventQuery, for the library's marker
+// events and for events with blocking synchronization.
 // Each is repeated --repeats times and the best (least disturbed) repetition reported, with all of
 // them listed. Under libnvshare.so with a scheduler, every launch passes the grant gate (the
 // process holds the grant throughout), so the difference from a native run is the gate's cost.
@@ -30,6 +36,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +47,10 @@ namespace {
 
 constexpr int kBurst = 64;        // launches per timed burst of the call measure
 constexpr long kMarkEvery = 256;  // launches per event in the marked loop
+constexpr long kBlock = 1000;     // launches per block of the interleaved measure
+// The library's drain-bound markers: no timing, no blocking synchronization (it polls them).
+constexpr unsigned kMarkerFlags = CU_EVENT_DISABLE_TIMING;
+constexpr unsigned kBlockingFlags = CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC;
 
 constexpr const char kEmptyPtx[] = R"(
 .version 7.8
@@ -103,10 +114,10 @@ double event_record_ns(Launch& launch, CUstream stream, unsigned flags) {
   return in_calls * 1e9 / kRecords;
 }
 
-// Mean time of cuEventQuery on a completed event.
-double event_query_ns(CUstream stream) {
+// Mean time of cuEventQuery on a completed event made with `flags`.
+double event_query_ns(CUstream stream, unsigned flags) {
   CUevent event;
-  CHECK(cuEventCreate(&event, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
+  CHECK(cuEventCreate(&event, flags));
   CHECK(cuEventRecord(event, stream));
   CHECK(cuStreamSynchronize(stream));
   constexpr int kQueries = 200000;
@@ -180,7 +191,7 @@ int main(int argc, char** argv) {
   // launches and queries the one before, so the same process shows what markers cost.
   CUevent marks[2];
   for (CUevent& mark : marks) {
-    CHECK(cuEventCreate(&mark, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC));
+    CHECK(cuEventCreate(&mark, kMarkerFlags));
     CHECK(cuEventRecord(mark, stream));
   }
   std::vector<double> async_ns, marked_ns, sync_ns, call_ns;
@@ -241,6 +252,51 @@ int main(int argc, char** argv) {
       inproc_ratios.push_back(linked_ns / direct_ns);
     }
   }
+  // Interleaved: blocks of kBlock launches alternating between the two functions in ABBA order,
+  // each block's calls timed (the GPU keeps up), and per repetition the ratio of the two sums.
+  // Whatever drifts more slowly than a block (a few milliseconds) weighs on both alike.
+  std::vector<double> interleaved_ratios;
+  if (direct != nullptr) {
+    const long blocks = std::max(2L, launches / kBlock);
+    for (int r = 0; r < repeats; ++r) {
+      double linked_s = 0;
+      double direct_s = 0;
+      for (long b = 0; b < 2 * blocks; ++b) {
+        const bool linked = b % 4 == 0 || b % 4 == 3;
+        const LaunchFn fn = linked ? &cuLaunchKernel : direct;
+        const double t0 = now_s();
+        for (long i = 0; i < kBlock; ++i)
+          CHECK(fn(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+        (linked ? linked_s : direct_s) += now_s() - t0;
+      }
+      CHECK(cuStreamSynchronize(stream));
+      interleaved_ratios.push_back(linked_s / direct_s);
+    }
+  }
+  // Atomics: the driver's launch with an atomic read-modify-write on a word of this process just
+  // before and just after it (what a gate costs at the least: a locked instruction waits for the
+  // stores before it, the driver's among them), against the bare launch, interleaved as above.
+  std::vector<double> atomic_ratios;
+  if (direct != nullptr) {
+    static std::atomic<std::uint64_t> word{0};
+    const long blocks = std::max(2L, launches / kBlock);
+    for (int r = 0; r < repeats; ++r) {
+      double with_s = 0;
+      double bare_s = 0;
+      for (long b = 0; b < 2 * blocks; ++b) {
+        const bool with = b % 4 == 0 || b % 4 == 3;
+        const double t0 = now_s();
+        for (long i = 0; i < kBlock; ++i) {
+          if (with) word.fetch_add(2, std::memory_order_acq_rel);
+          CHECK(direct(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+          if (with) word.fetch_sub(2, std::memory_order_acq_rel);
+        }
+        (with ? with_s : bare_s) += now_s() - t0;
+      }
+      CHECK(cuStreamSynchronize(stream));
+      atomic_ratios.push_back(with_s / bare_s);
+    }
+  }
   const bool interposed = direct != nullptr && direct != &cuLaunchKernel;
   // The cost of one cuCtxGetCurrent, which the library's launch path makes on every launch to find
   // the calling thread's GPU (reported so the gate's share of a launch can be told apart).
@@ -252,24 +308,27 @@ int main(int argc, char** argv) {
   }
   const double ctx_ns = (now_s() - t0) * 1e9 / static_cast<double>(ctx_calls);
   // What one drain-bound marker costs the library in driver calls: recording an event of the
-  // kind it uses (no timing, blocking synchronization) after a launch, recording one without
-  // blocking synchronization, and querying a completed event.
-  const double marker_ns =
-      event_record_ns(launch, stream, CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
-  const double plain_record_ns = event_record_ns(launch, stream, CU_EVENT_DISABLE_TIMING);
-  const double query_ns = event_query_ns(stream);
+  // kind it uses (no timing, no blocking synchronization) after a launch and querying a completed
+  // one; and the same for an event with blocking synchronization, for comparison.
+  const double record_ns = event_record_ns(launch, stream, kMarkerFlags);
+  const double blocking_record_ns = event_record_ns(launch, stream, kBlockingFlags);
+  const double query_ns = event_query_ns(stream, kMarkerFlags);
+  const double blocking_query_ns = event_query_ns(stream, kBlockingFlags);
   std::printf(
-      "{\"ctx_get_current_ns\":%.1f,\"event_record_ns\":%.1f,\"event_record_plain_ns\":%.1f,"
-      "\"event_query_ns\":%.1f,\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
+      "{\"ctx_get_current_ns\":%.1f,\"event_record_ns\":%.1f,\"event_record_blocking_ns\":%.1f,"
+      "\"event_query_ns\":%.1f,\"event_query_blocking_ns\":%.1f,"
+      "\"launches\":%ld,\"repeats\":%d,\"async_ns_per_launch\":%.1f,"
       "\"sync_ns_per_launch\":%.1f,\"call_ns_per_launch\":%.1f,"
-      "\"inproc_interposed\":%s,\"inproc_ratios\":[%s],"
+      "\"inproc_interposed\":%s,\"inproc_ratios\":[%s],\"interleaved_ratios\":[%s],\"atomic_"
+      "ratios\":[%s],"
       "\"marked_ns_all\":[%s],\"async_ns_all\":[%s],\"sync_ns_all\":[%s],\"call_ns_all\":[%s],"
       "\"result\":\"ok\"}\n",
-      ctx_ns, marker_ns, plain_record_ns, query_ns, launches, repeats,
+      ctx_ns, record_ns, blocking_record_ns, query_ns, blocking_query_ns, launches, repeats,
       *std::min_element(async_ns.begin(), async_ns.end()),
       *std::min_element(sync_ns.begin(), sync_ns.end()),
       *std::min_element(call_ns.begin(), call_ns.end()), interposed ? "true" : "false",
-      join(inproc_ratios, 4).c_str(), join(marked_ns).c_str(), join(async_ns).c_str(),
+      join(inproc_ratios, 4).c_str(), join(interleaved_ratios, 4).c_str(),
+      join(atomic_ratios, 4).c_str(), join(marked_ns).c_str(), join(async_ns).c_str(),
       join(sync_ns).c_str(), join(call_ns).c_str());
   for (CUevent mark : marks) CHECK(cuEventDestroy(mark));
   CHECK(cuStreamDestroy(stream));

@@ -18,7 +18,8 @@ from bench import read_trace  # the trace format has one reader
 # The goal table's rows, in order: metric name -> the row's words. Extra metrics follow.
 ROWS = [
     ("single_membound_time_ratio", "single memory-bound job, time / native"),
-    ("launch_async_time_per_launch_ratio", "launch-bound, time per launch / native (gate active)"),
+    ("launch_interleaved_time_per_launch_ratio", "launch-bound, the library's launch path / the driver's, interleaved in one process (gate active; native column: the same function twice)"),
+    ("launch_async_time_per_launch_ratio", "launch-bound, time per launch / native (gate active), paired processes"),
     ("pair_fit_efficiency_auto", "two compute-bound jobs that fit: aggregate efficiency (mode auto, the default)"),
     ("pair_fit_efficiency_exclusive", "two compute-bound jobs that fit: aggregate efficiency (mode exclusive)"),
     ("idle3_makespan_ratio_auto", "three idle-ish jobs: makespan / one alone (mode auto, the default)"),

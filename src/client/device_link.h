@@ -9,7 +9,7 @@
 //   ---------------------------                     -----------
 //   link.before_submit()  -- fast path: held? ----> (nothing)
 //        slow path: request, block until granted <-- grant (after agent.swap_in() if swapped out)
-//   link.after_submit()   -- counts, no syscall
+//   link.after_submit()   -- counts, no syscall; numbers the submission if it queued work
 //                                                   revoke: stop new submissions, agent.drain(),
 //                                                     agent.swap_out() if asked, send released
 //                                                   swap notice: agent.prepare_swap_out(bytes)
@@ -120,8 +120,11 @@ class DeviceLink {
   virtual ~DeviceLink() = default;
   // Application threads, before a launch, copy or memset on this GPU.
   virtual void before_submit() = 0;
-  // Application threads, after the submission returned.
-  virtual void after_submit() = 0;
+  // Application threads, after the submission returned; `queued`: it succeeded (queued work).
+  // Returns, for a queued one, its number among this GPU's queued submissions (1, 2, ... in the
+  // order their threads returned here; the work tracker's count, kept in the same atomic
+  // operation); 0 otherwise.
+  virtual std::uint64_t after_submit(bool queued) = 0;
   // Allocation or free changed usage: the link reports it (coalesced, from its own thread).
   virtual void usage_changed() = 0;
   // Application threads, with no lock held, after link_device() and before the first allocation:

@@ -236,6 +236,9 @@ class GpuTest : public ::testing::Test {
     void* params[] = {&ns};
     return cuLaunchKernel(spin_, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
   }
+  // The number the link gives a submission (DeviceLink::after_submit), for tests that drive a
+  // tracker of their own.
+  std::uint64_t next_count() { return submissions_.fetch_add(1) + 1; }
 
   CUcontext ctx_ = nullptr;
   CUmodule module_ = nullptr;
@@ -244,6 +247,7 @@ class GpuTest : public ::testing::Test {
   cuda::DeviceState* device_ = nullptr;
   testing::TestLink* link_ = nullptr;
   DeviceAgent* agent_ = nullptr;
+  std::atomic<std::uint64_t> submissions_{0};
 };
 
 TEST_F(GpuTest, TheContextIsMeasuredWithNvmlAndCounted) {
@@ -959,7 +963,7 @@ TEST_F(GpuTest, AnotherContextsTimeSliceIsNoLongerKernels) {
     for (int i = 0; i < 30; ++i) {
       if (i == slice_at) ASSERT_EQ(spin(2'500'000), CUDA_SUCCESS);  // the other context's slice
       ASSERT_EQ(spin(100'000), CUDA_SUCCESS);
-      tracker.submitted(ctx_, stream_);
+      tracker.submitted(ctx_, stream_, next_count());
     }
     ASSERT_EQ(cuStreamSynchronize(stream_), CUDA_SUCCESS);
   }
@@ -983,12 +987,12 @@ TEST_F(GpuTest, ShortKernelsQueuedAheadGetATrustedTime) {
   EXPECT_LT(stats.gpu_ns_per_submission, 400'000);
 }
 
-// A thread waiting at the drain bound sleeps in cuEventSynchronize on its marker; once the marker
-// completes, another thread may see it complete (the link thread's idle checks, another submitting
-// thread) before the waiter wakes. The tracker reuses completed marker events, but never one a
-// thread still waits for: recorded again, it would make the waiter wait for the newer work (on an
-// H200 it slept on with the GPU idle). Here waiters wake 3 ms late, as an interrupt-driven wake-up
-// may, while a second thread submits and a third looks for idleness as the link thread does.
+// A thread waiting at the drain bound polls its marker; once the marker completes, another thread
+// may see it complete (the link thread's idle checks, another submitting thread) before the
+// waiter's next look. The tracker reuses completed marker events, but never one a thread still
+// waits for: recorded again, it would make the waiter wait for the newer work (on an H200 it slept
+// on with the GPU idle). Here a second thread submits and a third looks for idleness as the link
+// thread does, every 2 ms, while the first waits at the bound again and again.
 TEST_F(GpuTest, AMarkerAThreadWaitsForIsNeverRecordedAgain) {
   cuda::WorkTracker tracker(20ms, SteadyClock::instance());
   tracker.note_context(ctx_);
@@ -1001,66 +1005,71 @@ TEST_F(GpuTest, AMarkerAThreadWaitsForIsNeverRecordedAgain) {
   CUstream other = nullptr;
   ASSERT_EQ(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   const unsigned long long rerecorded_before = cuFakeRecordsWhileAwaited();
-  cuFakeSetBlockingWakeNs(3'000'000);
   std::atomic<bool> stop{false};
   std::thread looker([&] {
     while (!stop.load()) {
       tracker.idle_for();
-      std::this_thread::sleep_for(500us);
+      std::this_thread::sleep_for(2ms);
     }
   });
   std::thread second([&] {
     if (cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return;
     while (!stop.load()) {
-      if (spin(other, 50'000) == CUDA_SUCCESS) tracker.submitted(ctx_, other);
+      if (spin(other, 50'000) == CUDA_SUCCESS) tracker.submitted(ctx_, other, next_count());
       std::this_thread::sleep_for(200us);
     }
   });
   for (int i = 0; i < 150; ++i) {
     ASSERT_EQ(spin(stream_, 2'000'000), CUDA_SUCCESS);
-    tracker.submitted(ctx_, stream_);
+    tracker.submitted(ctx_, stream_, next_count());
   }
   stop.store(true);
   looker.join();
   second.join();
-  cuFakeSetBlockingWakeNs(0);
   EXPECT_EQ(cuStreamSynchronize(other), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy_v2(other), CUDA_SUCCESS);
   EXPECT_GT(tracker.stats().bound_waits, 10u);
   EXPECT_EQ(cuFakeRecordsWhileAwaited() - rerecorded_before, 0u);
 }
 
-// A thread the driver wakes late from its wait for the drain bound (the GPU idle meanwhile) is
-// counted as waiting there for as long as it waits: the link does not take that stretch for a pause
-// of the process (grant_session.h, kNoticedIdle).
-TEST_F(GpuTest, AThreadWokenLateFromTheDrainBoundIsCountedThere) {
+// A thread waiting for the drain bound is counted there for as long as it waits (the link does not
+// take that stretch for a pause of the process: grant_session.h, kNoticedIdle), and its wait ends
+// when its marker completes: the tracker polls the marker, so a driver that wakes a thread blocked
+// on an event late (here 200 ms; on an H200 such wakes came 90-110 ms after the work was done)
+// never leaves the GPU idle while the thread sleeps on.
+TEST_F(GpuTest, AWaitAtTheDrainBoundEndsWhenItsMarkerCompletes) {
   cuda::WorkTracker tracker(5ms, SteadyClock::instance());
   tracker.note_context(ctx_);
   const auto real_launch = hooks::real<hooks::HookId::cuLaunchKernel>();
   ASSERT_NE(real_launch, nullptr);
-  cuFakeSetBlockingWakeNs(60'000'000);
+  cuFakeSetBlockingWakeNs(200'000'000);
   std::atomic<bool> done{false};
   std::thread submitter([&] {
     if (cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) {
       for (int i = 0; i < 10; ++i) {
-        std::uint64_t ns = 2'000'000;
+        std::uint64_t ns = 10'000'000;
         void* params[] = {&ns};
         if (real_launch(spin_, 1, 1, 1, 32, 1, 1, 0, stream_, params, nullptr) == CUDA_SUCCESS) {
-          tracker.submitted(ctx_, stream_);
+          tracker.submitted(ctx_, stream_, next_count());
         }
       }
     }
     done.store(true);
   });
-  bool seen = false;  // idle for 10 ms or more while the thread waited at the bound
-  while (!done.load() && !seen) {
-    const std::uint64_t at_bound = tracker.threads_at_bound();
-    seen = at_bound == 1 && tracker.idle_for() >= 10ms && tracker.threads_at_bound() == 1;
+  bool at_bound = false;                     // the thread seen waiting at the bound
+  Duration longest_idle = Duration::zero();  // the GPU idle while it waited
+  while (!done.load()) {
+    if (tracker.threads_at_bound() == 1) {
+      at_bound = true;
+      const Duration idle = tracker.idle_for();
+      if (tracker.threads_at_bound() == 1) longest_idle = std::max(longest_idle, idle);
+    }
     std::this_thread::sleep_for(1ms);
   }
   submitter.join();
   cuFakeSetBlockingWakeNs(0);
-  EXPECT_TRUE(seen);
+  EXPECT_TRUE(at_bound);
+  EXPECT_LT(longest_idle, 100ms) << "a wait outlived its marker";
   EXPECT_GT(tracker.stats().bound_waits, 0u);
   EXPECT_EQ(tracker.threads_at_bound(), 0u);
 }
@@ -1073,7 +1082,7 @@ TEST_F(GpuTest, ADrainTeachesWhatASubmissionTakes) {
   cuda::WorkTracker tracker(50ms, SteadyClock::instance());
   tracker.note_context(ctx_);
   ASSERT_EQ(launch(100'000'000, stream_), CUDA_SUCCESS);
-  tracker.submitted(ctx_, stream_);
+  tracker.submitted(ctx_, stream_, next_count());
   ASSERT_EQ(tracker.stats().gpu_ns_per_submission, 0);
   tracker.drain();
   // 100 ms; the margins leave room for a loaded machine.
@@ -1087,7 +1096,7 @@ TEST_F(GpuTest, StatsIfFreeNeverWaitsForADrain) {
   cuda::WorkTracker tracker(50ms, SteadyClock::instance());
   tracker.note_context(ctx_);
   ASSERT_EQ(launch(1'000'000'000, stream_), CUDA_SUCCESS);
-  tracker.submitted(ctx_, stream_);
+  tracker.submitted(ctx_, stream_, next_count());
   std::thread drain([&] {
     if (cuCtxSetCurrent(ctx_) == CUDA_SUCCESS) tracker.drain();
   });

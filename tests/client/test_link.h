@@ -13,7 +13,10 @@ namespace nvshare::client::testing {
 
 struct TestLink final : DeviceLink {
   void before_submit() override { before.fetch_add(1); }
-  void after_submit() override { after.fetch_add(1); }
+  std::uint64_t after_submit(bool queued) override {
+    after.fetch_add(1);
+    return queued ? queued_submissions.fetch_add(1) + 1 : 0;
+  }
   void usage_changed() override { usage_reports.fetch_add(1); }
   void await_registration() override { registration_waits.fetch_add(1); }
 
@@ -21,6 +24,7 @@ struct TestLink final : DeviceLink {
   DeviceAgent* agent = nullptr;
   std::atomic<std::uint64_t> before{0};
   std::atomic<std::uint64_t> after{0};
+  std::atomic<std::uint64_t> queued_submissions{0};
   std::atomic<std::uint64_t> usage_reports{0};
   std::atomic<std::uint64_t> registration_waits{0};
 };

@@ -3,6 +3,7 @@
 // All streams of a context feed its single queue in submission order, so a stream waits for every
 // earlier operation of its context, not only its own: a valid, if conservative, ordering. Event
 // timestamps are simulated completion times, so cuEventElapsedTime measures simulated GPU time.
+#include <chrono>
 #include <limits>
 #include <thread>
 
@@ -34,6 +35,36 @@ struct RecordState {
   bool stamped = false;
   std::int64_t timestamp_ns = 0;
 };
+
+// This thread's latest query: which event, which record of it, the thread's call count and when.
+struct LastQuery {
+  const CUevent_st* event = nullptr;
+  std::uint64_t record_id = 0;
+  std::uint64_t calls = 0;
+  std::chrono::steady_clock::time_point at{};
+};
+thread_local LastQuery t_last_query;
+
+// Queries of one event by one thread less than kPollGap apart with no other call of the thread
+// between are that thread polling it (a thread that looks at pending events now and then, as an
+// idle check does, is not waiting for them); one that finds the event recorded again since the
+// previous query counts as a record while awaited.
+constexpr auto kPollGap = std::chrono::milliseconds(1);
+
+void note_poll(CUevent_st& event) {
+  std::uint64_t record_id = 0;
+  {
+    std::lock_guard lock(event.mu);
+    record_id = event.record_id;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const LastQuery& last = t_last_query;
+  if (last.event == &event && last.calls + 1 == fakecuda::t_calls && now - last.at < kPollGap &&
+      last.record_id != record_id) {
+    Driver::instance().records_while_awaited.fetch_add(1);
+  }
+  t_last_query = LastQuery{&event, record_id, fakecuda::t_calls, now};
+}
 
 RecordState record_state(CUevent_st& event) {
   for (;;) {
@@ -298,6 +329,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
     std::shared_ptr<CUevent_st> event;
     if (CUresult rc = find_event(hEvent, &event); rc != CUDA_SUCCESS) return rc;
     RecordState state = record_state(*event);
+    note_poll(*event);
     if (!state.queue) return CUDA_SUCCESS;
     return state.queue->done(state.seq) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
   });

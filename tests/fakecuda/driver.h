@@ -180,9 +180,12 @@ class Driver {
       access;  // mapped range -> bit per device (cuMemSetAccess)
   std::atomic<std::uint64_t> next_id{1};
 
-  // Events recorded again while a thread was inside cuEventSynchronize on them: what that thread
-  // then waits for is undefined in the real driver (it was seen to wait for the newer work). Tests
-  // read it (cuFakeRecordsWhileAwaited); nothing in the fake depends on it.
+  // Events recorded again while a thread was waiting for them, inside cuEventSynchronize or
+  // polling them (cuEventQuery calls of the event less than a millisecond apart with no other call
+  // of the thread between):
+  // that thread then waits for the newer work (in the real driver what a synchronize waits for
+  // is undefined; it was seen to wait for the newer work). Tests read it
+  // (cuFakeRecordsWhileAwaited); nothing in the fake depends on it.
   std::atomic<std::uint64_t> records_while_awaited{0};
   // How long after its event completes cuEventSynchronize returns, for events made with
   // CU_EVENT_BLOCKING_SYNC (a real driver wakes such a waiter by an interrupt, later than a
@@ -208,8 +211,13 @@ class Driver {
 
 // Runs an exported function's body; an exception becomes an error code instead of crossing the C
 // ABI.
+// Driver calls this thread has made (every exported function counts itself in guarded()): two
+// queries of one event with no other call between are a thread polling it (cuEventQuery).
+inline thread_local std::uint64_t t_calls = 0;
+
 template <typename Body>
 CUresult guarded(Body&& body) noexcept {
+  ++t_calls;
   try {
     return body();
   } catch (const std::bad_alloc&) {

@@ -13,6 +13,12 @@
 #include "common/quantity.h"
 
 namespace nvshare::client::cuda {
+namespace detail {
+std::atomic<std::uint64_t> g_context_generation{1};
+std::atomic<int> g_enabled{0};
+__attribute__((tls_model("initial-exec"))) constinit thread_local ThreadCache t_cache{nullptr, 0,
+                                                                                      nullptr};
+}  // namespace detail
 namespace {
 
 using hooks::driver;
@@ -22,21 +28,10 @@ using hooks::HookId;
 // the parent's link may still reference the DeviceStates.
 std::atomic<DeviceRegistry*> g_registry{nullptr};
 std::atomic<AllocationTable*> g_allocations{nullptr};
-std::atomic<std::uint64_t> g_context_generation{1};
-
-// 0: not read yet, 1: enabled, 2: disabled.
-std::atomic<int> g_enabled{0};
-
-struct ThreadCache {
-  CUcontext ctx;
-  std::uint64_t generation;
-  DeviceState* device;
-};
-// Trivially constructible, so a thread's first access needs no initialization guard. Initial-exec:
-// the library is loaded with the process (LD_PRELOAD, /etc/ld.so.preload), so its thread-local
-// block is static and every gated call reads the cache without a __tls_get_addr call (24 bytes
-// also fit the surplus glibc keeps for a library opened later).
-__attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache{nullptr, 0, nullptr};
+using detail::g_context_generation;
+using detail::g_enabled;
+using detail::t_cache;
+using detail::ThreadCache;
 
 template <typename T>
 T& singleton(std::atomic<T*>& slot) {
@@ -117,7 +112,9 @@ const char* describe(MemoryMode mode) {
   return "?";
 }
 
-DeviceState* slow_lookup(CUcontext ctx, std::uint64_t generation) {
+}  // namespace
+
+DeviceState* detail::slow_lookup(CUcontext ctx, std::uint64_t generation) {
   CUdevice ordinal = 0;
   if (driver().cuCtxGetDevice == nullptr || driver().cuCtxGetDevice(&ordinal) != CUDA_SUCCESS) {
     return nullptr;
@@ -129,7 +126,7 @@ DeviceState* slow_lookup(CUcontext ctx, std::uint64_t generation) {
   return device;
 }
 
-}  // namespace
+namespace {}  // namespace
 
 DeviceState::DeviceState(int device_ordinal, DeviceIdentity device_identity, bool managed,
                          std::uint64_t limit, Duration drain_bound)
@@ -224,24 +221,10 @@ DeviceRegistry& devices() { return singleton(g_registry); }
 
 AllocationTable& allocations() { return singleton(g_allocations); }
 
-bool library_enabled() {
-  int state = g_enabled.load(std::memory_order_relaxed);
-  if (state == 0) {
-    state = client_config().enabled ? 1 : 2;
-    g_enabled.store(state, std::memory_order_relaxed);
-  }
+bool detail::read_enabled() {
+  const int state = client_config().enabled ? 1 : 2;
+  g_enabled.store(state, std::memory_order_relaxed);
   return state == 1;
-}
-
-CurrentDevice current_device() {
-  if (!library_enabled() || !hooks::ensure_cuda() || driver().cuCtxGetCurrent == nullptr) {
-    return {};
-  }
-  CUcontext ctx = nullptr;
-  if (driver().cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) return {};
-  const std::uint64_t generation = g_context_generation.load(std::memory_order_acquire);
-  if (ctx == t_cache.ctx && generation == t_cache.generation) return {t_cache.device, ctx};
-  return {slow_lookup(ctx, generation), ctx};
 }
 
 void contexts_changed() { g_context_generation.fetch_add(1, std::memory_order_acq_rel); }

@@ -27,6 +27,7 @@
 #include "client/cuda/work_tracker.h"
 #include "client/device_link.h"
 #include "client/hooks/cuda_api.h"
+#include "client/hooks/hook_table.h"
 #include "common/memory_mode.h"
 
 namespace nvshare::client::cuda {
@@ -95,14 +96,48 @@ class DeviceRegistry {
 DeviceRegistry& devices();
 AllocationTable& allocations();
 
-// Whether the library does anything (NVSHARE_ENABLE); read once.
-bool library_enabled();
-
 struct CurrentDevice {
   DeviceState* device = nullptr;  // null: no current context, or the library is disabled
   CUcontext ctx = nullptr;
 };
-CurrentDevice current_device();
+
+// What the hot path below reads inline (device_state.cc).
+namespace detail {
+// 0: not read yet, 1: enabled, 2: disabled.
+extern std::atomic<int> g_enabled;
+bool read_enabled();
+// Moves whenever a context may have ended (contexts_changed()).
+extern std::atomic<std::uint64_t> g_context_generation;
+struct ThreadCache {
+  CUcontext ctx;
+  std::uint64_t generation;
+  DeviceState* device;
+};
+// Trivially constructible, so a thread's first access needs no initialization guard. Initial-exec:
+// the library is loaded with the process (LD_PRELOAD, /etc/ld.so.preload), so its thread-local
+// block is static and every gated call reads the cache without a __tls_get_addr call (24 bytes
+// also fit the surplus glibc keeps for a library opened later).
+extern __attribute__((tls_model("initial-exec"))) constinit thread_local ThreadCache t_cache;
+// A cache miss: asks the driver for the context's device and fills the cache.
+DeviceState* slow_lookup(CUcontext ctx, std::uint64_t generation);
+}  // namespace detail
+
+// Whether the library does anything (NVSHARE_ENABLE); read once.
+inline bool library_enabled() {
+  const int state = detail::g_enabled.load(std::memory_order_relaxed);
+  return state == 0 ? detail::read_enabled() : state == 1;
+}
+
+inline CurrentDevice current_device() {
+  if (!library_enabled() || !hooks::ensure_cuda()) return {};
+  const auto get_current = hooks::driver().cuCtxGetCurrent;
+  CUcontext ctx = nullptr;
+  if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return {};
+  const std::uint64_t generation = detail::g_context_generation.load(std::memory_order_acquire);
+  const detail::ThreadCache& cache = detail::t_cache;
+  if (ctx == cache.ctx && generation == cache.generation) return {cache.device, ctx};
+  return {detail::slow_lookup(ctx, generation), ctx};
+}
 
 // A context may have ended: every thread's cached context -> device mapping is revalidated.
 void contexts_changed();

@@ -168,7 +168,7 @@ std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdevicept
   cuda::DeviceBacking::Exported exported;
   const CUresult rc = device.backing.export_shareable(dptr, &exported);
   if (rc == CUDA_ERROR_INVALID_VALUE) {  // freed meanwhile
-    device.link->after_submit();
+    device.link->after_submit(false);
     return std::nullopt;
   }
   ExportOutcome out;
@@ -194,7 +194,7 @@ std::optional<ExportOutcome> export_backed(cuda::DeviceState& device, CUdevicept
     NVSHARE_WARN("cuIpcGetMemHandle: cannot export device-backed memory: %s",
                  hooks::error_name(rc));
   }
-  device.link->after_submit();
+  device.link->after_submit(false);
   device.link->usage_changed();
   return out;
 }

@@ -3,12 +3,13 @@
 //
 //   link.before_submit()   one atomic while the grant is held; otherwise waits for it
 //   the real driver call
-//   link.after_submit()    always paired with before_submit, whatever the call returned
-//   tracker.submitted()    one atomic increment; at most every kMarkerEvery-th submission records
-//                          a marker and may wait for the drain bound (outside the gate, so a
-//                          revoke never waits for a thread that waits for the bound); for a replay,
-//                          tracker.replayed(), which always records one (the graph's own length
-//                          is learnt)
+//   link.after_submit()    always paired with before_submit, whatever the call returned: one
+//                          atomic, which also numbers a submission that queued work
+//   tracker.submitted()    with that number, no atomic read-modify-write: at most every
+//                          kMarkerEvery-th submission records a marker and may wait for the drain
+//                          bound (outside the gate, so a revoke never waits for a thread that
+//                          waits for the bound); for a replay, tracker.replayed(), which always
+//                          records one (the graph's own length is learnt)
 //
 // The GPU is the one of the calling thread's current context (current_device(): a driver TLS read
 // and a per-thread cache). Without a current context, or with the library disabled, the call goes
@@ -36,15 +37,15 @@ CUresult submit(Work work, bool per_thread, Call&& call) {
   DeviceLink& link = *current.device->link;
   link.before_submit();
   const CUresult rc = call();
-  link.after_submit();
+  const std::uint64_t count = link.after_submit(rc == CUDA_SUCCESS);
   if (rc == CUDA_SUCCESS) {
     // The per-thread-stream forms mean the thread's default stream by the null handle.
     const CUstream stream =
         per_thread && work.stream == nullptr ? CU_STREAM_PER_THREAD : work.stream;
     if (work.graph != nullptr) {
-      current.device->tracker.replayed(current.ctx, stream, work.graph);
+      current.device->tracker.replayed(current.ctx, stream, work.graph, count);
     } else {
-      current.device->tracker.submitted(current.ctx, stream);
+      current.device->tracker.submitted(current.ctx, stream, count);
     }
   }
   return rc;

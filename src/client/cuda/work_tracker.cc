@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "client/hooks/hook_table.h"
 #include "common/log.h"
@@ -11,9 +12,34 @@ namespace {
 
 using hooks::driver;
 
-// Marker events are only waited on or queried: no timing, and a waiting thread sleeps instead of
-// spinning on a CPU the application may need.
-constexpr unsigned kMarkerEventFlags = CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC;
+// Marker events are only queried: no timing, and no blocking synchronization (recording such an
+// event costs the driver about a microsecond more per marker, and a thread it wakes by interrupt
+// was seen to wake 90-110 ms after the event completed). A thread waits for one by polling
+// (await_marker).
+constexpr unsigned kMarkerEventFlags = CU_EVENT_DISABLE_TIMING;
+
+// Waits until `event` completes: cuEventQuery, then a sleep that doubles from kPollFirst up to
+// `longest_sleep`, so a wait ends within about one sleep (and the kernel's timer slack) of the
+// event's completion, and a thread that waits long polls a few thousand times a second at most.
+// Returns what the last query said (CUDA_SUCCESS, or the error that ended the wait).
+constexpr Duration kPollFirst = std::chrono::microseconds(10);
+constexpr Duration kPollLongest = std::chrono::microseconds(250);
+
+// The longest sleep between polls: a sixteenth of the drain bound (a low client's 2 ms bound polls
+// every 125 us at most), at most kPollLongest.
+Duration poll_sleep_limit(Duration bound) {
+  return std::clamp(bound / 16, kPollFirst, kPollLongest);
+}
+
+CUresult await_marker(CUevent event, Duration longest_sleep) {
+  Duration sleep = std::min(kPollFirst, longest_sleep);
+  for (;;) {
+    const CUresult rc = driver().cuEventQuery(event);
+    if (rc != CUDA_ERROR_NOT_READY) return rc;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(2 * sleep, longest_sleep);
+  }
+}
 
 // Makes `ctx` current on the link thread for the scope; undone at the end.
 class ScopedCurrent {
@@ -349,10 +375,11 @@ bool WorkTracker::waited_locked(CUcontext ctx, CUevent event, MonoTime done) {
   return true;
 }
 
-void WorkTracker::replayed(CUcontext ctx, CUstream stream, CUgraphExec graph) noexcept {
-  const std::uint64_t n = submissions_.fetch_add(1, std::memory_order_relaxed) + 1;
+void WorkTracker::replayed(CUcontext ctx, CUstream stream, CUgraphExec graph,
+                           std::uint64_t count) noexcept {
+  note_count(count);
   // A replay into a capture adds a child graph there; nothing runs yet.
-  if (captures_.load(std::memory_order_acquire) == 0) record_and_bound(ctx, stream, n, graph);
+  if (captures_.load(std::memory_order_acquire) == 0) record_and_bound(ctx, stream, count, graph);
 }
 
 void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t count,
@@ -408,7 +435,7 @@ void WorkTracker::record_and_bound(CUcontext ctx, CUstream stream, std::uint64_t
   for (int round = 0; wait_for != nullptr && round < 4; ++round) {
     bound_waits_.fetch_add(1, std::memory_order_relaxed);
     const MonoTime round_began = clock_.now();
-    driver().cuEventSynchronize(wait_for);
+    await_marker(wait_for, poll_sleep_limit(drain_bound()));
     done = clock_.now();
     std::lock_guard lock(mu_);
     ContextWork* work = find_locked(ctx);
@@ -475,7 +502,7 @@ Duration WorkTracker::drain() noexcept {
       }
     }
   }
-  const std::uint64_t submitted = submissions_.load(std::memory_order_acquire);
+  const std::uint64_t submitted = counted_locked();
   for (ContextWork& work : contexts_) {
     ScopedCurrent current(work.ctx);
     if (!current.ok()) continue;
@@ -508,8 +535,8 @@ Duration WorkTracker::drain() noexcept {
 
 Duration WorkTracker::idle_for() noexcept {
   const MonoTime now = clock_.now();
-  const std::uint64_t submitted = submissions_.load(std::memory_order_acquire);
   std::lock_guard lock(mu_);
+  const std::uint64_t submitted = counted_locked();
   if (submitted != seen_) {
     // Submissions since the last look: the GPU was active until about now.
     seen_ = submitted;
@@ -586,7 +613,7 @@ std::optional<TrackerStats> WorkTracker::stats_if_free() const {
 
 TrackerStats WorkTracker::stats_locked() const {
   TrackerStats s;
-  s.submissions = submissions_.load(std::memory_order_relaxed);
+  s.submissions = counted_locked();
   s.gpu_ns_per_submission = tau_ns_;
   s.tau_trusted = trusted();
   s.markers = markers_;

@@ -12,33 +12,34 @@
 // the tracker learns the GPU time one submission takes (tau: measured whenever a thread waits for a
 // marker, from the marker's completion time, and at every drain, as an average), estimates the
 // queued GPU time as the pending markers' submissions times tau, and when recording a marker waits
-// (cuEventSynchronize, outside every lock) for the marker after which at most the drain bound
-// (NVSHARE_DRAIN_BOUND_MS) of work remains. Markers are spaced so that one covers about half the
-// bound (at most kMarkerEvery submissions). Whatever tau says, a thread also waits for every marker
-// older than the bound, and whenever more than kMaxPendingMarkers markers of unknown length are
-// pending. Until tau is trusted every marker is of unknown length: before it is measured (at most
-// two submissions of unknown length are queued before the first measurement), and after, until
-// kConfirmations lessons agree with it (within a factor of two or kAgreeSlack, or shorter than it
-// says; a span shorter than kAgreeSlack confirms nothing) with none in between that found the work
-// longer over a span of more than kShortSpanOfBound of the bound (a shorter span that took longer
-// than tau says may be another context's time slice: it only narrows the spacing to what keeps two
-// markers within the bound were every submission as long as the span). Meanwhile markers start
-// dense and their spacing doubles only on evidence: a wait that found the work no longer than tau
-// says, or a marker point where every marker had completed and the newest span seen complete shows
-// submissions short enough for twice the spacing (its submissions were made after it opened and had
-// run by then); a span seen complete also narrows the spacing to what it shows. A marker complete
-// only because the application synchronized and paused therefore never widens it, and when the link
-// thread sees the process idle, markers start dense again. So tiny start-up kernels, a synchronize,
-// then a loop of long kernels queue two of them before a wait measures them, not a marker spacing
-// fitted to the tiny ones; a lesson that disagrees makes tau untrusted again. When the link
-// thread's idle check finds a marker older than the bound still pending, the next submission is a
-// marker point (kernels that became longer than tau says, submitted slowly, are caught within an
-// idle check; work queued at CPU speed is caught only at the next marker point, at most
-// kMarkerEvery submissions on; the same holds for a trusted tau, which alone spaces markers, when
-// long kernels follow short ones with no idle period between). So but for those cases a revoke's
-// drain waits for about the bound at most, for short and long kernels alike, while launch-bound
-// work (tiny kernels the GPU keeps up with) never waits. The pace (bound_waited) counts only waits
-// that had more than the bound queued.
+// (polling the event with sleeps of at most a sixteenth of the bound, outside every lock: the
+// driver's own blocking wait was seen to wake a thread 90-110 ms late) for the marker after which
+// at most the drain bound (NVSHARE_DRAIN_BOUND_MS) of work remains. Markers are spaced so that one
+// covers about half the bound (at most kMarkerEvery submissions). Whatever tau says, a thread also
+// waits for every marker older than the bound, and whenever more than kMaxPendingMarkers markers of
+// unknown length are pending. Until tau is trusted every marker is of unknown length: before it is
+// measured (at most two submissions of unknown length are queued before the first measurement), and
+// after, until kConfirmations lessons agree with it (within a factor of two or kAgreeSlack, or
+// shorter than it says; a span shorter than kAgreeSlack confirms nothing) with none in between that
+// found the work longer over a span of more than kShortSpanOfBound of the bound (a shorter span
+// that took longer than tau says may be another context's time slice: it only narrows the spacing
+// to what keeps two markers within the bound were every submission as long as the span). Meanwhile
+// markers start dense and their spacing doubles only on evidence: a wait that found the work no
+// longer than tau says, or a marker point where every marker had completed and the newest span seen
+// complete shows submissions short enough for twice the spacing (its submissions were made after it
+// opened and had run by then); a span seen complete also narrows the spacing to what it shows. A
+// marker complete only because the application synchronized and paused therefore never widens it,
+// and when the link thread sees the process idle, markers start dense again. So tiny start-up
+// kernels, a synchronize, then a loop of long kernels queue two of them before a wait measures
+// them, not a marker spacing fitted to the tiny ones; a lesson that disagrees makes tau untrusted
+// again. When the link thread's idle check finds a marker older than the bound still pending, the
+// next submission is a marker point (kernels that became longer than tau says, submitted slowly,
+// are caught within an idle check; work queued at CPU speed is caught only at the next marker
+// point, at most kMarkerEvery submissions on; the same holds for a trusted tau, which alone spaces
+// markers, when long kernels follow short ones with no idle period between). So but for those cases
+// a revoke's drain waits for about the bound at most, for short and long kernels alike, while
+// launch-bound work (tiny kernels the GPU keeps up with) never waits. The pace (bound_waited)
+// counts only waits that had more than the bound queued.
 //
 // Graph replays. One replay may be a thousand kernels or one, so tau says nothing about it: every
 // cuGraphLaunch records a marker of its own, and the tracker learns each executable graph's GPU
@@ -138,17 +139,20 @@ class WorkTracker {
   WorkTracker(const WorkTracker&) = delete;
   WorkTracker& operator=(const WorkTracker&) = delete;
 
-  // Application thread, after a submission to `ctx` (current on this thread) returned.
-  void submitted(CUcontext ctx, CUstream stream) noexcept {
-    const std::uint64_t n = submissions_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (n >= next_marker_.load(std::memory_order_relaxed) &&
+  // Application thread, after a submission to `ctx` (current on this thread) returned. `count` is
+  // its number among the GPU's submissions (1, 2, ...: DeviceLink::after_submit() numbers them in
+  // the gate's own atomic operation, so the fast path here is loads and, mostly, one plain store).
+  void submitted(CUcontext ctx, CUstream stream, std::uint64_t count) noexcept {
+    note_count(count);
+    if (count >= next_marker_.load(std::memory_order_relaxed) &&
         captures_.load(std::memory_order_acquire) == 0) {
-      record_and_bound(ctx, stream, n, nullptr);
+      record_and_bound(ctx, stream, count, nullptr);
     }
   }
-  // Application thread, after a replay of `graph` on `stream` returned: always records a marker
-  // (outside captures) so that the replay's GPU time is learnt and bounded on its own.
-  void replayed(CUcontext ctx, CUstream stream, CUgraphExec graph) noexcept;
+  // Application thread, after a replay of `graph` on `stream` returned (numbered as above): always
+  // records a marker (outside captures) so that the replay's GPU time is learnt and bounded on its
+  // own.
+  void replayed(CUcontext ctx, CUstream stream, CUgraphExec graph, std::uint64_t count) noexcept;
 
   // Runs the real cuStreamBeginCapture* call; counts the capture when it succeeded.
   template <typename Call>
@@ -226,9 +230,8 @@ class WorkTracker {
     std::deque<Marker> pending;
     std::vector<CUevent> spare;  // completed marker events, reused
     // Marker events a thread is waiting for (once per waiting thread), and completed ones kept out
-    // of `spare` until their last waiter is done: an event recorded again while a thread sleeps in
-    // cuEventSynchronize on it makes that thread wait for the newer work (on an H200 it slept on
-    // with the GPU idle).
+    // of `spare` until their last waiter is done: an event recorded again while a thread waits for
+    // it makes that thread wait for the newer work (on an H200 it slept on with the GPU idle).
     std::vector<CUevent> awaited;
     std::vector<CUevent> held;
     CUstream stream = nullptr;  // private stream, created on first use
@@ -283,6 +286,16 @@ class WorkTracker {
   // The event to wait for when this context has too much queued (the newest marker that must
   // complete for the bound to hold again); else null.
   CUevent over_bound_locked(const ContextWork& work) const;
+  void note_count(std::uint64_t count) noexcept {
+    if (count > submissions_.load(std::memory_order_relaxed)) {
+      submissions_.store(count, std::memory_order_relaxed);
+    }
+  }
+  // Submissions made so far as far as the tracker knows: never fewer than it has marked.
+  std::uint64_t counted_locked() const {
+    return std::max(submissions_.load(std::memory_order_acquire), marked_);
+  }
+
   // After waiting for `event` (completed at `done`): pops it and the markers before it, and learns
   // tau from them. False when it was no longer pending (another thread saw it complete first).
   bool waited_locked(CUcontext ctx, CUevent event, MonoTime done);
@@ -290,6 +303,8 @@ class WorkTracker {
   // The drain bound in nanoseconds: set at start, changed by set_drain_bound() (a class change).
   std::atomic<Duration::rep> drain_bound_ns_;
   const Clock& clock_;
+  // The highest submission number seen, kept with a plain store: two threads may store out of
+  // order, so it can briefly read lower than a number already marked; counted_locked() never does.
   alignas(64) std::atomic<std::uint64_t> submissions_{0};
   std::atomic<std::uint64_t> next_marker_{kFirstMarkerEvery};
   std::atomic<std::uint64_t> captures_{0};

@@ -13,7 +13,15 @@
 #include "common/log.h"
 
 namespace nvshare::client::hooks {
+namespace detail {
+std::atomic<bool> g_cuda_ready{false};
+void* g_real[kHookCount] = {};
+DriverApi g_driver;
+}  // namespace detail
 namespace {
+
+using detail::g_driver;
+using detail::g_real;
 
 struct NameEntry {
   std::string_view name;
@@ -62,12 +70,10 @@ struct LoadState {
   bool warned = false;
 };
 
-LoadState g_cuda;
+LoadState g_cuda;  // libcuda: its ready flag is detail::g_cuda_ready
 LoadState g_nvml;
-void* g_real[kHookCount] = {};
-DriverApi g_driver;
 NvmlApi g_nvml_api;
-std::vector<ReverseEntry> g_reverse;  // sorted; immutable once g_cuda.ready
+std::vector<ReverseEntry> g_reverse;  // sorted; immutable once detail::g_cuda_ready
 
 #if defined(__x86_64__)
 constexpr const char* kDlsymVersions[] = {"GLIBC_2.34", "GLIBC_2.2.5"};
@@ -108,9 +114,9 @@ void* open_library(LoadState& state, const char* soname) {
   return handle;
 }
 
-bool load_cuda() {
+bool open_cuda() {
   std::lock_guard lock(g_cuda.mu);
-  if (g_cuda.ready.load(std::memory_order_acquire)) return true;
+  if (detail::g_cuda_ready.load(std::memory_order_acquire)) return true;
   void* handle = open_library(g_cuda, "libcuda.so.1");
   if (handle == nullptr) return false;
   std::vector<ReverseEntry> reverse;
@@ -126,7 +132,7 @@ bool load_cuda() {
   NVSHARE_DRIVER_FUNCTIONS(NVSHARE_DRIVER_RESOLVE)
 #undef NVSHARE_DRIVER_RESOLVE
   g_cuda.handle = handle;
-  g_cuda.ready.store(true, std::memory_order_release);
+  detail::g_cuda_ready.store(true, std::memory_order_release);
   return true;
 }
 
@@ -186,7 +192,7 @@ std::optional<HookId> find_hook(std::string_view name) {
 
 void* wrapper_address(HookId id) { return kWrappers[static_cast<std::size_t>(id)]; }
 
-bool ensure_cuda() { return g_cuda.ready.load(std::memory_order_acquire) || load_cuda(); }
+bool detail::load_cuda() { return open_cuda(); }
 
 bool ensure_nvml() { return g_nvml.ready.load(std::memory_order_acquire) || load_nvml(); }
 
@@ -205,8 +211,6 @@ std::optional<HookId> hook_for_real_address(const void* address, bool per_thread
   }
   return first->id;
 }
-
-const DriverApi& driver() { return g_driver; }
 
 const NvmlApi& nvml_api() { return g_nvml_api; }
 

@@ -24,6 +24,7 @@
 // re-enters itself. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -102,16 +103,35 @@ struct HookType;
 #undef NVSHARE_SUBMIT
 #undef NVSHARE_NVML
 
+struct DriverApi;
+
+namespace detail {
+// Written once by the loader (hook_table.cc) before g_cuda_ready is released and never changed
+// afterwards: every gated call reads them inline, without a call into the table.
+extern std::atomic<bool> g_cuda_ready;
+extern void* g_real[kHookCount];
+extern DriverApi g_driver;
+bool load_cuda();
+}  // namespace detail
+
 // Loads libcuda.so.1 / libnvidia-ml.so.1 and resolves their hooked symbols (once). False when the
 // library cannot be loaded.
-bool ensure_cuda();
+inline bool ensure_cuda() {
+  return detail::g_cuda_ready.load(std::memory_order_acquire) || detail::load_cuda();
+}
 bool ensure_nvml();
 // The real function behind a hook (loading its library first); null when absent.
 void* real_address(HookId id);
 
 template <HookId id>
 typename HookType<id>::Fn real() {
-  return reinterpret_cast<typename HookType<id>::Fn>(real_address(id));
+  using Fn = typename HookType<id>::Fn;
+  if constexpr (kHooks[static_cast<std::size_t>(id)].family == Family::kNvml) {
+    return reinterpret_cast<Fn>(real_address(id));
+  } else {
+    return ensure_cuda() ? reinterpret_cast<Fn>(detail::g_real[static_cast<std::size_t>(id)])
+                         : nullptr;
+  }
 }
 
 // Which hooked entry point a real driver (or NVML) function pointer is. When the driver exports one
@@ -159,7 +179,7 @@ struct DriverApi {
 #undef NVSHARE_DRIVER_MEMBER
 };
 // Valid (all members possibly null) once ensure_cuda() returned true.
-const DriverApi& driver();
+inline const DriverApi& driver() { return detail::g_driver; }
 
 // NVML functions the library calls for itself; valid once ensure_nvml() returned true.
 struct NvmlApi {

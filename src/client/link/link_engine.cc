@@ -158,8 +158,14 @@ void DeviceChannel::before_submit() noexcept {
   }
 }
 
-void DeviceChannel::after_submit() noexcept {
-  if (gate_.leave_and_check_last()) wake();
+std::uint64_t DeviceChannel::after_submit(bool queued) noexcept {
+  if (!queued) {
+    if (gate_.leave_and_check_last()) wake();
+    return 0;
+  }
+  const GrantGate::Left left = gate_.leave_queued();
+  if (left.last_out) wake();
+  return left.count;
 }
 
 void DeviceChannel::usage_changed() noexcept {

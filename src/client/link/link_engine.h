@@ -84,7 +84,7 @@ class DeviceChannel final : public DeviceLink, private SessionProbe {
   ~DeviceChannel() override;
 
   void before_submit() noexcept override;
-  void after_submit() noexcept override;
+  std::uint64_t after_submit(bool queued) noexcept override;
   void usage_changed() noexcept override;
   void await_registration() noexcept override;
 
@@ -234,9 +234,14 @@ class LinkEngine {
 class PassThroughLink final : public DeviceLink {
  public:
   void before_submit() noexcept override {}
-  void after_submit() noexcept override {}
+  std::uint64_t after_submit(bool queued) noexcept override {
+    return queued ? queued_.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
+  }
   void usage_changed() noexcept override {}
   void await_registration() noexcept override {}
+
+ private:
+  std::atomic<std::uint64_t> queued_{0};
 };
 
 }  // namespace nvshare::client

@@ -64,14 +64,14 @@ TEST(LinkFork, ChildRegistersAfreshWhileTheParentKeepsItsSession) {
   // GPU-held: granted. GPU-wait: a thread waits for a grant at the moment of fork.
   auto first = std::async(std::launch::async, [&] {
     held.before_submit();
-    held.after_submit();
+    held.after_submit(true);
   });
   ASSERT_TRUE(peers["GPU-held"]->expect<protocol::Request>());
   peers["GPU-held"]->send(protocol::Grant{1});
   ASSERT_EQ(first.wait_for(3s), std::future_status::ready);
   auto blocked = std::async(std::launch::async, [&] {
     waiting.before_submit();
-    waiting.after_submit();
+    waiting.after_submit(true);
   });
   ASSERT_TRUE(peers["GPU-wait"]->expect<protocol::Request>());
 
@@ -80,9 +80,9 @@ TEST(LinkFork, ChildRegistersAfreshWhileTheParentKeepsItsSession) {
     ::alarm(10);  // a deadlock shows as a child killed by SIGALRM
     // The child is a new client: both GPUs register again before anything runs.
     held.before_submit();
-    held.after_submit();
+    held.after_submit(true);
     waiting.before_submit();
-    waiting.after_submit();
+    waiting.after_submit(true);
     ::_exit(0);
   }
   ASSERT_GT(child, 0);
@@ -107,7 +107,7 @@ TEST(LinkFork, ChildRegistersAfreshWhileTheParentKeepsItsSession) {
   // The parent is unaffected: its grant still holds, its waiter is granted on its own session.
   const auto start = std::chrono::steady_clock::now();
   held.before_submit();
-  held.after_submit();
+  held.after_submit(true);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 100ms);
   EXPECT_NE(blocked.wait_for(100ms), std::future_status::ready);
   peers["GPU-wait"]->send(protocol::Grant{1});
@@ -124,13 +124,13 @@ TEST(LinkFork, ChildWithoutASchedulerRunsOpen) {
   LinkEngine engine(options);
   DeviceLink& link = engine.device({"GPU-x", kGpuMemory}, agent);
   link.before_submit();
-  link.after_submit();
+  link.after_submit(true);
   const pid_t child = ::fork();
   if (child == 0) {
     ::alarm(10);
     for (int i = 0; i < 100; ++i) {
       link.before_submit();
-      link.after_submit();
+      link.after_submit(true);
     }
     ::_exit(0);
   }
@@ -173,7 +173,7 @@ TEST(GlobalLink, DisabledByEnvironmentIsAPassThrough) {
     EXPECT_EQ(&a, &b);
     for (int i = 0; i < 1000; ++i) {
       a.before_submit();
-      a.after_submit();
+      a.after_submit(true);
     }
     a.usage_changed();
     std::this_thread::sleep_for(100ms);
@@ -195,7 +195,7 @@ TEST(GlobalLink, RegistersWithTheEnvironmentsDeclarationsAndExitsCleanly) {
     static FakeAgent agent;  // outlives the process's link, as the hooks' agents do
     DeviceLink& link = link_device({"GPU-global", kGpuMemory}, agent);
     link.before_submit();  // registers, requests, waits for the parent's grant
-    link.after_submit();
+    link.after_submit(true);
     EXPECT_EQ(agent.limits().front(), (protocol::Limits{2ull << 30, 40}));
     return;  // exit with the link thread running: must not hang or crash
   }
@@ -229,7 +229,7 @@ TEST(GlobalLink, InvalidEnvironmentWarnsAndKeepsDefaults) {
     static FakeAgent agent;  // outlives the process's link, as the hooks' agents do
     DeviceLink& link = link_device({"GPU-w", kGpuMemory}, agent);
     link.before_submit();  // no scheduler: runs at once
-    link.after_submit();
+    link.after_submit(true);
     return;
   }
   TempDir dir;

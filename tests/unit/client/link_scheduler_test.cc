@@ -44,7 +44,7 @@ class Client {
   void submit() {
     pending_ = std::async(std::launch::async, [this] {
       link_->before_submit();
-      link_->after_submit();
+      link_->after_submit(true);
     });
   }
   bool submitted_within(std::chrono::milliseconds timeout) {

@@ -31,7 +31,7 @@ class Submitter {
   Submitter(DeviceLink& link, LinkEngine* engine)
       : engine_(engine), future_(std::async(std::launch::async, [&link] {
           link.before_submit();
-          link.after_submit();
+          link.after_submit(true);
         })) {}
   ~Submitter() {
     if (future_.wait_for(3s) != std::future_status::ready && engine_ != nullptr) engine_->stop(1s);
@@ -49,7 +49,7 @@ class Submitter {
 bool passes_quickly(DeviceLink& link, std::chrono::milliseconds timeout = 200ms) {
   const auto start = std::chrono::steady_clock::now();
   link.before_submit();
-  link.after_submit();
+  link.after_submit(true);
   return std::chrono::steady_clock::now() - start < timeout;
 }
 
@@ -230,7 +230,7 @@ TEST_F(LinkTest, FastPathTouchesNeitherSocketNorLinkThreadWhileHeld) {
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 1'000'000; ++i) {
     link_->before_submit();
-    link_->after_submit();
+    link_->after_submit(true);
   }
   const auto took = std::chrono::steady_clock::now() - start;
   const LinkStats after = engine_->stats();
@@ -321,7 +321,7 @@ TEST_F(LinkTest, RevokeWaitsForThreadsInsideASubmissionBeforeDraining) {
     left_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                   std::chrono::steady_clock::now().time_since_epoch())
                   .count();
-    link_->after_submit();
+    link_->after_submit(true);
   });
   ASSERT_TRUE(wait_until([&] { return entered.load(); }));
   peer_->send(protocol::Revoke{1, protocol::RevokeReason::kTurn, false});
@@ -491,7 +491,7 @@ TEST_F(LinkTest, SchedulerRestartReconnectsAndRegistersAgain) {
   std::thread worker([&] {
     while (!stop) {
       link_->before_submit();
-      link_->after_submit();
+      link_->after_submit(true);
       ++submitted;
       std::this_thread::sleep_for(1ms);
     }
