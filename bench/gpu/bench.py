@@ -346,9 +346,12 @@ class Bench:
         # In-process pairs (see launch_bench.cc): the linked launch against the driver's own in
         # the same process; in nvshare processes that is the library's whole launch path, in native
         # ones the same function twice (the method's own noise).
-        shared_pairs = [x for _, r in rounds if r.get("inproc_interposed")
-                        for x in r.get("inproc_ratios", [])]
-        native_pairs = [x for r, _ in rounds for x in r.get("inproc_ratios", [])]
+        def in_process(key):
+            """The nvshare processes' ratios under `key`, and the native ones'."""
+            return ([x for _, r in rounds if r.get("inproc_interposed") for x in r.get(key, [])],
+                    [x for r, _ in rounds for x in r.get(key, [])])
+
+        shared_pairs, native_pairs = in_process("inproc_ratios")
         ratio = median(shared_pairs) if shared_pairs else None
         self.metric("launch_inproc_time_per_launch_ratio", ratio,
                     "(no goal; reported: the library's launch path against the driver's, "
@@ -359,9 +362,7 @@ class Bench:
         # launches within one loop, so that what drifts between loops and processes weighs on both;
         # natively the figure is the method's own error. The goal applies to this figure: the
         # library's launch path against the driver's, gate active.
-        shared_blocks = [x for _, r in rounds if r.get("inproc_interposed")
-                         for x in r.get("interleaved_ratios", [])]
-        native_blocks = [x for r, _ in rounds for x in r.get("interleaved_ratios", [])]
+        shared_blocks, native_blocks = in_process("interleaved_ratios")
         ratio = median(shared_blocks) if shared_blocks else None
         self.metric("launch_interleaved_time_per_launch_ratio", ratio,
                     "<= 1.02, gate active (the library's launch path against the driver's, "

@@ -128,6 +128,28 @@ double event_query_ns(CUstream stream, unsigned flags) {
   return ns;
 }
 
+// Per repetition, the ratio of `a`'s summed block times to `b`'s: blocks of kBlock calls
+// alternating ABBA within one loop, each block's calls timed (the GPU keeps up), synchronized after
+// each repetition. Whatever drifts more slowly than a block (a few milliseconds) weighs on both.
+template <typename A, typename B>
+std::vector<double> interleaved(int repeats, long launches, CUstream stream, A&& a, B&& b) {
+  std::vector<double> ratios;
+  const long blocks = std::max(2L, launches / kBlock);
+  for (int r = 0; r < repeats; ++r) {
+    double a_s = 0;
+    double b_s = 0;
+    for (long k = 0; k < 2 * blocks; ++k) {
+      const bool first = k % 4 == 0 || k % 4 == 3;
+      const double t0 = now_s();
+      for (long i = 0; i < kBlock; ++i) first ? a() : b();
+      (first ? a_s : b_s) += now_s() - t0;
+    }
+    CHECK(cuStreamSynchronize(stream));
+    ratios.push_back(a_s / b_s);
+  }
+  return ratios;
+}
+
 using LaunchFn = decltype(&cuLaunchKernel);
 using DlsymFn = void* (*)(void*, const char*);
 
@@ -252,50 +274,29 @@ int main(int argc, char** argv) {
       inproc_ratios.push_back(linked_ns / direct_ns);
     }
   }
-  // Interleaved: blocks of kBlock launches alternating between the two functions in ABBA order,
-  // each block's calls timed (the GPU keeps up), and per repetition the ratio of the two sums.
-  // Whatever drifts more slowly than a block (a few milliseconds) weighs on both alike.
+  // Interleaved: the library's launch path against the driver's. Atomics: the driver's launch with
+  // an atomic read-modify-write on a word of this process just before and just after it (what a
+  // gate costs at the least: a locked instruction waits for the stores before it, the driver's
+  // among them), against the bare launch.
   std::vector<double> interleaved_ratios;
-  if (direct != nullptr) {
-    const long blocks = std::max(2L, launches / kBlock);
-    for (int r = 0; r < repeats; ++r) {
-      double linked_s = 0;
-      double direct_s = 0;
-      for (long b = 0; b < 2 * blocks; ++b) {
-        const bool linked = b % 4 == 0 || b % 4 == 3;
-        const LaunchFn fn = linked ? &cuLaunchKernel : direct;
-        const double t0 = now_s();
-        for (long i = 0; i < kBlock; ++i)
-          CHECK(fn(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
-        (linked ? linked_s : direct_s) += now_s() - t0;
-      }
-      CHECK(cuStreamSynchronize(stream));
-      interleaved_ratios.push_back(linked_s / direct_s);
-    }
-  }
-  // Atomics: the driver's launch with an atomic read-modify-write on a word of this process just
-  // before and just after it (what a gate costs at the least: a locked instruction waits for the
-  // stores before it, the driver's among them), against the bare launch, interleaved as above.
   std::vector<double> atomic_ratios;
   if (direct != nullptr) {
+    const auto with_direct = [&] {
+      CHECK(direct(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
+    };
+    interleaved_ratios = interleaved(
+        repeats, launches, stream,
+        [&] { CHECK(cuLaunchKernel(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr)); },
+        with_direct);
     static std::atomic<std::uint64_t> word{0};
-    const long blocks = std::max(2L, launches / kBlock);
-    for (int r = 0; r < repeats; ++r) {
-      double with_s = 0;
-      double bare_s = 0;
-      for (long b = 0; b < 2 * blocks; ++b) {
-        const bool with = b % 4 == 0 || b % 4 == 3;
-        const double t0 = now_s();
-        for (long i = 0; i < kBlock; ++i) {
-          if (with) word.fetch_add(2, std::memory_order_acq_rel);
-          CHECK(direct(kernel, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr));
-          if (with) word.fetch_sub(2, std::memory_order_acq_rel);
-        }
-        (with ? with_s : bare_s) += now_s() - t0;
-      }
-      CHECK(cuStreamSynchronize(stream));
-      atomic_ratios.push_back(with_s / bare_s);
-    }
+    atomic_ratios = interleaved(
+        repeats, launches, stream,
+        [&] {
+          word.fetch_add(2, std::memory_order_acq_rel);
+          with_direct();
+          word.fetch_sub(2, std::memory_order_acq_rel);
+        },
+        with_direct);
   }
   const bool interposed = direct != nullptr && direct != &cuLaunchKernel;
   // The cost of one cuCtxGetCurrent, which the library's launch path makes on every launch to find
