@@ -94,10 +94,11 @@ class GrantGate {
     return (word_.load(std::memory_order_acquire) & kInsideMask) / kOneInside;
   }
 
-  // After fork(): threads inside in the parent do not exist in the child. The count goes on.
+  // After fork(): threads inside in the parent do not exist in the child, and the count starts
+  // again, as the child's work trackers do (the parent's are abandoned with its device state).
   void reset_closed() {
-    word_.store(word_.load(std::memory_order_acquire) & ~(kPass | kInsideMask),
-                std::memory_order_release);
+    word_.store(0, std::memory_order_release);
+    newest_.store(0, std::memory_order_relaxed);
   }
 
  private:
