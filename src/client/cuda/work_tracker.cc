@@ -18,10 +18,6 @@ using hooks::driver;
 // (await_marker).
 constexpr unsigned kMarkerEventFlags = CU_EVENT_DISABLE_TIMING;
 
-// Waits until `event` completes: cuEventQuery, then a sleep that doubles from kPollFirst up to
-// `longest_sleep`, so a wait ends within about one sleep (and the kernel's timer slack) of the
-// event's completion, and a thread that waits long polls a few thousand times a second at most.
-// Returns what the last query said (CUDA_SUCCESS, or the error that ended the wait).
 constexpr Duration kPollFirst = std::chrono::microseconds(10);
 constexpr Duration kPollLongest = std::chrono::microseconds(250);
 
@@ -31,6 +27,10 @@ Duration poll_sleep_limit(Duration bound) {
   return std::clamp(bound / 16, kPollFirst, kPollLongest);
 }
 
+// Waits until `event` completes: cuEventQuery, then a sleep that doubles from kPollFirst up to
+// `longest_sleep`, so a wait ends within about one sleep (and the kernel's timer slack) of the
+// event's completion, and a thread that waits long polls a few thousand times a second at most.
+// Returns what the last query said (CUDA_SUCCESS, or the error that ended the wait).
 CUresult await_marker(CUevent event, Duration longest_sleep) {
   Duration sleep = std::min(kPollFirst, longest_sleep);
   for (;;) {
