@@ -43,7 +43,8 @@ class GrantGate {
   static constexpr std::uint64_t kQueuedMask = (std::uint64_t{1} << kQueuedBits) - 1;
 
   enum class Entry {
-    kEntered,        // go on; call leave_and_check_last() after the submission
+    kEntered,        // go on; after the submission call leave_queued() if it queued work,
+                     // leave_and_check_last() if not
     kClosed,         // take the slow path
     kClosedLastOut,  // take the slow path, and wake the link thread first: backing out of the
                      // closed gate let the count of threads inside reach zero
