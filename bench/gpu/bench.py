@@ -760,6 +760,7 @@ class Bench:
             ref = {k: median(v) for k, v in alone.items() if k in ("serve", "p99", "train") and v}
             runs = {"native": [], "priority": []}
             waits = []
+            drains = []
             swaps_of_high = 0
             knobs = ["--capacity", str(capacity)] if shape == "oversubscribed" else []
             for _ in range(self.repeats):
@@ -775,6 +776,11 @@ class Bench:
                     runs["priority"].append(res)
                     if res and res[0].get("pid"):
                         waits += request_to_grant_ms(s.trace_events(), res[0]["pid"])
+                    if len(res) > 1 and res[0].get("pid") and res[1].get("pid"):
+                        # The service's timed loop only: its warm-up hands the GPU back and forth.
+                        drains += drains_at_returns(s.trace_events(), res[0]["pid"],
+                                                    res[1]["pid"], res[0].get("loop_start"),
+                                                    res[0].get("loop_end"))
                     if shape == "oversubscribed" and res and res[0].get("pid"):
                         swaps_of_high += swap_outs_of(s.trace_events(), res[0]["pid"])
             figures = {}
@@ -811,6 +817,24 @@ class Bench:
                             goal if shape in with_goals else "(no goal; reported)", met,
                             "x alone", native=nat[key], shape_args=shape_args, alone=ref,
                             figures=figures)
+            # Why the service's p99 is what it is: the trainer's work still running when the
+            # service came back (it slows the service's first steps), and the seconds of steps
+            # whose own p99 was over the goal.
+            # A drain under 1 ms had nothing in flight (the service came back at once).
+            long_drains = [d for d in drains if d >= 1.0]
+            self.metric(f"priority_{shape}_low_drain_at_return_ms",
+                        percentile(long_drains, 50) if long_drains else None, "(reported)", None,
+                        "ms", max_ms=max(long_drains) if long_drains else None,
+                        with_work=len(long_drains), returns=len(drains))
+            over, busy = 0, 0
+            if ref.get("p99"):
+                for r in runs["priority"]:
+                    if self.ok(r):
+                        by_s = list(zip(r[0].get("p99_by_s_ms", []), r[0].get("steps_by_s", [])))
+                        o, b = seconds_over(by_s, 1.10 * ref["p99"])
+                        over, busy = over + o, busy + b
+            self.metric(f"priority_{shape}_serve_seconds_over_p99_goal", over if busy else None,
+                        "(reported)", None, "seconds", of_seconds=busy)
             self.metric(f"priority_{shape}_handover_p99_ms", percentile(waits, 99) if waits else None,
                         "<= 2 ms (p99)" if shape in with_goals else "(no goal; reported)",
                         (percentile(waits, 99) <= 2.0) if waits and shape in with_goals else None,
@@ -1068,6 +1092,35 @@ def request_to_grant_ms(events, pid):
             out.append((e["t"] - asked) * 1000.0)
             asked = None
     return out
+
+
+def drains_at_returns(events, high, low, since=None, until=None):
+    """How long `low` took to release after each return of `high` that revoked it, in ms (grant
+    trace; events from `since` to `until` only, when given): its work still in flight when the
+    higher class came back, which runs on beside the higher class's first steps (time-sliced by the
+    GPU)."""
+    out, returned, revoked = [], False, False
+    for e in events:
+        if (since is not None and e["t"] < since) or (until is not None and e["t"] > until):
+            continue
+        pid, what = e.get("pid"), e["event"]
+        if pid == high and what == "request":
+            returned, revoked = True, False
+        elif pid == low and what == "revoke" and returned:
+            revoked = True
+        elif pid == low and what == "release" and revoked:
+            out.append(e.get("ms", 0.0))
+            returned, revoked = False, False
+        elif pid == high and what in ("release", "idle-release"):
+            returned = False
+    return out
+
+
+def seconds_over(p99_by_s, limit):
+    """Of the seconds in which a service made more than one step (its pauses' seconds hold one or
+    two), how many had a p99 over `limit`, and how many there were."""
+    busy = [p for p, n in p99_by_s if n > 2]
+    return sum(1 for p in busy if p > limit), len(busy)
 
 
 def swap_outs_of(events, pid):

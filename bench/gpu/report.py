@@ -59,6 +59,8 @@ ROWS = [
     ("priority_bursts_trainer_ratio", "priority: low trainer beside the bursty service, rate / alone"),
     ("priority_bursts_trainer_min_5s_iters", "priority: low trainer's fewest iterations in any 5 s (bursty service)"),
     ("priority_bursts_handover_p99_ms", "priority: bursty service's wait from request to grant, p99 (ms)"),
+    ("priority_bursts_low_drain_at_return_ms", "priority: the trainer's work still running when the bursty service comes back, p50 (ms)"),
+    ("priority_bursts_serve_seconds_over_p99_goal", "priority: seconds of the bursty service's steps whose own p99 is over 1.10 x alone"),
     ("priority_oversubscribed_serve_steps_ratio", "priority, not fitting together: high service steps/s / alone"),
     ("priority_oversubscribed_serve_p99_ratio", "priority, not fitting together: high service p99 / alone"),
     ("priority_oversubscribed_trainer_ratio", "priority, not fitting together: low trainer rate / alone"),
