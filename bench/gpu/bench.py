@@ -706,9 +706,13 @@ class Bench:
         the GPU idle: the goals' case), and one that never idles. Reported: the service's steps/s
         and p99 step latency over alone, the trainer's rate over alone, and the hand-over: how long
         the service waited from its request for the GPU (after an idle moment) to its grant
-        (grant trace, p50 and p99), and the trainer's fewest iterations in any 5 s of its run.
-        A third shape runs the half-idle pair on a GPU too small for both (virtual capacity
-        1.2 x the larger job's memory): the service is never swapped out for the trainer.
+        (grant trace, p50 and p99), and the trainer's fewest iterations in any 5 s of its run;
+        and, for the p99's sake, the trainer's drains after the service's returns (its work still
+        in flight beside the service's first steps) and the seconds of steps whose own p99 is over
+        the goal. A third shape runs the half-idle pair on a GPU too small for both (virtual
+        capacity 1.2 x the larger job's memory): the service is never swapped out for the
+        trainer. A fourth runs the service in 1 s bursts with 1 s pauses (half idle at a coarse
+        grain).
         Classes come from pod records set through the control API, as the device plugin sets
         them from the pod annotation."""
         name = "priority"
