@@ -114,28 +114,6 @@ void* open_library(LoadState& state, const char* soname) {
   return handle;
 }
 
-bool open_cuda() {
-  std::lock_guard lock(g_cuda.mu);
-  if (detail::g_cuda_ready.load(std::memory_order_acquire)) return true;
-  void* handle = open_library(g_cuda, "libcuda.so.1");
-  if (handle == nullptr) return false;
-  std::vector<ReverseEntry> reverse;
-  for (std::size_t i = 0; i < kHookCount; ++i) {
-    if (kHooks[i].family == Family::kNvml) continue;
-    g_real[i] = resolve(handle, kHooks[i].name);
-    if (g_real[i] != nullptr) reverse.push_back({g_real[i], static_cast<HookId>(i)});
-  }
-  std::sort(reverse.begin(), reverse.end());
-  g_reverse = std::move(reverse);
-#define NVSHARE_DRIVER_RESOLVE(name) \
-  g_driver.name = reinterpret_cast<decltype(g_driver.name)>(resolve(handle, #name));
-  NVSHARE_DRIVER_FUNCTIONS(NVSHARE_DRIVER_RESOLVE)
-#undef NVSHARE_DRIVER_RESOLVE
-  g_cuda.handle = handle;
-  detail::g_cuda_ready.store(true, std::memory_order_release);
-  return true;
-}
-
 bool load_nvml() {
   std::lock_guard lock(g_nvml.mu);
   if (g_nvml.ready.load(std::memory_order_acquire)) return true;
@@ -192,7 +170,27 @@ std::optional<HookId> find_hook(std::string_view name) {
 
 void* wrapper_address(HookId id) { return kWrappers[static_cast<std::size_t>(id)]; }
 
-bool detail::load_cuda() { return open_cuda(); }
+bool detail::load_cuda() {
+  std::lock_guard lock(g_cuda.mu);
+  if (detail::g_cuda_ready.load(std::memory_order_acquire)) return true;
+  void* handle = open_library(g_cuda, "libcuda.so.1");
+  if (handle == nullptr) return false;
+  std::vector<ReverseEntry> reverse;
+  for (std::size_t i = 0; i < kHookCount; ++i) {
+    if (kHooks[i].family == Family::kNvml) continue;
+    g_real[i] = resolve(handle, kHooks[i].name);
+    if (g_real[i] != nullptr) reverse.push_back({g_real[i], static_cast<HookId>(i)});
+  }
+  std::sort(reverse.begin(), reverse.end());
+  g_reverse = std::move(reverse);
+#define NVSHARE_DRIVER_RESOLVE(name) \
+  g_driver.name = reinterpret_cast<decltype(g_driver.name)>(resolve(handle, #name));
+  NVSHARE_DRIVER_FUNCTIONS(NVSHARE_DRIVER_RESOLVE)
+#undef NVSHARE_DRIVER_RESOLVE
+  g_cuda.handle = handle;
+  detail::g_cuda_ready.store(true, std::memory_order_release);
+  return true;
+}
 
 bool ensure_nvml() { return g_nvml.ready.load(std::memory_order_acquire) || load_nvml(); }
 
