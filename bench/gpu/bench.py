@@ -779,14 +779,17 @@ class Bench:
                                         env=s.env())
                     runs["priority"].append(res)
                     if res and res[0].get("pid"):
-                        waits += request_to_grant_ms(s.trace_events(), res[0]["pid"])
-                    if len(res) > 1 and res[0].get("pid") and res[1].get("pid"):
-                        # The service's timed loop only: its warm-up hands the GPU back and forth.
-                        drains += drains_at_returns(s.trace_events(), res[0]["pid"],
-                                                    res[1]["pid"], res[0].get("loop_start"),
-                                                    res[0].get("loop_end"))
-                    if shape == "oversubscribed" and res and res[0].get("pid"):
-                        swaps_of_high += swap_outs_of(s.trace_events(), res[0]["pid"])
+                        events = s.trace_events()  # read once for every figure below
+                        high = res[0]["pid"]
+                        waits += request_to_grant_ms(events, high)
+                        if len(res) > 1 and res[1].get("pid"):
+                            # The service's timed loop only: its warm-up hands the GPU back and
+                            # forth.
+                            drains += drains_at_returns(events, high, res[1]["pid"],
+                                                        res[0].get("loop_start"),
+                                                        res[0].get("loop_end"))
+                        if shape == "oversubscribed":
+                            swaps_of_high += swap_outs_of(events, high)
             figures = {}
             for key, rs in runs.items():
                 good = [r for r in rs if self.ok(r)]
@@ -1121,7 +1124,7 @@ def drains_at_returns(events, high, low, since=None, until=None):
 
 
 def seconds_over(p99_by_s, limit):
-    """Of the seconds in which a service made more than one step (its pauses' seconds hold one or
+    """Of the seconds in which a service made more than two steps (its pauses' seconds hold one or
     two), how many had a p99 over `limit`, and how many there were."""
     busy = [p for p, n in p99_by_s if n > 2]
     return sum(1 for p in busy if p > limit), len(busy)
