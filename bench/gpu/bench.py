@@ -712,15 +712,18 @@ class Bench:
         the goal. A third shape runs the half-idle pair on a GPU too small for both (virtual
         capacity 1.2 x the larger job's memory): the service is never swapped out for the
         trainer. A fourth runs the service in 1 s bursts with 1 s pauses (half idle at a coarse
-        grain).
+        grain). A fifth runs the half-idle service beside a trainer of short kernels (2048² fp32
+        matmuls, eight queued back to back between waits, as a training step queues many short
+        kernels), its rate over its own alone rate.
         Classes come from pod records set through the control API, as the device plugin sets
         them from the pod annotation."""
         name = "priority"
         self.scenario_dir(name)
         window = self.job_seconds
         train = self.torch_job("matmul", seconds=window)
+        short_train = train + ["--side", "2048", "--chain", "8"]
         alone_serve = self.torch_job("serve", seconds=window)
-        base = {"serve": [], "p99": [], "p50": [], "train": []}
+        base = {"serve": [], "p99": [], "p50": [], "train": [], "short_train": []}
         memory = []
         for _ in range(self.repeats):
             r = self.run_jobs(name, [(alone_serve, None)])[0]
@@ -733,6 +736,10 @@ class Bench:
             if r.get("result") == "ok":
                 base["train"].append(r["rate"])
                 memory.append(r.get("reserved_bytes", 0))
+            if "half_idle_short" in self.priority_shapes:
+                r = self.run_jobs(name, [(short_train, None)])[0]
+                if r.get("result") == "ok":
+                    base["short_train"].append(r["rate"])
         if not base["p50"] or not base["train"]:
             return
         think = median(base["p50"])
@@ -741,21 +748,27 @@ class Bench:
         capacity = int(1.2 * max(memory)) + (512 << 20)
         # The service's shapes: idle between steps as long as a step (half idle at a fine grain),
         # never idle, the half-idle pair not fitting together, and half idle at a coarse grain
-        # (1 s of steps back to back, then 1 s without requests).
+        # (1 s of steps back to back, then 1 s without requests); and half idle at a fine grain
+        # beside the trainer of short kernels.
         idle_steps = ["--think-ms", f"{think:.3f}"]
         shapes = {"half_idle": idle_steps, "busy": [], "oversubscribed": idle_steps,
-                  "bursts": ["--burst-ms", "1000", "--pause-ms", "1000"]}
-        with_goals = ("half_idle", "bursts")
+                  "bursts": ["--burst-ms", "1000", "--pause-ms", "1000"],
+                  "half_idle_short": idle_steps}
+        with_goals = ("half_idle", "bursts", "half_idle_short")
         pods = {"high": "be0c0000-0000-4000-8000-00000000000a",
                 "low": "be0c0000-0000-4000-8000-00000000000b"}
         for shape, shape_args in shapes.items():
             if shape not in self.priority_shapes:
                 continue
             serve = alone_serve + shape_args
+            short = shape == "half_idle_short"
+            trainer, trainer_key = (short_train, "short_train") if short else (train, "train")
+            if not base[trainer_key]:
+                continue
             alone = base if not shape_args else None
             if shape_args:
                 # The service alone with its idle time: the reference for its steps/s and p99.
-                alone = {"serve": [], "p99": [], "train": base["train"]}
+                alone = {"serve": [], "p99": [], "train": base[trainer_key]}
                 for _ in range(self.repeats):
                     r = self.run_jobs(name, [(serve, None)])[0]
                     if r.get("result") == "ok":
@@ -768,14 +781,14 @@ class Bench:
             swaps_of_high = 0
             knobs = ["--capacity", str(capacity)] if shape == "oversubscribed" else []
             for _ in range(self.repeats):
-                runs["native"].append(self.run_jobs(name, [(serve, None), (train, None)]))
+                runs["native"].append(self.run_jobs(name, [(serve, None), (trainer, None)]))
                 d = self.raw / name / f"{shape}-{len(runs['priority'])}"
                 d.mkdir(parents=True, exist_ok=True)
                 with Scheduler(self, d, knobs) as s:
                     for cls, uid in pods.items():
                         s.ctl(["set-limits", "--pod-uid", uid, "--priority", cls])
                     res = self.run_jobs(name, [(serve, {"NVSHARE_POD_UID": pods["high"]}),
-                                               (train, {"NVSHARE_POD_UID": pods["low"]})],
+                                               (trainer, {"NVSHARE_POD_UID": pods["low"]})],
                                         env=s.env())
                     runs["priority"].append(res)
                     if res and res[0].get("pid"):
@@ -832,7 +845,9 @@ class Bench:
             self.metric(f"priority_{shape}_low_drain_at_return_ms",
                         percentile(long_drains, 50) if long_drains else None, "(reported)", None,
                         "ms", max_ms=max(long_drains) if long_drains else None,
-                        with_work=len(long_drains), returns=len(drains))
+                        with_work=len(long_drains), returns=len(drains),
+                        all_p50_ms=percentile(drains, 50) if drains else None,
+                        all_p90_ms=percentile(drains, 90) if drains else None)
             over, busy = 0, 0
             if ref.get("p99"):
                 for r in runs["priority"]:
@@ -1180,7 +1195,7 @@ def main():
     ap.add_argument("--job-seconds", type=float, default=10.0)
     ap.add_argument("--swap-variants", default="device,unified,device_quantum_max_30",
                     help="the swap scenario's variants to run (comma-separated)")
-    ap.add_argument("--priority-shapes", default="half_idle,busy,oversubscribed,bursts",
+    ap.add_argument("--priority-shapes", default="half_idle,busy,oversubscribed,bursts,half_idle_short",
                     help="the priority scenario's service shapes to run (comma-separated)")
     ap.add_argument("--library-log-level", default="warn",
                     help="NVSHARE_LOG_LEVEL of the jobs run under a scheduler (their stderr is kept)")

@@ -2,7 +2,7 @@
 
 Kinds:
   membound  z = x + y on three 28000x28000 fp32 tensors (about 9.4 GB): memory-bandwidth bound
-  matmul    c = a @ b on 8192x8192 fp32 tensors: compute bound
+  matmul    c = a @ b on 8192x8192 fp32 tensors: compute bound (--chain N: N of them an iteration)
   idle      a short kernel (a 1024x1024 matmul) then --host-ms of host work (a sleep) per iteration
   graph     a CUDA graph of --graph-kernels matmul kernels (as matmul), one replay per iteration
   serve     a latency-sensitive service: each step is the forward pass of an 8-layer MLP (4096 wide,
@@ -72,6 +72,8 @@ def parse_args():
                     help="serve: steps for this long, then --pause-ms without requests, and again")
     ap.add_argument("--pause-ms", type=float, default=0.0)
     ap.add_argument("--graph-kernels", type=int, default=10, help="graph: kernels per graph")
+    ap.add_argument("--chain", type=int, default=1,
+                    help="matmul: kernels per iteration (queued back to back, one wait at its end)")
     ap.add_argument("--ready", default="")
     ap.add_argument("--go", default="")
     ap.add_argument("--skip-s", type=float, default=0.0,
@@ -113,6 +115,7 @@ def main() -> int:
             c = torch.empty_like(a)
             state.append((a, b, c))
     out["side"] = side
+    out["chain"] = args.chain
 
     def forward(x, layers):
         for w in layers:
@@ -126,7 +129,8 @@ def main() -> int:
             elif args.kind == "membound":
                 torch.add(tensors[0], tensors[1], out=tensors[2])
             else:
-                torch.matmul(tensors[0], tensors[1], out=tensors[2])
+                for _ in range(args.chain if args.kind == "matmul" else 1):
+                    torch.matmul(tensors[0], tensors[1], out=tensors[2])
 
     def sync():
         for dev in devices:
