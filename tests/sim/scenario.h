@@ -124,6 +124,9 @@ struct PriorityCase {
   // The time the high client held the GPU while a lower class also held it (its kernels still
   // draining beside the high client's steps), at most (negative: no check).
   double high_shared_max = -1;
+  // The high client's steps that a lower class's drain slowed (by more than a tenth of a step), at
+  // most (negative: no check).
+  double high_slowed_max = -1;
 };
 std::vector<PriorityCase> priority_cases();
 

@@ -521,16 +521,21 @@ TEST(Simulation, PriorityClasses) {
           << s.name << ": the low client's drains overlapped the high client's steps for "
           << secs(high->shared_with_lower) << " s";
     }
+    if (pc.high_slowed_max >= 0) {
+      EXPECT_LE(static_cast<double>(high->steps_slowed), pc.high_slowed_max)
+          << s.name << ": the low client's drains slowed " << high->steps_slowed
+          << " of the high client's steps";
+    }
     if (pc.low_waits_until > 0s) {
       EXPECT_LE(low_between(1s, pc.low_waits_until), pc.low_before)
           << s.name << ": the low client ran while the high one had work";
     }
     std::printf(
-        "%s: high waited at most %.2f ms and shared the GPU with a lower class for %.3f s; low "
-        "had %.2f s of GPU, at least %.3f s per 5 s window; %llu contended\n",
+        "%s: high waited at most %.2f ms and shared the GPU with a lower class for %.3f s (%llu "
+        "steps slowed); low had %.2f s of GPU, at least %.3f s per 5 s window; %llu contended\n",
         s.name.c_str(), 1e3 * secs(high->worst_wait), secs(high->shared_with_lower),
-        low->billed_seconds, worst_window < 1e9 ? worst_window : 0.0,
-        static_cast<unsigned long long>(r.contended));
+        static_cast<unsigned long long>(high->steps_slowed), low->billed_seconds,
+        worst_window < 1e9 ? worst_window : 0.0, static_cast<unsigned long long>(r.contended));
   }
 }
 

@@ -42,6 +42,7 @@ struct SimClient {
   bool wants = false;  // has work: asked for the GPU, or was preempted in the middle of it
   GrantEpoch holding = 0;
   MonoTime hold_since{};
+  Duration shared_this_grant{0};  // held beside a lower class during its current (or last) grant
   bool revoked = false;
   MonoTime revoked_at{};
   bool swap_out = false;
@@ -194,7 +195,10 @@ class World {
       const bool lower_holds = std::any_of(
           clients_.begin(), clients_.end(),
           [&](const SimClient& o) { return o.connected && o.holding && rank(o) < rank(c); });
-      if (lower_holds) c.outcome.shared_with_lower += t - now_;
+      if (lower_holds) {
+        c.outcome.shared_with_lower += t - now_;
+        c.shared_this_grant += t - now_;
+      }
     }
     bool someone_waits = false;
     for (const SimClient& c : clients_) someone_waits |= c.connected && c.wants && !c.holding;
@@ -326,6 +330,8 @@ class World {
     last_epoch_ = a.epoch;
     ++result_.grants;
     check_wait(*c);
+    if (c->spec.step > 0s && c->shared_this_grant * 10 > c->spec.step) ++c->outcome.steps_slowed;
+    c->shared_this_grant = Duration::zero();
     c->holding = a.epoch;
     c->hold_since = now_;
     if (c->on_host > 0) {

@@ -32,6 +32,9 @@ struct ConnectionOutcome {
   std::uint64_t swap_outs = 0;  // revokes that asked it to move its memory to the host
   // Time it held the GPU while a client of a lower class held it too (draining beside it).
   Duration shared_with_lower{0};
+  // Its grants that a lower class's drain overlapped for more than a tenth of its step (a client
+  // of steps: each is a step that drain slowed), counted at its next grant.
+  std::uint64_t steps_slowed = 0;
 };
 
 struct SimResult {

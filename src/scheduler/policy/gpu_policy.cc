@@ -166,6 +166,7 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
 void GpuPolicy::on_requested(const Requested& e, MonoTime now) {
   ClientRecord* c = find(e.client);
   if (c == nullptr || c->state != ClientState::kIdle) return;
+  if (c->stepping) observe_gap(*c, now);
   catch_up_fair_clock(*c);
   enqueue(*c, now);
 }
@@ -668,19 +669,41 @@ void GpuPolicy::observe_step(ClientRecord& c, MonoTime now) {
   c.stepping = yielded;
 }
 
+void GpuPolicy::observe_gap(ClientRecord& c, MonoTime now) {
+  c.gaps[c.gaps_seen % ClientRecord::kGapsKept] = now - c.state_since;
+  ++c.gaps_seen;
+}
+
+// A step and the median of its last gaps (a pause now and then does not make its cycle long).
+Duration GpuPolicy::cycle_of(const ClientRecord& c) {
+  const std::size_t n = std::min<std::uint64_t>(c.gaps_seen, ClientRecord::kGapsKept);
+  if (n == 0) return c.step_estimate;
+  std::array<Duration, ClientRecord::kGapsKept> gaps = c.gaps;
+  const auto mid = gaps.begin() + static_cast<std::ptrdiff_t>(n / 2);
+  std::nth_element(gaps.begin(), mid, gaps.begin() + static_cast<std::ptrdiff_t>(n));
+  return c.step_estimate + *mid;
+}
+
+// A delay beyond the free share slows at least the higher class's next step, so it is charged a
+// cycle of that class at least: the budget then bounds the share of its steps that are slowed
+// (what its tail latency feels), not only the time, however short each delay is.
 void GpuPolicy::charge_interference(const ClientRecord& c, MonoTime now) {
   if (c.revoke_reason != RevokeReason::kPriority || c.swap_out) return;
   // The shortest step of a higher class that is present: the one a delay costs most.
-  Duration step{0};
+  const ClientRecord* shortest = nullptr;
   for (const ClientRecord& h : clients_) {
     if (h.rank() > c.rank() && h.active() && h.step_estimate > Duration::zero() &&
-        (step == Duration::zero() || h.step_estimate < step)) {
-      step = h.step_estimate;
+        (shortest == nullptr || h.step_estimate < shortest->step_estimate)) {
+      shortest = &h;
     }
   }
   const Duration delay = now - c.revoked_at;
-  if (step > Duration::zero() && to_seconds(delay) <= kPriorityFreeDelay * to_seconds(step)) return;
-  interference_s_ -= to_seconds(delay);
+  if (shortest == nullptr) {
+    interference_s_ -= to_seconds(delay);
+    return;
+  }
+  if (to_seconds(delay) <= kPriorityFreeDelay * to_seconds(shortest->step_estimate)) return;
+  interference_s_ -= to_seconds(std::max(delay, cycle_of(*shortest)));
 }
 
 // A lower class's grant while holding back is on starts the next floor once it was used: the

@@ -174,8 +174,9 @@ inline constexpr double kShortestTurn = 0.1;
 // A lower class's kernels that still run when a higher class takes the GPU delay the higher class's
 // step by up to their length (the GPU time-slices the two contexts). A delay within this fraction
 // of the higher class's step (step_estimate) is free; a longer one is charged against the
-// interference budget (PolicyConfig::priority_interference). The moving average of steps gives
-// each new step this weight.
+// interference budget (PolicyConfig::priority_interference), as at least one cycle of that class
+// (a step and its median gap): the budget bounds the share of its steps that are slowed. The
+// moving average of steps gives each new step this weight.
 inline constexpr double kPriorityFreeDelay = 0.10;
 inline constexpr double kStepEstimateWeight = 0.25;
 // A lower-class grant counts for the floor when its client drained at least this long after its
@@ -300,6 +301,8 @@ class GpuPolicy {
   // A released holder: a step of a higher class that ended (its estimate), or a lower class that
   // drained beside a higher one (its delay, charged to the budget unless free).
   void observe_step(ClientRecord& c, MonoTime now);
+  static void observe_gap(ClientRecord& c, MonoTime now);
+  static Duration cycle_of(const ClientRecord& c);
   void charge_interference(const ClientRecord& c, MonoTime now);
   void restart_floor(const ClientRecord& c, MonoTime now);
   // The budget's most (a burst): priority_floor's worth of its rate.

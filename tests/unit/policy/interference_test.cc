@@ -85,6 +85,22 @@ TEST_F(Interference, LongDrainsSpendTheBudgetAndHoldTheTrainerBack) {
   EXPECT_TRUE(yield_sent(at_floor)) << "the floor lets the trainer through";
 }
 
+// Drains short in time but over the free share slow one step each: each costs a whole cycle of the
+// service (a step and its gap), so the budget bounds how many of its steps are slowed, not only
+// for how long. Steps of 2 ms, gaps of 1 ms, drains of 0.5 ms: charged as 0.5 ms each, the 20 ms
+// burst would last about 40 steps; charged as 3 ms cycles, about 7.
+TEST_F(Interference, AShortChargedDrainCostsACycleOfTheService) {
+  int steps = 0;
+  while (steps < 100) {
+    const std::vector<Action> after = one_step(1ms, 500us, 2ms);
+    ++steps;
+    if (!yield_sent(after)) break;
+  }
+  EXPECT_EQ(h.client(kTrainer).state, ClientState::kWaiting);
+  EXPECT_GE(steps, 6);
+  EXPECT_LE(steps, 9) << "the trainer slowed " << steps << " steps on a 20 ms budget";
+}
+
 TEST_F(Interference, AFloorGrantTheTrainerCouldNotUseDoesNotCount) {
   one_step(1ms, 40ms, 2ms);
   one_step(1ms, 40ms, 2ms);
