@@ -568,7 +568,7 @@ void GrantSession::learn_pause(Duration pause, session::ThreadsSeen threads) {
   // Traced where the time it would take a contended holder to release changes: below the floor
   // every pause is alike.
   const Duration before = pauses_waited_out(kContendedIdle);
-  pauses_[pauses_seen_++ % kPausesKept] = pause;
+  pauses_.add(pause);
   if (pauses_waited_out(kContendedIdle) != before) {
     out_.emplace_back(session::Record{"pause", epoch_, to_ms(recurring_pause()), {}, threads});
   }
@@ -577,7 +577,7 @@ void GrantSession::learn_pause(Duration pause, session::ThreadsSeen threads) {
 Duration GrantSession::recurring_pause() const {
   Duration longest{0};
   Duration second{0};
-  for (const Duration pause : pauses_) {
+  for (const Duration pause : pauses_.kept()) {
     if (pause > longest) {
       second = longest;
       longest = pause;

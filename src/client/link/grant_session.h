@@ -86,6 +86,7 @@
 
 #include "client/device_link.h"
 #include "client/link/pace_meter.h"
+#include "common/last_values.h"
 #include "common/log.h"
 #include "common/mono_time.h"
 #include "common/protocol.h"
@@ -460,14 +461,13 @@ class GrantSession {
   MonoTime evict_at_{};
   std::uint64_t swap_out_bytes_per_s_ = 0;
   MonoTime next_idle_check_{};
-  std::uint64_t yield_epoch_ = 0;               // a yield asks to release this grant once idle
-  std::uint64_t notice_epoch_ = 0;              // a swap notice or contended came for this grant
-  std::uint64_t swap_notice_epoch_ = 0;         // of which a swap notice (floor kNoticedIdle)
-  std::array<Duration, kPausesKept> pauses_{};  // the last pauses seen while holding
-  std::size_t pauses_seen_ = 0;
-  Duration longest_stall_{};             // the longest idle stretch with a thread submitting
-  Duration idle_seen_{};                 // idle time at the last idle check of the grant held
-  session::ThreadsSeen idle_threads_{};  // during the idle stretch under way (idle_seen_ > 0)
+  std::uint64_t yield_epoch_ = 0;             // a yield asks to release this grant once idle
+  std::uint64_t notice_epoch_ = 0;            // a swap notice or contended came for this grant
+  std::uint64_t swap_notice_epoch_ = 0;       // of which a swap notice (floor kNoticedIdle)
+  LastValues<Duration, kPausesKept> pauses_;  // the last pauses seen while holding
+  Duration longest_stall_{};                  // the longest idle stretch with a thread submitting
+  Duration idle_seen_{};                      // idle time at the last idle check of the grant held
+  session::ThreadsSeen idle_threads_{};       // during the idle stretch under way (idle_seen_ > 0)
   // The last idle check of the grant held that saw a thread submitting (none: not since the grant).
   std::optional<MonoTime> submitting_seen_;
   // A release on a notice: when the idle stretch it ended began (a pause, if work comes soon).

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/last_values.h"
 #include "common/mono_time.h"
 #include "scheduler/policy/events.h"
 #include "scheduler/policy/quota.h"
@@ -122,14 +123,13 @@ struct ClientRecord {
   // Its steps, as the scheduler sees them while it hands its idle moments to a lower class: a grant
   // that followed a release at an idle moment after a yield (step_grant) lasts from the request to
   // the next such release. step_estimate: their moving average (0: none seen yet).
-  // gaps: the idle moments between those steps (a release at an idle moment to the next request),
-  // the last kGapsKept of them, gaps_seen in all; its cycle is a step and the median gap.
+  // gaps: the last kGapsKept idle moments between those steps (a release at an idle moment to the
+  // next request); its cycle is a step and the median gap.
   static constexpr std::size_t kGapsKept = 8;
   bool stepping = false;
   bool step_grant = false;
   Duration step_estimate{0};
-  std::array<Duration, kGapsKept> gaps{};
-  std::uint64_t gaps_seen = 0;
+  LastValues<Duration, kGapsKept> gaps;
   // A capped client's pause ends no earlier than this (ResumeNotBefore); cleared at its grant.
   std::optional<MonoTime> resume_floor;
   // Its gang's members on other GPUs have all stopped, one at least pausing (ResumeNotBefore).

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 namespace nvshare::policy {
 namespace {
@@ -166,7 +167,7 @@ void GpuPolicy::on_registered(const Registered& e, MonoTime now, std::vector<Act
 void GpuPolicy::on_requested(const Requested& e, MonoTime now) {
   ClientRecord* c = find(e.client);
   if (c == nullptr || c->state != ClientState::kIdle) return;
-  if (c->stepping) observe_gap(*c, now);
+  if (c->stepping) c->gaps.add(now - c->state_since);
   catch_up_fair_clock(*c);
   enqueue(*c, now);
 }
@@ -669,18 +670,14 @@ void GpuPolicy::observe_step(ClientRecord& c, MonoTime now) {
   c.stepping = yielded;
 }
 
-void GpuPolicy::observe_gap(ClientRecord& c, MonoTime now) {
-  c.gaps[c.gaps_seen % ClientRecord::kGapsKept] = now - c.state_since;
-  ++c.gaps_seen;
-}
-
 // A step and the median of its last gaps (a pause now and then does not make its cycle long).
 Duration GpuPolicy::cycle_of(const ClientRecord& c) {
-  const std::size_t n = std::min<std::uint64_t>(c.gaps_seen, ClientRecord::kGapsKept);
-  if (n == 0) return c.step_estimate;
-  std::array<Duration, ClientRecord::kGapsKept> gaps = c.gaps;
-  const auto mid = gaps.begin() + static_cast<std::ptrdiff_t>(n / 2);
-  std::nth_element(gaps.begin(), mid, gaps.begin() + static_cast<std::ptrdiff_t>(n));
+  const std::span<const Duration> kept = c.gaps.kept();
+  if (kept.empty()) return c.step_estimate;
+  std::array<Duration, ClientRecord::kGapsKept> gaps{};
+  const auto end = std::copy(kept.begin(), kept.end(), gaps.begin());
+  const auto mid = gaps.begin() + static_cast<std::ptrdiff_t>(kept.size() / 2);
+  std::nth_element(gaps.begin(), mid, end);
   return c.step_estimate + *mid;
 }
 
@@ -698,12 +695,12 @@ void GpuPolicy::charge_interference(const ClientRecord& c, MonoTime now) {
     }
   }
   const Duration delay = now - c.revoked_at;
-  if (shortest == nullptr) {
-    interference_s_ -= to_seconds(delay);
-    return;
+  Duration charge = delay;  // no step known to compare with: its length
+  if (shortest != nullptr) {
+    if (to_seconds(delay) <= kPriorityFreeDelay * to_seconds(shortest->step_estimate)) return;
+    charge = std::max(delay, cycle_of(*shortest));
   }
-  if (to_seconds(delay) <= kPriorityFreeDelay * to_seconds(shortest->step_estimate)) return;
-  interference_s_ -= to_seconds(std::max(delay, cycle_of(*shortest)));
+  interference_s_ -= to_seconds(charge);
 }
 
 // A lower class's grant while holding back is on starts the next floor once it was used: the

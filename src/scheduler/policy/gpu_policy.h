@@ -301,7 +301,6 @@ class GpuPolicy {
   // A released holder: a step of a higher class that ended (its estimate), or a lower class that
   // drained beside a higher one (its delay, charged to the budget unless free).
   void observe_step(ClientRecord& c, MonoTime now);
-  static void observe_gap(ClientRecord& c, MonoTime now);
   static Duration cycle_of(const ClientRecord& c);
   void charge_interference(const ClientRecord& c, MonoTime now);
   void restart_floor(const ClientRecord& c, MonoTime now);
