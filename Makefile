@@ -53,8 +53,11 @@ build-run: deps-run
 	  cmake -S . -B $(BUILD) -G Ninja -DNVSHARE_WITH_K8S=OFF -DNVSHARE_BUILD_TESTS=OFF $(CMAKE_FLAGS) \
 	    >/dev/null; fi
 	@cmake --build $(BUILD) -j $(JOBS) --target $(RUN_TARGETS) fakecuda fakenvml || { \
-	  echo "run: the build failed; the library and the trainer need cuda.h from the CUDA toolkit" \
-	    "(/usr/local/cuda/include, or set CUDA_HOME)" >&2; exit 1; }
+	  echo "run: the build failed. The library, the simulated GPU and the trainer compile against" \
+	    "cuda.h of CUDA 12 or later (they link nothing from it), which Debian's archive does not" \
+	    "carry: install NVIDIA's CUDA toolkit (from NVIDIA's apt repository, the package" \
+	    "cuda-driver-dev-12-<minor> holds cuda.h alone), or point CUDA_HOME at a toolkit, then" \
+	    "run 'make clean run'" >&2; exit 1; }
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

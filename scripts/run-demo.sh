@@ -5,11 +5,15 @@
 #
 # A private nvshare-scheduler (sockets in a temporary directory, started and stopped here) arbitrates
 # one GPU between three nvshare-trainer processes running under libnvshare.so:
-#   A  6Gi  uncapped       A and B fit together (6 + 6 = 12Gi <= 14.4Gi usable of 16Gi): they co-run
-#   B  6Gi  uncapped       ...
-#   C 12Gi  capped at 30%  does not fit beside A or B: it takes turns with them, every hand-off
-#                          swaps the leaving jobs' memory to the host and the next one's back, and C
-#                          never gets more than 30% of the GPU's time
+#   A  3/8 of the GPU  uncapped       A and B fit together (3/4 of the GPU <= the 90% usable): they
+#   B  3/8 of the GPU  uncapped       co-run
+#   C  3/4 of the GPU  capped at 30%  does not fit beside A or B: it takes turns with them, every
+#                                     hand-off swaps the leaving jobs' memory to the host and the
+#                                     next one's back, and C never gets more than 30% of the GPU's
+#                                     time
+# On the simulated GPU the GPU's size follows this machine's available memory (16Gi at most: see
+# below); on a real GPU it is a 4Gi virtual capacity and the jobs are 768Mi, 768Mi and 2.5Gi, since
+# each CUDA context also takes about 0.5Gi there.
 # The scheduler runs with `--mode auto` (the default, given explicitly): the mode in which jobs that
 # fit run together (one at a time while a capped job wants the GPU: caps are enforced by
 # time-division). In mode `exclusive` (docs/scheduling.md) A and B would take turns too.
@@ -74,20 +78,37 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   capacity=4Gi
   mem_a=768Mi mem_b=768Mi mem_c=2560Mi
 else
-  where="the simulated GPU (tests/fakecuda: one 16Gi device, kernels take simulated time, swaps at 16Gi/s)"
+  # The simulated GPU's memory is this machine's: device memory in shared memory, and the host
+  # copies of the jobs swapped out beside it (about 1.5 x the capacity at the peak, measured:
+  # 23.6 GiB for 16Gi). Sized so that the peak stays within 60% of what is available now, at most
+  # 16Gi and at least 2Gi (NVSHARE_DEMO_CAPACITY_GIB chooses it).
+  avail_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+  avail_gib=$((avail_kib / 1048576))
+  sim_gib=${NVSHARE_DEMO_CAPACITY_GIB:-$((avail_kib * 6 / 10 * 2 / 3 / 1048576))}
+  [ "$sim_gib" -gt 16 ] && sim_gib=16
+  if [ "$sim_gib" -lt 2 ]; then
+    echo "run: the simulated demo needs about 3 GiB of free memory (a 2Gi simulated GPU and the host" \
+      "copies of its jobs); this machine has ${avail_gib} GiB available" >&2
+    exit 1
+  fi
+  sized="sized for this machine: ${avail_gib} GiB of memory available, so a ${sim_gib}Gi simulated GPU"
+  sized="$sized (its memory and the swapped jobs' host copies peak at about $((sim_gib * 3 / 2)) GiB)"
+  where="the simulated GPU (tests/fakecuda: one ${sim_gib}Gi device, kernels take simulated time, swaps at 16Gi/s)"
   export LD_LIBRARY_PATH="$build/tests/fakecuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export NVSHARE_FAKECUDA_DEVICES=1 NVSHARE_FAKECUDA_MEMORY=16Gi
+  export NVSHARE_FAKECUDA_DEVICES=1 NVSHARE_FAKECUDA_MEMORY=${sim_gib}Gi
   export NVSHARE_FAKECUDA_STATE="$work/fakecuda.state"
   # The default 8Gi/s would make each 12Gi hand-off 1.5 s; 16Gi/s is closer to what prefetches reach on a
   # recent GPU (measured on an H200: 12.7 GB/s to the host, 49 GB/s back).
   export NVSHARE_FAKECUDA_SWAP_BW=16Gi
-  # A + B = 12Gi fit in 14.4Gi usable; C beside either (18Gi) does not (still true with 512Mi contexts).
-  capacity=16Gi
-  mem_a=6Gi mem_b=6Gi mem_c=12Gi
+  # A, B and C take 3/8, 3/8 and 3/4 of the GPU: A + B (3/4) fit in the 90% usable; C beside either
+  # (9/8) does not (still true with 512Mi contexts from 8Gi up; below, the simulated GPU has none).
+  capacity=${sim_gib}Gi
+  mem_a=$((sim_gib * 384))Mi mem_b=$((sim_gib * 384))Mi mem_c=$((sim_gib * 768))Mi
 fi
 quantum=4
 
 echo "nvshare demo: running on $where"
+[ -n "${sized:-}" ] && echo "  $sized"
 echo "  scheduler: private (sockets in $work), mode auto, capacity $capacity (90% usable: 10% reserve)," \
   "turns of ${quantum} s"
 printf '  %-2s %-7s %-14s %s\n' \
@@ -123,7 +144,7 @@ export DEMO_MEM_A="$mem_a" DEMO_MEM_B="$mem_b" DEMO_MEM_C="$mem_c"
 # demo's (non-zero when a job did not finish with result "ok").
 status=0
 python3 - <<'PYTHON' || status=$?
-import json, os, subprocess, sys, time
+import json, os, signal, subprocess, sys, time
 
 work = os.environ["DEMO_WORK"]
 ctl = [os.environ["DEMO_CTL"], "--control-socket", os.path.join(work, "control.sock")]
@@ -176,7 +197,17 @@ class Job:
             try:
                 self.report = json.loads(out.strip().splitlines()[0])
             except (ValueError, IndexError):
-                self.report = {"result": "no report", "raw": out}
+                self.report = {"result": ended_how(self.proc.returncode), "raw": out}
+
+
+def ended_how(code):
+    """What a job that printed no report ended by: its signal (SIGKILL most often the kernel's
+    out-of-memory killer) or its exit status."""
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = ": out of memory? (dmesg names the OOM killer's victims)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with status {code} without a report"
 
 
 def status():

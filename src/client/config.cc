@@ -205,21 +205,20 @@ ClientConfig default_client_config() { return kTable.defaults(); }
 
 namespace {
 
-// Enforcement from a settings file: its values win over the environment's.
+// The members a settings file that enforces sets, whatever the environment says.
+bool same_enforced(const ClientConfig& a, const ClientConfig& b) {
+  return a.enabled == b.enabled && a.socket_path == b.socket_path &&
+         a.register_wait == b.register_wait && a.reconnect_max == b.reconnect_max;
+}
+
+// Enforcement from a settings file: its values win over the environment's. A variable that says
+// something else is named in a warning; one that says the same (the socket a device plugin also
+// puts in the environment) is not.
 void apply_settings(const ClientSettings& settings, const ClientEnvLookup& getenv,
                     ParsedClientConfig& out) {
   ClientConfig& config = out.config;
   config.enforced = true;
   const ClientConfig defaults = default_client_config();
-  for (const char* name : {"enable", "socket", "register-wait-ms", "reconnect-max-ms"}) {
-    const std::string env = client_env_name(*find_client_knob(name));
-    const char* value = getenv ? getenv(env.c_str()) : nullptr;
-    if (value != nullptr && *value != '\0') {
-      out.warnings.push_back(env + "=" + quoted(value) +
-                             ": ignored: this container's nvshare settings (" + kSettingsPath +
-                             ") enforce its limits");
-    }
-  }
   config.enabled = true;
   config.socket_path = settings.socket.value_or(defaults.socket_path);
   config.register_wait = settings.register_wait.value_or(defaults.register_wait);
@@ -228,6 +227,17 @@ void apply_settings(const ClientSettings& settings, const ClientEnvLookup& geten
   if (settings.memory_bytes) {
     config.declared_limits.memory_bytes =
         protocol::stricter_memory(config.declared_limits.memory_bytes, *settings.memory_bytes);
+  }
+  for (const char* name : {"enable", "socket", "register-wait-ms", "reconnect-max-ms"}) {
+    const ClientKnob& knob = *find_client_knob(name);
+    const std::string env = client_env_name(knob);
+    const char* value = getenv ? getenv(env.c_str()) : nullptr;
+    if (value == nullptr || *value == '\0') continue;
+    ClientConfig asked = config;
+    if (knob.apply(value, asked).ok() && same_enforced(asked, config)) continue;
+    out.warnings.push_back(env + "=" + quoted(value) +
+                           ": ignored: this container's nvshare settings (" + kSettingsPath +
+                           ") enforce its limits");
   }
 }
 

@@ -163,11 +163,14 @@ struct SchedulerInfo {
   std::uint64_t client_sessions = 0;
   std::uint64_t clients = 0;
   bool limits_synced = false;
+  // The GPUs it knows (NVML, --gpus, the device plugin's set-gpus): it refuses clients of others.
+  std::vector<std::string> gpus;
   Json config;  // the effective configuration, knob by knob
   template <typename Self, typename V>
   static void members(Self& self, V&& v) {
     v("version", self.version);
     v("pid", self.pid);
+    v("gpus", self.gpus);
     v("uptime_s", self.uptime_s);
     v("client_sessions", self.client_sessions);
     v("clients", self.clients);

@@ -314,7 +314,7 @@ const Knob kKnobs[] = {
      [](std::string_view v, PluginConfig& c) -> Status {
        return store(knobparse::parse_bool(v), [&](bool b) { c.cdi_edits = b; });
      }},
-    {"ld-so-preload-host-path", "/var/lib/nvshare/ld.so.preload", "an absolute file path",
+    {"ld-so-preload-host-path", "/var/lib/nvshare/preload/ld.so.preload", "an absolute file path",
      "Host file mounted read-only as /etc/ld.so.preload in `ld-so-preload` mode; the plugin writes "
      "it at start (one line: library-container-path).",
      [](std::string_view v, PluginConfig& c) -> Status {

@@ -66,6 +66,7 @@ Json status(ControlContext& context) {
   s.client_sessions = context.client_sessions;
   s.clients = context.scheduler.client_count();
   s.limits_synced = context.scheduler.synced();
+  s.gpus = context.scheduler.gpu_uuids();
   s.config = config_json(context.scheduler.config());
   answer.body = to_json(context.scheduler.snapshot(context.now));
   return control::encode(answer);

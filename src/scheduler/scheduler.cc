@@ -741,6 +741,13 @@ void Scheduler::count_resumed(Client& client, const protocol::Usage& usage) {
   client.sessions_lost = std::max(client.sessions_lost, usage.sessions_lost);
 }
 
+std::vector<std::string> Scheduler::gpu_uuids() const {
+  std::vector<std::string> out;
+  out.reserve(inventory_.size());
+  for (const auto& [uuid, known] : inventory_) out.push_back(uuid);
+  return out;
+}
+
 StatusSnapshot Scheduler::snapshot(MonoTime now) const {
   StatusSnapshot snapshot;
   snapshot.taken = now;

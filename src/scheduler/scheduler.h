@@ -174,6 +174,7 @@ class Scheduler {
   Status set_gpus(const std::vector<GpuInfo>& gpus, const std::string& source, MonoTime now);
   bool knows_gpu(const std::string& uuid) const { return inventory_.count(uuid) != 0; }
   std::size_t gpu_count() const { return inventory_.size(); }
+  std::vector<std::string> gpu_uuids() const;
 
   // ---- time -------------------------------------------------------------------------------------
 

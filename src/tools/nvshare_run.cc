@@ -3,6 +3,7 @@
 //
 //   nvshare-run [--gpu UUID|INDEX] [--memory-limit Q] [--core-limit P] [--memory-mode M]
 //               [--priority C] [--socket PATH] -- CMD...
+//   nvshare-run [--socket PATH] --stop-scheduler
 //
 // What it does, in order:
 //  1. finds libnvshare.so: $NVSHARE_LIBRARY, else next to this executable (../lib, its own
@@ -17,7 +18,14 @@
 //     system socket gets the system control socket, default_paths.h), and waits (at most
 //     5 s) until it accepts; a lock file next to the socket keeps two nvshare-runs from
 //     starting two schedulers;
-//  4. runs the command with LD_PRELOAD (the library first), NVSHARE_SOCKET, and the declared limits
+//  4. asks the scheduler (its control socket) which GPUs it knows: one that knows none refuses
+//  every
+//     client, which would then run unscheduled. A local scheduler of ours that knows none is
+//     stopped and started again (the GPUs may have appeared since, or its environment lacked the
+//     driver); if it still knows none, nvshare-run fails when a limit only the scheduler enforces
+//     was asked for (--core-limit, --priority) and otherwise says the command runs unscheduled.
+//     --gpu is checked against the GPUs it knows;
+//  5. runs the command with LD_PRELOAD (the library first), NVSHARE_SOCKET, and the declared limits
 //     (NVSHARE_MEMORY_LIMIT, NVSHARE_CORE_LIMIT), the memory mode (NVSHARE_MEMORY_MODE), the
 //     priority class (NVSHARE_PRIORITY) and
 //     CUDA_VISIBLE_DEVICES when asked; SIGINT,
@@ -34,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -54,6 +63,7 @@
 #include "common/result.h"
 #include "common/shared_knobs.h"
 #include "common/unix_socket.h"
+#include "control/client.h"
 
 #ifndef NVSHARE_VERSION
 #define NVSHARE_VERSION "0.0.0"
@@ -92,6 +102,7 @@ Options:
                          /var/run/nvshare/scheduler.sock as root, otherwise
                          $XDG_RUNTIME_DIR/nvshare/scheduler.sock or
                          /tmp/nvshare-$UID/scheduler.sock)
+  --stop-scheduler       stop the local scheduler on the socket (one nvshare-run started) and exit
   --help                 this text
   --version              the version
 
@@ -120,6 +131,7 @@ struct Options {
   std::vector<std::string> command;
   bool help = false;
   bool version = false;
+  bool stop_scheduler = false;
 };
 
 // Where the scheduler's files go for one client socket.
@@ -159,6 +171,10 @@ Result<Options> parse_arguments(int argc, char** argv) {
       options.version = true;
       return options;
     }
+    if (arg == "--stop-scheduler") {
+      options.stop_scheduler = true;
+      continue;
+    }
     std::string_view name = arg;
     std::optional<std::string> value;
     if (const auto eq = arg.find('='); eq != std::string_view::npos) {
@@ -190,8 +206,10 @@ Result<Options> parse_arguments(int argc, char** argv) {
   }
   for (; i < argc; ++i) options.command.emplace_back(argv[i]);
   if (options.memory_limit) {
-    if (auto parsed = nvshare::parse_memory_quantity(*options.memory_limit); !parsed) {
-      return make_error("--memory-limit: " + parsed.error().message);
+    auto parsed = nvshare::parse_memory_quantity(*options.memory_limit);
+    if (!parsed) return make_error("--memory-limit: " + parsed.error().message);
+    if (parsed.value() == 0) {
+      return make_error("--memory-limit: 0 is not a limit (leave the option out for none)");
     }
   }
   if (options.core_limit) {
@@ -472,6 +490,169 @@ Status ensure_scheduler(const SchedulerPaths& paths) {
   return make_error(message);
 }
 
+// What the scheduler says of itself on its control socket.
+struct SchedulerFacts {
+  pid_t pid = 0;
+  std::vector<std::string> gpus;  // the GPUs it knows: it refuses clients of any other
+};
+
+Result<SchedulerFacts> ask_scheduler(const SchedulerPaths& paths) {
+  auto reply = nvshare::control::ask(paths.control_socket, nvshare::control::StatusRequest{}, 2000);
+  if (!reply) return reply.error();
+  if (reply.value().refused()) return make_error(reply.value().refusal());
+  const nvshare::control::SchedulerInfo& info = reply.value().answer().scheduler;
+  return SchedulerFacts{static_cast<pid_t>(info.pid), info.gpus};
+}
+
+// The arguments of process `pid`, empty when they cannot be read.
+std::vector<std::string> command_line(pid_t pid) {
+  nvshare::UniqueFd fd(
+      ::open(("/proc/" + std::to_string(pid) + "/cmdline").c_str(), O_RDONLY | O_CLOEXEC));
+  std::vector<std::string> args;
+  if (!fd.valid()) return args;
+  std::string text(8192, '\0');
+  const ssize_t n = ::read(fd.get(), text.data(), text.size());
+  if (n <= 0) return args;
+  text.resize(static_cast<std::size_t>(n));
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\0', at), text.size());
+    args.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return args;
+}
+
+// A scheduler nvshare-run may stop and start again: one it would have started itself (local mode,
+// on this socket), run by this user.
+bool ours_to_restart(pid_t pid, const SchedulerPaths& paths) {
+  struct stat st {};
+  if (pid <= 0 || ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0 ||
+      st.st_uid != ::geteuid()) {
+    return false;
+  }
+  const std::vector<std::string> args = command_line(pid);
+  const auto has = [&](const std::string& word) {
+    return std::find(args.begin(), args.end(), word) != args.end();
+  };
+  return has("--trust-client-limits") && has(paths.socket);
+}
+
+Status stop_scheduler(pid_t pid, const SchedulerPaths& paths) {
+  if (::kill(pid, SIGTERM) != 0 && errno != ESRCH) {
+    return make_error("cannot stop the scheduler (pid " + std::to_string(pid) +
+                      "): " + errno_text());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kSchedulerStartTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH && !scheduler_accepts(paths.socket)) {
+      return Status::Ok();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return make_error("the scheduler (pid " + std::to_string(pid) + ") did not stop within 5 s");
+}
+
+// The last line of the scheduler's log about its GPUs, when the log is ours to read.
+std::string gpu_log_line(const SchedulerPaths& paths) {
+  const std::string tail = log_tail(paths.log);
+  std::string found;
+  std::size_t at = 0;
+  while (at < tail.size()) {
+    const std::size_t end = std::min(tail.find('\n', at), tail.size());
+    const std::string line = tail.substr(at, end - at);
+    if (line.find("NVML") != std::string::npos || line.find("GPU") != std::string::npos) {
+      found = line;
+    }
+    at = end + 1;
+  }
+  return found;
+}
+
+// CUDA_VISIBLE_DEVICES items that can be checked: indices against the count, GPU UUIDs (or a
+// unique prefix, as CUDA takes them) against the list. MIG names are left to CUDA.
+Status check_gpu_option(const std::string& value, const std::vector<std::string>& gpus) {
+  std::string_view rest = value;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const bool index = !item.empty() && std::all_of(item.begin(), item.end(),
+                                                    [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (index && (item.size() > 4 || std::stoul(item) >= gpus.size())) {
+      return make_error("--gpu " + item + ": this machine's scheduler knows " +
+                        std::to_string(gpus.size()) + " GPU" + (gpus.size() == 1 ? "" : "s") +
+                        " (indices 0.." + std::to_string(gpus.size() - 1) + ")");
+    }
+    if (item.rfind("GPU-", 0) == 0 &&
+        std::none_of(gpus.begin(), gpus.end(),
+                     [&](const std::string& uuid) { return uuid.rfind(item, 0) == 0; })) {
+      std::string known;
+      for (const std::string& uuid : gpus) known += (known.empty() ? "" : ", ") + uuid;
+      return make_error("--gpu " + item + " is not one of this machine's GPUs (" + known + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// Makes sure the scheduler knows a GPU before the command runs: a client of a scheduler that knows
+// none is refused and runs unscheduled. Fails when a limit only the scheduler enforces was asked
+// for and cannot be.
+Status check_scheduler(const Options& options, const SchedulerPaths& paths) {
+  auto facts = ask_scheduler(paths);
+  if (!facts) {
+    std::fprintf(stderr, "nvshare-run: cannot ask the scheduler which GPUs it knows (%s)\n",
+                 facts.error().message.c_str());
+    return Status::Ok();
+  }
+  if (facts.value().gpus.empty() && ours_to_restart(facts.value().pid, paths)) {
+    std::fprintf(stderr, "nvshare-run: the scheduler on %s knows no GPU; starting it again\n",
+                 paths.socket.c_str());
+    if (Status stopped = stop_scheduler(facts.value().pid, paths); !stopped) return stopped;
+    if (Status started = ensure_scheduler(paths); !started) return started;
+    facts = ask_scheduler(paths);
+    if (!facts) return make_error("the restarted scheduler: " + facts.error().message);
+  }
+  if (!facts.value().gpus.empty()) {
+    return options.gpu ? check_gpu_option(*options.gpu, facts.value().gpus) : Status::Ok();
+  }
+  std::string why = "the scheduler on " + paths.socket + " knows no GPU and refuses every client";
+  if (const std::string line = gpu_log_line(paths); !line.empty())
+    why += " (its log: " + line + ")";
+  if (options.core_limit || options.priority) {
+    return make_error(why + "; " + (options.core_limit ? "--core-limit" : "--priority") +
+                      " cannot be enforced, so the command was not run");
+  }
+  std::fprintf(stderr, "nvshare-run: %s; the command runs unscheduled%s\n", why.c_str(),
+               options.memory_limit ? " (its --memory-limit still holds)" : "");
+  return Status::Ok();
+}
+
+// --stop-scheduler: stops the scheduler on the socket when nvshare-run would have started it (this
+// user's, in local mode); a scheduler started otherwise is left to whoever started it.
+int stop_local_scheduler(const Options& options) {
+  auto paths = scheduler_paths(options);
+  if (!paths) return failure(paths.error().message);
+  if (!scheduler_accepts(paths.value().socket)) {
+    std::fprintf(stderr, "nvshare-run: no scheduler runs on %s\n", paths.value().socket.c_str());
+    return 0;
+  }
+  auto facts = ask_scheduler(paths.value());
+  if (!facts)
+    return failure("cannot ask the scheduler on " + paths.value().socket +
+                   " for its pid: " + facts.error().message);
+  const pid_t pid = facts.value().pid;
+  if (!ours_to_restart(pid, paths.value())) {
+    return failure("the scheduler on " + paths.value().socket + " (pid " + std::to_string(pid) +
+                   ") was not started by nvshare-run for this user; stop it as it was started");
+  }
+  if (Status stopped = stop_scheduler(pid, paths.value()); !stopped) {
+    return failure(stopped.error().message);
+  }
+  std::fprintf(stderr, "nvshare-run: stopped nvshare-scheduler (pid %d) on %s\n",
+               static_cast<int>(pid), paths.value().socket.c_str());
+  return 0;
+}
+
 void set_env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
 // LD_PRELOAD with the library first, keeping what was there (without a second copy of it).
@@ -558,6 +739,10 @@ int main(int argc, char** argv) {
     std::printf("nvshare-run %s\n", NVSHARE_VERSION);
     return 0;
   }
+  if (options.stop_scheduler) {
+    if (!options.command.empty()) return usage_error("--stop-scheduler takes no command");
+    return stop_local_scheduler(options);
+  }
   if (options.command.empty()) return usage_error("no command given");
 
   auto library = find_library();
@@ -566,6 +751,9 @@ int main(int argc, char** argv) {
   if (!paths) return failure(paths.error().message);
   if (Status scheduler = ensure_scheduler(paths.value()); !scheduler) {
     return failure(scheduler.error().message);
+  }
+  if (Status checked = check_scheduler(options, paths.value()); !checked) {
+    return failure(checked.error().message);
   }
 
   set_env("LD_PRELOAD", preload_value(library.value()));

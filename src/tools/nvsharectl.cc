@@ -154,12 +154,6 @@ std::optional<double> parse_seconds(const std::string& text) {
   return value;
 }
 
-// A request the protocol refuses (the scheduler would refuse it the same way).
-int refused(const std::string& message) {
-  std::fprintf(stderr, "nvsharectl: refused: %s\n", message.c_str());
-  return kExitRefused;
-}
-
 // Sends one request and prints why when the scheduler cannot be reached or refuses. Returns the
 // answer the request expects.
 template <typename R>
@@ -252,6 +246,30 @@ int cmd_top(const Global& global, std::vector<std::string> rest) {
 }
 
 // Turns a --memory/--core value into its JSON form.
+// The decoder's message about a request member, as the flag that set it: `memory_mode` is
+// --memory-mode, and the JSON values null, "none" and "inherit" are the words none and inherit.
+std::string in_flag_words(std::string message) {
+  const auto replace_all = [&](std::string_view from, std::string_view to) {
+    for (std::size_t at = message.find(from); at != std::string::npos;
+         at = message.find(from, at + to.size())) {
+      message.replace(at, from.size(), to);
+    }
+  };
+  replace_all("null, \"none\"", "none");
+  replace_all("\"none\"", "none");
+  replace_all("\"inherit\"", "inherit");
+  for (const char* member : {"memory_mode", "memory", "core", "priority"}) {
+    const std::string name(member);
+    if (message.rfind(name, 0) == 0) {
+      std::string flag = "--" + name;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      message.replace(0, name.size(), flag);
+      break;
+    }
+  }
+  return message;
+}
+
 Json limit_value(const std::string& text, bool core) {
   if (text == "none") return Json();
   if (text == "inherit") return Json("inherit");
@@ -304,9 +322,9 @@ int cmd_set_limits(const Global& global, std::vector<std::string> rest) {
   if (mode) request.set("memory_mode", *mode);
   if (priority) request.set("priority", *priority);
   // The flags' values are checked by the protocol's own decoder, so nvsharectl accepts exactly
-  // what the scheduler does, and refuses the rest as it would (exit 1).
+  // what the scheduler does; what it refuses is a usage error (exit 2), said in the flags' words.
   auto typed = nvshare::control::decode(request);
-  if (!typed) return refused(typed.error().message);
+  if (!typed) return usage_error(in_flag_words(typed.error().message));
   int code;
   auto answer = call(global, std::get<nvshare::control::SetLimitsRequest>(typed.value()), code);
   if (!answer) return code;
@@ -364,7 +382,7 @@ int cmd_set_policy(const Global& global, std::vector<std::string> rest) {
   }
   if (!any) return usage_error("set-policy needs at least one setting");
   auto typed = nvshare::control::decode(request);
-  if (!typed) return refused(typed.error().message);
+  if (!typed) return usage_error(typed.error().message);
   int code;
   auto answer = call(global, std::get<nvshare::control::SetPolicyRequest>(typed.value()), code);
   if (!answer) return code;

@@ -197,8 +197,17 @@ std::string render_status_table(const Json& status) {
   std::string out;
   const Json* gpus = status.find("gpus");
   const Json::Array* gpu_list = gpus ? gpus->as_array() : nullptr;
-  if (gpu_list == nullptr || gpu_list->empty()) {
-    out += "no GPU has clients yet\n";
+  const Json* scheduler = status.find("scheduler");
+  const Json* known = scheduler != nullptr ? scheduler->find("gpus") : nullptr;
+  const Json::Array* known_list = known != nullptr ? known->as_array() : nullptr;
+  if (known_list != nullptr && known_list->empty()) {
+    out +=
+        "the scheduler knows no GPU: it refuses every client, which then runs unscheduled (its "
+        "log says why; --gpus or the device plugin's set-gpus names the GPUs)\n";
+  } else if (gpu_list == nullptr || gpu_list->empty()) {
+    out += "no GPU has clients yet";
+    if (known_list != nullptr) out += " (" + std::to_string(known_list->size()) + " known)";
+    out += "\n";
   } else {
     for (const Json& gpu : *gpu_list) {
       const Json* virtual_capacity = gpu.find("capacity_virtual");

@@ -103,7 +103,8 @@ TEST(ControlCodec, EveryAnswerSurvivesARoundTrip) {
   stats.decision_latency_us = {3, 1.5, 1.25, 2, 3.5, 3.5, 4};
   expect_round_trip(stats);
   StatusAnswer status;
-  status.scheduler = {"1.2.3", 4242, 12.5, 3, 2, true, Json::Object{{"mode", "auto"}}};
+  status.scheduler = {
+      "1.2.3", 4242, 12.5, 3, 2, true, {"GPU-1", "GPU-2"}, Json::Object{{"mode", "auto"}}};
   status.body = Json::Object{{"gpus", Json::array()}, {"pods", Json::array()}};
   expect_round_trip(status);
 }

@@ -543,10 +543,25 @@ TEST_F(DaemonProcessTest, SetLimitsReachesTheClientAsALimitsFrame) {
   EXPECT_EQ(result.value().exit_code, 1);
   EXPECT_NE(result.value().err.find("no client with id 999999"), std::string::npos)
       << result.value().err;
+  // A malformed flag value is a usage error (exit 2, as in every other command), in the flags'
+  // words: no JSON null.
   result = ctl({"set-limits", "--client", std::to_string(client.client_id()), "--memory", "4GB"});
   ASSERT_TRUE(result.ok());
-  EXPECT_EQ(result.value().exit_code, 1);
+  EXPECT_EQ(result.value().exit_code, 2);
   EXPECT_NE(result.value().err.find("unknown suffix"), std::string::npos) << result.value().err;
+  result = ctl({"set-limits", "--client", std::to_string(client.client_id()), "--core", "150"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result.value().exit_code, 2);
+  EXPECT_NE(result.value().err.find("--core must be a percent 1..100, none or inherit"),
+            std::string::npos)
+      << result.value().err;
+  EXPECT_EQ(result.value().err.find("null"), std::string::npos) << result.value().err;
+  result =
+      ctl({"set-limits", "--client", std::to_string(client.client_id()), "--memory-mode", "fast"});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result.value().exit_code, 2);
+  EXPECT_NE(result.value().err.find("--memory-mode must be one of"), std::string::npos)
+      << result.value().err;
 }
 
 TEST_F(DaemonProcessTest, PodLimitsSetBeforeTheProcessStartsApplyWhenItRegisters) {
@@ -609,7 +624,7 @@ TEST_F(DaemonProcessTest, SetPolicyCapacityLetsAWaitingClientRun) {
 
   auto bad = ctl({"set-policy", "--gpu", kGpu, "--quantum", "-3"});
   ASSERT_TRUE(bad.ok());
-  EXPECT_EQ(bad.value().exit_code, 1);
+  EXPECT_EQ(bad.value().exit_code, 1);  // in range is the scheduler's to say: refused
   EXPECT_NE(bad.value().err.find("quantum"), std::string::npos) << bad.value().err;
 
   auto result = ctl({"set-policy", "--gpu", kGpu, "--capacity", "2Gi"});
@@ -785,7 +800,7 @@ TEST_F(DaemonProcessTest, PodUidsAreCanonicalAndMemoryZeroIsRefused) {
   auto zero =
       ctl({"set-limits", "--pod-uid", "7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3d", "--memory", "0"});
   ASSERT_TRUE(zero.ok());
-  EXPECT_EQ(zero.value().exit_code, 1);
+  EXPECT_EQ(zero.value().exit_code, 2);
   EXPECT_NE(zero.value().err.find("memory 0 is not a limit"), std::string::npos)
       << zero.value().err;
   auto not_uid = ctl({"set-limits", "--pod-uid", "trainer", "--memory", "1Gi"});

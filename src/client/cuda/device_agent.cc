@@ -206,9 +206,10 @@ void GpuAgent::apply_drain_bound(const protocol::Limits& limits) {
   Duration bound = client_config().drain_bound;
   if (priority == Priority::kLow) bound = std::min(bound, kLowDrainBound);
   if (limits.core_percent < 100) bound = std::min(bound, kCappedDrainBound);
-  const Duration before = device_.tracker.drain_bound();
-  if (bound == before) return;
-  device_.tracker.set_drain_bound(bound);
+  if (bound != device_.tracker.drain_bound()) device_.tracker.set_drain_bound(bound);
+  const auto setting = std::make_tuple(priority, static_cast<unsigned>(limits.core_percent), bound);
+  if (drain_logged_ == setting) return;
+  drain_logged_ = setting;
   NVSHARE_INFO("%s: priority %s, core %u%%, drain bound %.1f ms", device_.identity.gpu_uuid.c_str(),
                std::string(to_string(priority)).c_str(), limits.core_percent,
                static_cast<double>(bound.count()) / 1e6);

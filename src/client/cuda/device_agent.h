@@ -32,8 +32,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 #include "client/device_link.h"
+#include "common/priority.h"
 
 namespace nvshare::client::cuda {
 
@@ -82,6 +84,9 @@ class GpuAgent final : public DeviceAgent {
   // Of the managed ranges, in address order, the bytes that do not fit in `room`.
   std::uint64_t managed_beyond(std::uint64_t room) const;
   DeviceState& device_;
+  // The class, cap and drain bound last logged: limits arrive with the welcome and again at every
+  // change, and the tracker may have moved its bound since; each setting is said once.
+  std::optional<std::tuple<Priority, unsigned, Duration>> drain_logged_;
   HostRoomSource room_source_;
   std::optional<MonoTime> room_read_at_;
   std::uint64_t room_ = 0;

@@ -127,7 +127,10 @@ void GrantSession::dispatch(const session::Event& event, MonoTime now) {
         } else if constexpr (std::is_same_v<T, session::FrameReceived>) {
           on_frame(e.message, now);
         } else if constexpr (std::is_same_v<T, session::ConnectionLost>) {
-          if (conn_ == Conn::kHandshake || conn_ == Conn::kUp) lose_connection(now, e.why);
+          // Closed by the scheduler before its welcome: it refuses this process (or its GPU).
+          if (conn_ == Conn::kHandshake || conn_ == Conn::kUp) {
+            lose_connection(now, e.why, conn_ == Conn::kHandshake);
+          }
         } else if constexpr (std::is_same_v<T, session::GateClosed>) {
           on_gate_closed(e.inside, now);
         } else if constexpr (std::is_same_v<T, session::Drained>) {
@@ -339,7 +342,7 @@ void GrantSession::on_connect_failed(MonoTime now, const std::string& why) {
   }
 }
 
-void GrantSession::lose_connection(MonoTime now, const std::string& why) {
+void GrantSession::lose_connection(MonoTime now, const std::string& why, bool refused) {
   const bool was_up = conn_ == Conn::kUp;
   if (was_up && sessions_lost_ < UINT32_MAX) ++sessions_lost_;
   out_.emplace_back(session::Disconnect{});
@@ -358,10 +361,11 @@ void GrantSession::lose_connection(MonoTime now, const std::string& why) {
     swapping_in_for_.reset();
     swap_in_started_ = now;
     outage_why_ = why;
+    outage_refused_ = refused;
     await(Awaiting::kSwappedIn, session::SwapIn{});
     return;
   }
-  enter_outage(why);
+  enter_outage(why, refused);
 }
 
 void GrantSession::schedule_reconnect(MonoTime now) {
@@ -369,12 +373,12 @@ void GrantSession::schedule_reconnect(MonoTime now) {
   backoff_ = std::min(backoff_ * 2, config_.timing.reconnect_max);
 }
 
-void GrantSession::enter_outage(const std::string& why) {
+void GrantSession::enter_outage(const std::string& why, bool refused) {
   publish(GrantState::kOpen, session::GateChange::kOpen);
   settle_if_limits_known();
   if (!in_outage_) {
     in_outage_ = true;
-    out_.emplace_back(session::OutageBegins{why});
+    out_.emplace_back(session::OutageBegins{why, refused});
   }
 }
 
@@ -485,7 +489,7 @@ void GrantSession::on_swapped_in(std::uint64_t bytes, MonoTime now) {
     debug("swapped in " + std::to_string(bytes) + " bytes in " + std::to_string(ms) + " ms");
   }
   if (!swapping_in_for_) {
-    enter_outage(outage_why_);
+    enter_outage(outage_why_, outage_refused_);
     return;
   }
   const std::uint64_t epoch = *swapping_in_for_;

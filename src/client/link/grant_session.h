@@ -285,6 +285,7 @@ struct Registered {  // a session was welcomed
 };
 struct OutageBegins {  // the scheduler became unreachable (first failure of an outage)
   std::string why;
+  bool refused = false;  // it closed the session before welcoming it: it refuses this process
 };
 struct OutageEnds {};
 struct Note {  // a log line
@@ -349,7 +350,7 @@ class GrantSession {
   void first_limits();
   void on_connected(MonoTime now);
   void on_connect_failed(MonoTime now, const std::string& why);
-  void lose_connection(MonoTime now, const std::string& why);
+  void lose_connection(MonoTime now, const std::string& why, bool refused = false);
   void on_frame(const protocol::Message& message, MonoTime now);
   void on_welcome(const protocol::Welcome& welcome, MonoTime now);
   void on_grant(const protocol::Grant& grant, MonoTime now);
@@ -373,7 +374,7 @@ class GrantSession {
   void on_gate_closed(std::uint64_t inside, MonoTime now);
   void on_settings(const std::optional<std::uint64_t>& memory);
   void stop();
-  void enter_outage(const std::string& why);
+  void enter_outage(const std::string& why, bool refused = false);
   // The settings file says the pod's limit is pending and nobody has given it yet.
   bool limits_pending() const;
   // The settings file is read now and then: while the limit is pending or the scheduler is away.
@@ -444,6 +445,7 @@ class GrantSession {
   std::optional<std::uint64_t> swapping_in_for_;  // the grant a swap-in is for; none: an outage's
   MonoTime swap_in_started_{};
   std::string outage_why_;       // a lost connection waits for the swap-in before the outage begins
+  bool outage_refused_ = false;  // ...and whether the scheduler closed it before its welcome
   bool revoke_pending_ = false;  // waiting for threads inside a submission
   protocol::Revoke revoke_;
   MonoTime revoke_at_{};

@@ -398,7 +398,7 @@ std::optional<session::Event> DeviceChannel::perform(const session::Action& acti
     return std::nullopt;
   }
   if (const auto* o = std::get_if<OutageBegins>(&action)) {
-    engine_.outage_begins(o->why);
+    engine_.outage_begins(o->why, o->refused);
     return std::nullopt;
   }
   if (std::holds_alternative<OutageEnds>(action)) {
@@ -683,11 +683,19 @@ LinkStats LinkEngine::stats() const {
   return out;
 }
 
-void LinkEngine::outage_begins(const std::string& why) {
+void LinkEngine::outage_begins(const std::string& why, bool refused) {
   std::lock_guard lock(outage_mu_);
   if (outage_devices_++ > 0) return;
-  NVSHARE_WARN("scheduler unreachable at %s (%s); running unscheduled",
-               options_.socket_path.c_str(), why.c_str());
+  if (refused) {
+    NVSHARE_WARN(
+        "the scheduler at %s closed the session before welcoming it (%s): it refuses this process "
+        "or does not know its GPU (`nvsharectl status` lists the GPUs it knows, its log says why); "
+        "running unscheduled",
+        options_.socket_path.c_str(), why.c_str());
+  } else {
+    NVSHARE_WARN("scheduler unreachable at %s (%s); running unscheduled",
+                 options_.socket_path.c_str(), why.c_str());
+  }
   outages_.fetch_add(1, std::memory_order_relaxed);  // after the line: a count seen is logged
 }
 

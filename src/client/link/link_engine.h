@@ -208,7 +208,7 @@ class LinkEngine {
   // Starts every GPU's thread that is not running (after fork(), the child's).
   void ensure_started();
   std::vector<DeviceChannel*> snapshot();
-  void outage_begins(const std::string& why);
+  void outage_begins(const std::string& why, bool refused);
   void outage_ends();
   void fork_prepare();
   void fork_parent();

@@ -339,13 +339,22 @@ Duration GpuPolicy::quota_cycle(const ClientRecord& c) const {
                               : config_.quota_window;
 }
 
+// Shared time is billed 1/n to each of the n holders that block. An unresponsive holder is not
+// one of their n: it may be computing or only still swapping out, and billing the others as though
+// it computed would let a capped client run far over its cap beside a slow swap-out. It is billed
+// 1/n of all the holders, as though it computed.
 void GpuPolicy::update_rates() {
+  int blocking = 0;
   int holders = 0;
-  for (const ClientRecord& c : clients_) holders += c.holds() ? 1 : 0;
+  for (const ClientRecord& c : clients_) {
+    blocking += c.blocks() ? 1 : 0;
+    holders += c.holds() ? 1 : 0;
+  }
   entitlement_binds_ = capped_client_wants_gpu();
   for (ClientRecord& c : clients_) {
+    const int sharers = c.blocks() ? blocking : holders;
     // A quota revoke's drain while the gang's other members pause waits for them, not for the GPU.
-    const double rate = c.holds() && !drain_waits_for_gang(c) ? 1.0 / holders : 0.0;
+    const double rate = c.holds() && !drain_waits_for_gang(c) ? 1.0 / sharers : 0.0;
     c.usage.set_rate(rate);
     // Waiting only for its gang's floor, it is owed nothing beyond its depth.
     const bool wants = c.active() && !(c.throttled && held_by_floor(c) && c.quota->refilled());

@@ -317,6 +317,37 @@ def check_values(root, values, values_text, section, knobs, env_prefix):
             fail(f"{where}: its comment says default {stated!r}, the program's is {expected!r}")
 
 
+def check_schema(root, values, scheduler_knobs, plugin_knobs):
+    """values.schema.json names every key of values.yaml (it refuses unknown ones, so a key it
+    lacked could never be set) and every knob of both programs, and nothing else."""
+    try:
+        schema = json.loads(read(root, f"{CHART}/values.schema.json"))
+    except ValueError as e:
+        fail(f"values.schema.json: not JSON: {e}")
+        return
+
+    def walk(node, value, where):
+        if not isinstance(value, dict) or node.get("type") != "object" or "properties" not in node:
+            return
+        props = node["properties"]
+        if node.get("additionalProperties") is not False:
+            fail(f"values.schema.json {where or '(root)'}: unknown keys are not refused")
+        for key in value:
+            if key not in props:
+                fail(f"values.schema.json {where or '(root)'}: values.yaml's {key!r} is not in the schema")
+            else:
+                walk(props[key], value[key], f"{where}.{key}" if where else key)
+
+    walk(schema, values, "")
+    for section, knobs in (("scheduler", scheduler_knobs), ("devicePlugin", plugin_knobs)):
+        props = schema.get("properties", {}).get(section, {}).get("properties", {})
+        extra = set(values.get(section, {})) - {camel(n) for n, _ in knobs}
+        want = {camel(n) for n, _ in knobs} | extra
+        if set(props) != want:
+            fail(f"values.schema.json {section}: lists {sorted(set(props) - want)} beyond, and lacks "
+                 f"{sorted(want - set(props))}")
+
+
 def values_comments(values_text, section):
     """{key: the comment block just above `  key:`} within a top-level section."""
     comments, current_section, block = {}, None, []
@@ -524,7 +555,9 @@ def check_manifests(root, values, chart, scheduler_knobs, plugin_knobs):
         return
     knob_envs = {env_name("NVSHARE_", n) for n, _ in scheduler_knobs} | {
         env_name("NVSHARE_PLUGIN_", n) for n, _ in plugin_knobs}
-    image = f"{values['image']['repository']}:{chart['appVersion']}"
+    # The chart has no default repository (it must be given); the plain manifests name the image
+    # nvshare:<version>, for the reader to replace with the registry's path (docs/kubernetes.md).
+    image = f"nvshare:{chart['appVersion']}"
     for name, ds in daemonsets.items():
         where = f"{label} {name}"
         if ds["metadata"].get("namespace") != namespace:
@@ -736,6 +769,7 @@ def main(argv):
         check_values(root, values, values_text, "scheduler", scheduler_knobs, "NVSHARE_")
         check_values(root, values, values_text, "devicePlugin", plugin_knobs, "NVSHARE_PLUGIN_")
         check_templates(root, values, scheduler_knobs, plugin_knobs)
+        check_schema(root, values, scheduler_knobs, plugin_knobs)
         check_manifests(root, values, chart, scheduler_knobs, plugin_knobs)
     check_examples(root, plugin_knobs)
     check_dockerfile(root)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The chart under the real helm: lint, render, and what the rendered objects hold.
 
-  helm_test.py REPOSITORY_ROOT HELM
+  helm_test.py REPOSITORY_ROOT HELM [MODELS_DIR]
 
   - `helm lint --strict`, with the defaults and with overrides;
   - `helm template` with the defaults: exactly the expected objects, in the release's namespace; no
@@ -14,14 +14,18 @@
     for and only then;
   - settings the chart must refuse (the two control sockets differ, the control socket inside the
     socket directory) make `helm template` fail with a message naming them.
+  - with MODELS_DIR (kubernetes-models, fetch_k8s_models.sh), every rendered object is validated
+    against the Kubernetes OpenAPI schemas by validate_k8s.mjs.
 The rendered YAML is read with check_chart.py's parser (and PyYAML too, when installed).
 Exit status 0 when everything holds, 1 otherwise (each failure is printed).
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 FAILURES = []
 CHART = "deploy/helm/nvshare"
@@ -44,11 +48,43 @@ def helm(helm_path, root, args):
     return subprocess.run([helm_path, *args], cwd=root, capture_output=True, text=True, check=False)
 
 
+# The chart has no default image: every render names one, unless a case sets it to None.
+REPOSITORY = "registry.example.com/nvshare"
+
+
 def sets(overrides):
     args = []
-    for key, value in overrides.items():
-        args += ["--set-string", f"{key}={value}"]
+    for key, value in {"image.repository": REPOSITORY, **overrides}.items():
+        if value is not None:
+            args += ["--set-string", f"{key}={value}"]
     return args
+
+
+# The kubernetes-models package (validate_k8s.mjs) when given: every render is validated against the
+# Kubernetes OpenAPI schemas.
+MODELS = {"dir": None, "checked": 0, "skipped": set()}
+
+
+def validate(root, docs, label):
+    if not MODELS["dir"] or not docs:
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(docs, f)
+        path = f.name
+    try:
+        done = subprocess.run(["node", os.path.join(root, "tests/k8s/deploy/validate_k8s.mjs"),
+                               MODELS["dir"], path], capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(path)
+    for line in done.stdout.splitlines():
+        if line.startswith("INVALID"):
+            fail(f"{label}: {line}")
+        elif line.startswith("valid"):
+            MODELS["checked"] += 1
+        elif line.startswith("not checked"):
+            MODELS["skipped"].add(line.split(": ", 1)[1].split(" (")[0].split()[0])
+    if done.returncode not in (0, 1):
+        fail(f"{label}: validate_k8s.mjs failed: {done.stderr.strip()}")
 
 
 def render(checker, helm_path, root, overrides, label, typed=()):
@@ -63,6 +99,7 @@ def render(checker, helm_path, root, overrides, label, typed=()):
     docs = checker.load_yaml(label, done.stdout) or []
     for message in checker.FAILURES[before:]:
         fail(message)
+    validate(root, docs, label)
     return docs
 
 
@@ -233,6 +270,10 @@ def check_metrics(checker, helm_path, root):
     off = render(checker, helm_path, root, {}, "metrics off", typed=["metrics.enabled=false"])
     if by_kind(off).get("Service"):
         fail("metrics: metrics.enabled=false still rendered a Service")
+    for doc in off:
+        for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            if "env" in c and not isinstance(c["env"], list):
+                fail(f"metrics: metrics.enabled=false rendered env {c['env']!r} in {c['name']}")
     for suffix, name, _, _, _, variable in METRICS_COMPONENTS:
         ds = daemonset(off, suffix)
         c = container(ds, name)
@@ -359,24 +400,73 @@ def check_cluster_fit(checker, helm_path, root):
 
 
 def check_refusals(helm_path, root):
+    """Settings that would crash-loop or reach too far: refused by `helm template` (and `helm
+    lint`), each with a message naming what is wrong."""
     cases = [
-        ({"devicePlugin.controlSocket": "/run/other/control.sock"}, "must be the same socket"),
+        ({"devicePlugin.controlSocket": "/run/other/control.sock"}, "must be the same socket", []),
         ({"devicePlugin.controlSocket": "/var/run/nvshare/control.sock",
-          "scheduler.controlSocket": "/var/run/nvshare/control.sock"}, "must lie outside"),
-        ({"scheduler.socket": "/tmp/elsewhere.sock"}, "scheduler.socket"),
+          "scheduler.controlSocket": "/var/run/nvshare/control.sock"}, "must lie outside", []),
+        ({"scheduler.socket": "/tmp/elsewhere.sock"}, "scheduler.socket", []),
+        ({"image.repository": None}, "image.repository is required", []),
+        ({"devicePlugin.deviceListStrategy": "foo"}, "deviceListStrategy", []),
+        ({"devicePlugin.slotsPerGpu": "0"}, "slotsPerGpu", []),
+        ({"devicePlugin.slotPerGpu": "4"}, "slotPerGpu", []),
+        ({"scheduler.mode": "fast"}, "mode", []),
+        ({"devicePlugin.injection": "preload"}, "injection", []),
+        ({"metrics.port": "http"}, "port", []),
+        ({}, "slotsPerGpu", ["devicePlugin.slotsPerGpu=1001"]),
+        ({}, "needs Kubernetes 1.31 or later, and this cluster is v1.28", ["--kube-version", "1.28.0"]),
+        ({"devicePlugin.deviceListStrategy": "envvar\\,cdi-cri"}, "needs Kubernetes 1.31",
+         ["--kube-version", "1.30.4"]),
+        ({"devicePlugin.injection": "ld-so-preload",
+          "devicePlugin.ldSoPreloadHostPath": "/var/lib/nvshare/ld.so.preload"},
+         "mounted writable into the device plugin, holds", []),
+        ({"devicePlugin.injection": "ld-so-preload",
+          "devicePlugin.ldSoPreloadHostPath": "/var/lib/nvshare/lib/ld.so.preload"},
+         "holds the library", []),
     ]
-    for overrides, message in cases:
-        done = helm(helm_path, root, ["template", "rel", CHART, *sets(overrides)])
+    for overrides, message, extra in cases:
+        typed = [] if not extra or extra[0].startswith("--") else ["--set", extra[0]]
+        flags = extra if extra and extra[0].startswith("--") else []
+        done = helm(helm_path, root, ["template", "rel", CHART, *sets(overrides), *typed, *flags])
+        label = f"{overrides} {extra}".strip()
         if done.returncode == 0:
-            fail(f"refusals: {overrides} rendered; the chart must refuse it")
+            fail(f"refusals: {label} rendered; the chart must refuse it")
         elif message not in done.stderr:
-            fail(f"refusals: {overrides} failed without saying {message!r}: {done.stderr.strip()}")
-    print(f"helm template refused {len(cases)} inconsistent settings, each with its reason")
+            fail(f"refusals: {label} failed without saying {message!r}: {done.stderr.strip()}")
+    # What the gate and the checks must still let through.
+    for overrides, flags in (({"devicePlugin.deviceListStrategy": "envvar"}, ["--kube-version", "1.28.0"]),
+                             ({}, ["--kube-version", "1.31.0"]),
+                             ({"devicePlugin.slotsPerGpu": "1000"}, [])):
+        done = helm(helm_path, root, ["template", "rel", CHART, *sets(overrides), *flags])
+        if done.returncode != 0:
+            fail(f"refusals: {overrides} {flags} was refused: {done.stderr.strip()}")
+    print(f"helm template refused {len(cases)} settings that would crash-loop or reach too far, "
+          "each with its reason")
+
+
+def check_ld_so_preload(checker, helm_path, root):
+    """ld-so-preload mode mounts the preload file's own directory writable into the plugin, and
+    nothing above it; every other host directory of the plugin's stays as it was."""
+    docs = render(checker, helm_path, root, {"devicePlugin.injection": "ld-so-preload"}, "ld-so-preload")
+    plugin = daemonset(docs, "-device-plugin")
+    mounts = mounts_by_host_path(plugin)
+    preload = mounts.get("/var/lib/nvshare/preload")
+    if preload != [("device-plugin", "/var/lib/nvshare/preload", False)]:
+        fail(f"ld-so-preload: the preload directory is mounted as {preload}")
+    for path in mounts:
+        if path in ("/var/lib/nvshare", "/var/lib", "/"):
+            fail(f"ld-so-preload: the plugin mounts {path}, which holds the scheduler's state")
+    library = mounts.get("/var/lib/nvshare/lib", [])
+    if ("device-plugin", "/var/lib/nvshare/lib", True) not in library:
+        fail(f"ld-so-preload: the plugin's library mount is {library}, expected read-only")
+    print("helm template (ld-so-preload): the preload file's own directory only")
 
 
 def main(argv):
     root = os.path.abspath(argv[1] if len(argv) > 1 else ".")
     helm_path = argv[2] if len(argv) > 2 else "helm"
+    MODELS["dir"] = argv[3] if len(argv) > 3 else None
     version = helm(helm_path, root, ["version", "--short"])
     print(f"helm {version.stdout.strip()}")
     checker = load_checker(root)
@@ -386,6 +476,20 @@ def main(argv):
     check_metrics(checker, helm_path, root)
     check_cluster_fit(checker, helm_path, root)
     check_refusals(helm_path, root)
+    check_ld_so_preload(checker, helm_path, root)
+    if MODELS["dir"]:
+        # The validator itself: an object the schemas refuse must be refused.
+        before = len(FAILURES)
+        validate(root, [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bad"},
+                         "spec": {"ports": [{"port": "metrics"}]}}], "known bad")
+        if len(FAILURES) == before:
+            fail("kubernetes-models: a Service with a port named instead of numbered passed")
+        else:
+            del FAILURES[before:]
+        print(f"kubernetes-models: {MODELS['checked']} rendered objects valid against the "
+              f"Kubernetes OpenAPI schemas (not in them: {sorted(MODELS['skipped'])})")
+        if MODELS["checked"] == 0:
+            fail("kubernetes-models: no rendered object was validated")
     for message in FAILURES:
         print(f"FAIL: {message}")
     return 1 if FAILURES else 0

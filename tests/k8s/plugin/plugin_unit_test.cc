@@ -67,7 +67,7 @@ TEST(PluginKnobs, DefaultsAreTheAgreedOnes) {
   EXPECT_EQ(c.cdi_spec_dir, "/var/run/cdi");
   EXPECT_TRUE(c.cdi_edits);
   EXPECT_TRUE(c.edits_through_cdi());
-  EXPECT_EQ(c.ld_so_preload_host_path, "/var/lib/nvshare/ld.so.preload");
+  EXPECT_EQ(c.ld_so_preload_host_path, "/var/lib/nvshare/preload/ld.so.preload");
   EXPECT_EQ(c.socket_dir, "/var/run/nvshare");
   EXPECT_EQ(c.control_socket, "/var/run/nvshare-control/control.sock");
   EXPECT_EQ(c.node_name, "");

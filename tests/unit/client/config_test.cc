@@ -1,6 +1,7 @@
 // The client's knob table: defaults, valid and invalid values, and docs/configuration.md.
 #include "client/config.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -256,6 +257,24 @@ TEST(ClientSettings, EnforcedSettingsWinOverTheEnvironment) {
   EXPECT_TRUE(parse_with({}, "enforce=1\nmemory-limit=pending\n").config.memory_limit_pending);
   // enforce=0 leaves the environment in charge.
   EXPECT_FALSE(parse_with({{"NVSHARE_ENABLE", "0"}}, "enforce=0\n").config.enabled);
+}
+
+// The device plugin puts the enforced socket in the environment too: a variable that says what the
+// file says is no news, and one that differs is still named.
+TEST(ClientSettings, AVariableEqualToTheEnforcedValueIsNotWarnedOf) {
+  const std::string file =
+      "enforce=1\nsocket=/var/run/nvshare/scheduler.sock\nregister-wait-ms=5000\n";
+  EXPECT_THAT(parse_with({{"NVSHARE_SOCKET", "/var/run/nvshare/scheduler.sock"},
+                          {"NVSHARE_ENABLE", "1"},
+                          {"NVSHARE_REGISTER_WAIT_MS", "5000"}},
+                         file)
+                  .warnings,
+              ::testing::IsEmpty());
+  const ParsedClientConfig differs = parse_with(
+      {{"NVSHARE_SOCKET", "/var/run/nvshare/other.sock"}, {"NVSHARE_ENABLE", "0"}}, file);
+  ASSERT_EQ(differs.warnings.size(), 2u);
+  EXPECT_THAT(differs.warnings[0], ::testing::StartsWith("NVSHARE_ENABLE="));
+  EXPECT_THAT(differs.warnings[1], ::testing::StartsWith("NVSHARE_SOCKET="));
 }
 
 TEST(ClientSettings, AFileTheWorkloadCouldHaveWrittenIsIgnored) {

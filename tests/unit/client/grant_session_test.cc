@@ -813,6 +813,33 @@ TEST_F(GrantSessionTest, MissingWelcomeIsBoundedByTheHandshakeTimeout) {
   EXPECT_EQ(engine_->state(), GrantState::kOpen);
 }
 
+// A scheduler that closes the session before its welcome refuses the process (a GPU it does not
+// know, an identity it will not admit): the outage says so; a missing welcome or a drop after it
+// does not.
+TEST_F(GrantSessionTest, AConnectionClosedBeforeTheWelcomeIsARefusal) {
+  engine_ = std::make_unique<GrantSession>(config(), probe_);
+  at(0ms, Tick{});
+  at(0ms, Connected{});
+  const auto refused = at(1ms, ConnectionLost{"end of stream"});
+  ASSERT_NE(find<OutageBegins>(refused), nullptr);
+  EXPECT_TRUE(find<OutageBegins>(refused)->refused);
+  EXPECT_EQ(find<OutageBegins>(refused)->why, "end of stream");
+
+  SessionConfig c = config();
+  c.timing.handshake_timeout = 300ms;
+  engine_ = std::make_unique<GrantSession>(c, probe_);
+  at(0ms, Tick{});
+  at(0ms, Connected{});
+  const auto silent = at(300ms, Tick{});
+  ASSERT_NE(find<OutageBegins>(silent), nullptr);
+  EXPECT_FALSE(find<OutageBegins>(silent)->refused);
+
+  welcome();
+  const auto dropped = at(20ms, ConnectionLost{"reset"});
+  ASSERT_NE(find<OutageBegins>(dropped), nullptr);
+  EXPECT_FALSE(find<OutageBegins>(dropped)->refused);
+}
+
 TEST_F(GrantSessionTest, LostConnectionBringsSwappedOutMemoryBackBeforeOpening) {
   welcome();
   hold(1, 10ms);

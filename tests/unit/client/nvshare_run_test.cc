@@ -60,12 +60,17 @@ class NvshareRunTest : public ::testing::Test {
     return sockets_.back();
   }
 
+  // The scheduler it starts knows two GPUs (as NVML would tell it on a GPU host).
   EnvChanges env() const {
     return {{"NVSHARE_LIBRARY", NVSHARE_TEST_PRELOAD},
             {"NVSHARE_SCHEDULER_BIN", NVSHARE_SCHEDULER_BIN},
+            {"NVSHARE_GPUS", kGpu + "=16Gi," + kOtherGpu + "=16Gi"},
             {"NVSHARE_SOCKET", std::nullopt},
             {"LD_PRELOAD", std::nullopt}};
   }
+
+  static inline const std::string kGpu = "GPU-7e3a0c55-0000-4000-8000-000000000001";
+  static inline const std::string kOtherGpu = "GPU-7e3a0c55-0000-4000-8000-000000000002";
 
   ProcessResult run(std::vector<std::string> args, EnvChanges changes = {}) {
     EnvChanges merged = env();
@@ -207,6 +212,80 @@ TEST_F(NvshareRunTest, UsageErrors) {
   const ProcessResult help = run({"--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--memory-limit"), std::string::npos);
+}
+
+// A scheduler that knows no GPU refuses every client: nvshare-run says so, and will not run a
+// command whose cap or class only the scheduler could enforce.
+TEST_F(NvshareRunTest, NeverRunsSilentlyUnscheduled) {
+  const std::string sock = socket();
+  const EnvChanges no_gpu = {{"NVSHARE_GPUS", std::nullopt}};
+  ProcessResult result = run({"--socket", sock, "--core-limit", "30", "--", "true"}, no_gpu);
+  EXPECT_EQ(result.exit_code, 125) << result.err;
+  EXPECT_NE(result.err.find("knows no GPU"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--core-limit cannot be enforced"), std::string::npos) << result.err;
+  result = run({"--socket", sock, "--priority", "low", "--", "true"}, no_gpu);
+  EXPECT_EQ(result.exit_code, 125) << result.err;
+  result = run({"--socket", sock, "--memory-limit", "1Gi", "--", "true"}, no_gpu);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("runs unscheduled (its --memory-limit still holds)"), std::string::npos)
+      << result.err;
+}
+
+// A local scheduler started where it could see no GPU is started again, with the environment of
+// the nvshare-run that finds it so, and keeps running once it knows one.
+TEST_F(NvshareRunTest, RestartsALocalSchedulerThatKnowsNoGpu) {
+  const std::string sock = socket();
+  ProcessResult result = run({"--socket", sock, "--", "true"}, {{"NVSHARE_GPUS", std::nullopt}});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const pid_t blind = testing::listener_pid(sock);
+  ASSERT_GT(blind, 0);
+  result = run({"--socket", sock, "--core-limit", "30", "--", "true"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("knows no GPU; starting it again"), std::string::npos) << result.err;
+  const pid_t seeing = testing::listener_pid(sock);
+  EXPECT_NE(seeing, blind);
+  EXPECT_TRUE(process_ended(blind));
+  result = run({"--socket", sock, "--", "true"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.err.find("starting it again"), std::string::npos) << result.err;
+  EXPECT_EQ(testing::listener_pid(sock), seeing);
+}
+
+TEST_F(NvshareRunTest, StopsTheLocalSchedulerItStarted) {
+  const std::string sock = socket();
+  ProcessResult result = run({"--socket", sock, "--stop-scheduler"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("no scheduler runs on " + sock), std::string::npos) << result.err;
+  ASSERT_EQ(run({"--socket", sock, "--", "true"}).exit_code, 0);
+  const pid_t scheduler = testing::listener_pid(sock);
+  ASSERT_GT(scheduler, 0);
+  result = run({"--socket", sock, "--stop-scheduler"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.err.find("stopped nvshare-scheduler (pid " + std::to_string(scheduler) + ")"),
+            std::string::npos)
+      << result.err;
+  EXPECT_TRUE(process_ended(scheduler));
+  EXPECT_EQ(testing::listener_pid(sock), 0);
+  EXPECT_EQ(run({"--socket", sock, "--stop-scheduler", "--", "true"}).exit_code, 2);
+}
+
+TEST_F(NvshareRunTest, TheGpuAndTheMemoryLimitAreChecked) {
+  const std::string sock = socket();
+  ProcessResult result = run({"--socket", sock, "--gpu", "7", "--", "true"});
+  EXPECT_EQ(result.exit_code, 125) << result.err;
+  EXPECT_NE(result.err.find("--gpu 7: this machine's scheduler knows 2 GPUs (indices 0..1)"),
+            std::string::npos)
+      << result.err;
+  result = run({"--socket", sock, "--gpu", "GPU-0123", "--", "true"});
+  EXPECT_EQ(result.exit_code, 125) << result.err;
+  EXPECT_NE(result.err.find("is not one of this machine's GPUs (" + kGpu + ", " + kOtherGpu + ")"),
+            std::string::npos)
+      << result.err;
+  EXPECT_EQ(run({"--socket", sock, "--gpu", "0", "--", "true"}).exit_code, 0);
+  EXPECT_EQ(run({"--socket", sock, "--gpu", kGpu.substr(0, 12), "--", "true"}).exit_code, 0);
+  result = run({"--socket", sock, "--memory-limit", "0", "--", "true"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("0 is not a limit"), std::string::npos) << result.err;
 }
 
 TEST_F(NvshareRunTest, ClearErrorsWhenTheLibraryOrTheSchedulerIsMissing) {

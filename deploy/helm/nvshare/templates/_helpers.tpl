@@ -41,7 +41,8 @@ operator's own device plugin is turned off, so that no GPU is handed out by both
 {{- end -}}
 
 {{- define "nvshare.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $repository := required "image.repository is required: the registry path of the image built from deploy/docker/Dockerfile (make image), e.g. --set image.repository=registry.example.com/nvshare" .Values.image.repository -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "nvshare.serviceAccountName" -}}
@@ -179,7 +180,7 @@ literals below are those defaults (check_chart.py fails when they and the knob t
 {{- end -}}
 
 {{- define "nvshare.ldSoPreloadHostPath" -}}
-{{- .Values.devicePlugin.ldSoPreloadHostPath | default "/var/lib/nvshare/ld.so.preload" -}}
+{{- .Values.devicePlugin.ldSoPreloadHostPath | default "/var/lib/nvshare/preload/ld.so.preload" -}}
 {{- end -}}
 
 {{/* "true" when the plugin writes nvshare's CDI spec (cdi-cri among the strategies, cdi-edits on). */}}
@@ -224,4 +225,28 @@ one in a parent of the socket directory (the chart would mount that whole parent
 {{/* The control socket's directory on the host. */}}
 {{- define "nvshare.controlDir" -}}
 {{- dir (include "nvshare.schedulerControlSocket" .) -}}
+{{- end -}}
+
+{{/*
+The device plugin's settings that would crash-loop on this cluster or reach further than they must:
+cdi-cri names devices through the CRI's CDI field, which the kubelet passes on from Kubernetes 1.31;
+in ld-so-preload mode the preload file's directory is mounted writable into the plugin, so it must be
+one of its own, holding neither the scheduler's state nor the containers' settings, the sockets or the
+library.
+*/}}
+{{- define "nvshare.checkDevicePlugin" -}}
+{{- $strategies := splitList "," (.Values.devicePlugin.deviceListStrategy | default "cdi-cri") -}}
+{{- if and (has "cdi-cri" $strategies) (semverCompare "<1.31-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "devicePlugin.deviceListStrategy cdi-cri (the default) needs Kubernetes 1.31 or later, and this cluster is %s: set devicePlugin.deviceListStrategy=envvar (the NVIDIA runtime as the pods' runtime) or volume-mounts (docs/kubernetes.md)" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- if eq (include "nvshare.injection" .) "ld-so-preload" -}}
+{{- $preloadDir := dir (include "nvshare.ldSoPreloadHostPath" .) | clean -}}
+{{- $others := dict "the scheduler's state" (include "nvshare.stateDir" .) "the containers' settings" (include "nvshare.settingsDir" .) "the socket directory" (include "nvshare.socketDir" .) "the control socket" (include "nvshare.controlDir" .) "the library" (dir (include "nvshare.libraryHostPath" .)) -}}
+{{- range $what, $path := $others -}}
+{{- $path = clean $path -}}
+{{- if or (eq $path $preloadDir) (hasPrefix (printf "%s/" $preloadDir) $path) -}}
+{{- fail (printf "devicePlugin.ldSoPreloadHostPath must lie in a directory of its own: its directory %s, mounted writable into the device plugin, holds %s (%s)" $preloadDir $what $path) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
