@@ -9,7 +9,8 @@
 #                                   real helm for the chart's tests), Prometheus and promtool (the
 #                                   metrics tests), and the Kubernetes
 #                                   agent's libraries (gRPC, protobuf, libcurl) and nlohmann-json
-#                                   (the fake API server of its tests)
+#                                   (the fake API server of its tests), podman and runc (the
+#                                   `containers` label: the real container path from CDI specs)
 #
 # A tool counts as present when its command is on PATH, wherever it came from (CMake and Ninja from
 # pip, a compiler from a toolkit); a library when dpkg knows its package. Nothing present is asked for,
@@ -29,7 +30,7 @@ case "$profile" in
     tools+=(pkg-config=pkg-config clang++=clang debootstrap=debootstrap
             aarch64-linux-gnu-g++=g++-aarch64-linux-gnu protoc=protobuf-compiler
             grpc_cpp_plugin=protobuf-compiler-grpc npm=npm prometheus=prometheus
-            promtool=prometheus)
+            promtool=prometheus podman=podman runc=runc unshare=util-linux)
     libraries+=(libgtest-dev libgmock-dev debian-archive-keyring libgrpc++-dev libprotobuf-dev
                 libcurl4-openssl-dev libssl-dev nlohmann-json3-dev)
     ;;

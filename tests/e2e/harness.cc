@@ -502,7 +502,8 @@ Status Trainer::start(const Env& base_env) {
   Env env = base_env;
   if (options_.preload) env["LD_PRELOAD"] = programs().library;
   for (const auto& [name, value] : options_.env) env[name] = value;
-  std::vector<std::string> argv = {programs().trainer};
+  std::vector<std::string> argv = options_.launcher;
+  argv.push_back(programs().trainer);
   argv.insert(argv.end(), options_.args.begin(), options_.args.end());
   auto process = Process::spawn(argv, env, stdout_path_, stderr_path_, false, options_.spawn);
   if (!process.ok()) return process.error();

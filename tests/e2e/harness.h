@@ -201,6 +201,9 @@ struct TrainerOptions {
   Env env;                        // on top of the test's trainer environment
   bool preload = true;            // LD_PRELOAD=libnvshare.so
   SpawnOptions spawn;             // a pod's cgroup, its settings, a uid
+  // A command that starts the trainer (a container runtime's `run ...`): argv is launcher, then
+  // the trainer and its flags. Empty: the trainer is started directly.
+  std::vector<std::string> launcher;
 };
 
 class Trainer {

@@ -26,6 +26,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -179,12 +181,31 @@ ShareWindow share_over_periods(const std::vector<Json>& progress, double begin, 
   return window;
 }
 
+std::vector<std::string> first_device_list(KubeletSimulator& kubelet) {
+  auto stub = kubelet.plugin();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
+  v1beta1::ListAndWatchResponse list;
+  std::vector<std::string> devices;
+  if (reader->Read(&list)) {
+    for (const auto& device : list.devices()) {
+      if (device.health() == "Healthy") devices.push_back(device.id());
+    }
+  }
+  context.TryCancel();
+  return devices;
+}
+
 class NodeAgentE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(dir_.path().empty()) << "mkdtemp failed";
     t0_ = monotonic_s();
-    state_ = dir_.path() + "/fakecuda.state";
+    // In a directory of its own: a container mounts it writable beside the read-only socket
+    // directory (the test's directory).
+    std::filesystem::create_directories(dir_.path() + "/sim");
+    state_ = dir_.path() + "/sim/fakecuda.state";
     auto api = FakeApiServer::start({.token = "e2e-token"});
     ASSERT_TRUE(api.ok()) << api.error().message;
     api_ = std::move(api).value();
@@ -277,6 +298,47 @@ class NodeAgentE2eTest : public ::testing::Test {
 
   Result<Json> status() { return scheduler_->status(); }
 
+  // Waits for the plugin's registration and its 2 x kSlotsPerGpu healthy slots (into `devices`);
+  // returns the GPUs' UUIDs in NVML order.
+  std::vector<std::string> wait_for_slots(std::vector<std::string>& devices) {
+    std::vector<std::string> gpus;
+    if (!kubelet_->wait_for_registrations(1, std::chrono::seconds(30))) {
+      ADD_FAILURE() << "the device plugin never registered with the kubelet";
+      return gpus;
+    }
+    note("device plugin registered");
+    if (!wait_until(
+            [&] {
+              devices = first_device_list(*kubelet_);
+              return devices.size() == 2 * kSlotsPerGpu;
+            },
+            kWaitS, 0.05)) {
+      ADD_FAILURE() << "the plugin did not advertise 2 x " << kSlotsPerGpu << " healthy slots";
+      return gpus;
+    }
+    for (const std::string& id : devices) {
+      const std::string uuid = id.substr(0, id.rfind("__"));
+      if (std::find(gpus.begin(), gpus.end(), uuid) == gpus.end()) gpus.push_back(uuid);
+    }
+    return gpus;
+  }
+
+  // The plugin's Allocate answer for one container of one slot, as the kubelet asks for it.
+  std::optional<v1beta1::ContainerAllocateResponse> allocate(const std::string& slot) {
+    auto stub = kubelet_->plugin();
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1beta1::AllocateRequest request;
+    request.add_container_requests()->add_devices_ids(slot);
+    v1beta1::AllocateResponse response;
+    const grpc::Status rpc = stub->Allocate(&context, request, &response);
+    if (!rpc.ok() || response.container_responses_size() != 1) {
+      ADD_FAILURE() << "Allocate: " << rpc.error_message();
+      return std::nullopt;
+    }
+    return response.container_responses(0);
+  }
+
   void note(const std::string& what) {
     char when[32];
     std::snprintf(when, sizeof when, "%+8.3f s ", monotonic_s() - t0_);
@@ -303,22 +365,6 @@ class NodeAgentE2eTest : public ::testing::Test {
   std::unique_ptr<Trainer> trainer_;
 };
 
-std::vector<std::string> first_device_list(KubeletSimulator& kubelet) {
-  auto stub = kubelet.plugin();
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  auto reader = stub->ListAndWatch(&context, v1beta1::Empty());
-  v1beta1::ListAndWatchResponse list;
-  std::vector<std::string> devices;
-  if (reader->Read(&list)) {
-    for (const auto& device : list.devices()) {
-      if (device.health() == "Healthy") devices.push_back(device.id());
-    }
-  }
-  context.TryCancel();
-  return devices;
-}
-
 TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   // ---- the node: scheduler, pods, device plugin ----------------------------------------------
   scheduler_ = std::make_unique<Scheduler>(
@@ -333,27 +379,13 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   ASSERT_NO_FATAL_FAILURE(start_plugin());
 
   // (a) Registration, and the advertised slots: 2 GPUs x 4.
-  ASSERT_TRUE(kubelet_->wait_for_registrations(1, std::chrono::seconds(30)))
-      << "the device plugin never registered with the kubelet";
-  note("device plugin registered");
+  std::vector<std::string> devices;
+  const std::vector<std::string> gpus = wait_for_slots(devices);
+  ASSERT_EQ(gpus.size(), 2u);
   const v1beta1::RegisterRequest registration = kubelet_->registrations().at(0);
   EXPECT_EQ(registration.version(), "v1beta1");
   EXPECT_EQ(registration.resource_name(), kResource);
   EXPECT_EQ(registration.endpoint(), "nvshare.sock");
-  std::vector<std::string> devices;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        devices = first_device_list(*kubelet_);
-        return devices.size() == 2 * kSlotsPerGpu;
-      },
-      kWaitS, 0.05))
-      << "the plugin did not advertise 2 x " << kSlotsPerGpu << " healthy slots";
-  std::vector<std::string> gpus;  // UUIDs in NVML order
-  for (const std::string& id : devices) {
-    const std::string uuid = id.substr(0, id.rfind("__"));
-    if (std::find(gpus.begin(), gpus.end(), uuid) == gpus.end()) gpus.push_back(uuid);
-  }
-  ASSERT_EQ(gpus.size(), 2u);
 
   // The loader (8Gi limit) holds a slot of GPU 0, the notebook (no limit) one of GPU 1: one pod
   // on each, so only the memory the pods hold tells the GPUs apart. Placement reads that through
@@ -395,19 +427,9 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   const std::string gpu_uuid = chosen.substr(0, chosen.rfind("__"));
   const long gpu_index = std::find(gpus.begin(), gpus.end(), gpu_uuid) - gpus.begin();
 
-  v1beta1::ContainerAllocateResponse allocation;
-  {
-    auto stub = kubelet_->plugin();
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1beta1::AllocateRequest request;
-    request.add_container_requests()->add_devices_ids(chosen);
-    v1beta1::AllocateResponse response;
-    const grpc::Status rpc = stub->Allocate(&context, request, &response);
-    ASSERT_TRUE(rpc.ok()) << rpc.error_message();
-    ASSERT_EQ(response.container_responses_size(), 1);
-    allocation = response.container_responses(0);
-  }
+  const auto answer = allocate(chosen);
+  ASSERT_TRUE(answer.has_value());
+  const v1beta1::ContainerAllocateResponse& allocation = *answer;
   // The runtime resolves the CDI names (the default strategy, cdi-cri) from NVIDIA's spec and
   // the spec the plugin wrote.
   nvshare::testing::SimRuntime runtime;
@@ -681,6 +703,225 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   auto plugin_exit = plugin_->wait(10);
   ASSERT_OK(plugin_exit);
   EXPECT_EQ(plugin_exit.value(), 0);
+}
+
+// A client record of a pod's process in a `status` response, or nullptr.
+const Json* find_pod_client(const Json& status, const std::string& pod_uid) {
+  const Json* gpus = status.find("gpus");
+  if (gpus == nullptr || gpus->as_array() == nullptr) return nullptr;
+  for (const Json& gpu : *gpus->as_array()) {
+    const Json* clients = gpu.find("clients");
+    if (clients == nullptr || clients->as_array() == nullptr) continue;
+    for (const Json& c : *clients->as_array()) {
+      if (json_string(&c, "pod_uid") == pod_uid) return &c;
+    }
+  }
+  return nullptr;
+}
+
+// NVIDIA's CDI spec for the simulated GPUs: kind nvidia.com/gpu, one device per UUID, without
+// device nodes (the simulated driver needs none, and a runtime refuses to add a node that is not
+// there).
+void write_simulated_nvidia_cdi_spec(const std::string& dir, const std::vector<std::string>& gpus) {
+  json spec = {{"cdiVersion", "0.5.0"},
+               {"kind", "nvidia.com/gpu"},
+               {"containerEdits", {{"env", {"NVIDIA_VISIBLE_DEVICES=void"}}}},
+               {"devices", json::array()}};
+  for (const std::string& uuid : gpus) {
+    spec["devices"].push_back(
+        {{"name", uuid}, {"containerEdits", {{"env", {"NVSHARE_TEST_CDI_GPU=" + uuid}}}}});
+  }
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/nvidia.json") << spec.dump(2) << '\n';
+}
+
+// The real container path, label `containers` (root, podman with runc, a Debian 11 root in
+// NVSHARE_CONTAINERS_ROOT): podman resolves the CDI names of the plugin's real Allocate answer from
+// the spec the plugin wrote (and NVIDIA's, for the GPU), and runs the trainer in a Debian 11
+// container. Podman reads CDI specs from /etc/cdi and /var/run/cdi, so it runs in a mount namespace
+// of its own where those are the test's directories. In force inside: the pod's memory limit from
+// its first allocation, a live change of it, a 30% cap; the container's own environment (enable 0,
+// a higher memory limit, another socket) widens none of them.
+TEST_F(NodeAgentE2eTest, PodmanRunsTheTrainerFromTheAllocateAnswer) {
+  const char* container_root = std::getenv("NVSHARE_CONTAINERS_ROOT");
+  if (container_root == nullptr || *container_root == '\0') {
+    GTEST_SKIP() << "NVSHARE_CONTAINERS_ROOT is not set (the `containers` label sets it)";
+  }
+  ASSERT_EQ(::geteuid(), 0u) << "podman with runc and CDI needs root";
+  for (const char* tool : {"podman", "runc", "unshare"}) {
+    ASSERT_NE(on_path(tool), tool) << tool << " is not installed (scripts/install-deps.sh test)";
+  }
+  scheduler_ = std::make_unique<Scheduler>(
+      dir_.path(),
+      std::vector<std::string>{"--trust-client-limits", "--quota-window",
+                               std::to_string(static_cast<int>(kQuotaWindowS * 1000))});
+  ASSERT_OK(scheduler_->start());
+  api_->add_pod(pod(kTrainerPod, {{kMemoryAnnotation, "1Gi"}}));
+  ASSERT_NO_FATAL_FAILURE(start_plugin());
+  std::vector<std::string> devices;
+  const std::vector<std::string> gpus = wait_for_slots(devices);
+  ASSERT_EQ(gpus.size(), 2u);
+  const std::string slot = gpus[1] + "__0";
+  const auto allocation = allocate(slot);
+  ASSERT_TRUE(allocation.has_value());
+  kubelet_->set_pods({{kNamespace, kTrainerPod.name, kResource, {slot}}});
+  ASSERT_GT(allocation->cdi_devices_size(), 0)
+      << "the default strategy (cdi-cri) names CDI devices";
+  const std::string nvidia_cdi = dir_.path() + "/nvidia-cdi";
+  write_simulated_nvidia_cdi_spec(nvidia_cdi, gpus);
+
+  // podman in a mount namespace where /var/run/cdi is the plugin's spec directory and /etc/cdi
+  // NVIDIA's; the root is an overlay, so the cached root is never written.
+  std::vector<std::string> launcher = {
+      on_path("unshare"),
+      "--mount",
+      "--propagation",
+      "private",
+      "sh",
+      "-c",
+      "mkdir -p /run/cdi /etc/cdi && mount --bind \"$0\" /run/cdi && "
+      "mount --bind \"$1\" /etc/cdi && shift && exec \"$@\"",
+      dir_.path() + "/cdi",
+      nvidia_cdi,
+      on_path("podman"),
+      "run",
+      "--rm",
+      "--runtime",
+      on_path("runc"),
+      "--network",
+      "none",
+      "--ulimit",
+      "nofile=1024:1024",
+      "--ulimit",
+      "nproc=1024:1024",
+      "--rootfs"};
+  const auto mount_same = [&](const std::string& path, bool writable) {
+    launcher.insert(launcher.end(), {"-v", path + ":" + path + (writable ? ":rw" : ":ro")});
+  };
+  mount_same(std::filesystem::path(programs().trainer).parent_path().string(), false);
+  mount_same(std::filesystem::path(programs().library).parent_path().string(), false);
+  mount_same(dir_.path() + "/sim", true);  // the simulated GPU's state
+  // The simulated GPU shares its time between processes by their pids: the host's. (The scheduler
+  // needs nothing of this: the kernel gives it the host pid of a peer in any namespace.)
+  launcher.insert(launcher.end(), {"--pid", "host"});
+  const std::map<std::string, std::string> env = {
+      {"LD_LIBRARY_PATH", programs().fakecuda_dir},
+      {"NVSHARE_FAKECUDA_STATE", state_},
+      {"NVSHARE_FAKECUDA_DEVICES", "2"},
+      {"NVSHARE_FAKECUDA_MEMORY", "16Gi"},
+      {"NVSHARE_POD_UID", kTrainerPod.uid},  // trusted here: the container's cgroup is podman's
+      {"NVSHARE_LOG_LEVEL", "info"},
+      // The workload's own attempts to widen what was set for it.
+      {"NVSHARE_ENABLE", "0"},
+      {"NVSHARE_MEMORY_LIMIT", "8Gi"},
+      {"NVSHARE_SOCKET", "/tmp/elsewhere.sock"}};
+  for (const auto& [name, value] : env)
+    launcher.insert(launcher.end(), {"--env", name + "=" + value});
+  for (const v1beta1::CDIDevice& device : allocation->cdi_devices()) {
+    launcher.insert(launcher.end(), {"--device", device.name()});
+  }
+  launcher.push_back(std::string(container_root) +
+                     ":O");  // --rootfs: the root takes the image's place
+
+  // The runtime and the root, first on their own: a Debian 11 container got the CDI edits.
+  {
+    std::vector<std::string> probe = launcher;
+    probe.insert(probe.end(), {"sh", "-c", "cat /etc/debian_version; env"});
+    auto ran = run_command(probe, dir_.path(), 60);
+    ASSERT_OK(ran);
+    ASSERT_EQ(ran.value().exit_code, 0) << ran.value().out << ran.value().err;
+    EXPECT_EQ(ran.value().out.rfind("11.", 0), 0u) << ran.value().out;
+    EXPECT_NE(ran.value().out.find("\nLD_PRELOAD=" + programs().library + "\n"), std::string::npos)
+        << ran.value().out;
+    EXPECT_NE(ran.value().out.find("\nNVSHARE_TEST_CDI_GPU=" + gpus[1] + "\n"), std::string::npos)
+        << ran.value().out;
+    note("podman ran a Debian 11 container with the plugin's CDI edits");
+  }
+
+  TrainerOptions options(
+      "podman trainer",
+      {"--device", "1", "--bytes", "512Mi", "--kernels", std::to_string(kKernels), "--kernel-us",
+       std::to_string(static_cast<long>(kKernelS * 1e6)), "--meminfo-every-ms", "10",
+       "--alloc-after-ms", "200", "--alloc-bytes", "1Gi", "--progress"},
+      {}, /*preload=*/false);
+  options.launcher = launcher;
+  trainer_ = std::make_unique<Trainer>(std::move(options), dir_.path());
+  ASSERT_OK(trainer_->start({}));
+  note("podman started, pid " + std::to_string(trainer_->pid()));
+  Json client;
+  auto refresh_client = [&] {
+    auto s = status();
+    if (!s.ok()) return false;
+    const Json* c = find_pod_client(s.value(), kTrainerPod.uid);
+    if (c == nullptr) return false;
+    client = *c;
+    return true;
+  };
+  ASSERT_TRUE(wait_until([&] { return refresh_client() && trainer_->progress().size() >= 3; }, 60))
+      << "the containerized trainer never registered and ran";
+  note("trainer registered: " + client.dump());
+  EXPECT_EQ(json_number(&client, "memory_limit_bytes"), kGi) << client.dump();
+
+  // The pod's 1Gi from the first sample on, whatever the container's environment says.
+  ASSERT_TRUE(wait_until([&] { return !meminfo_samples(*trainer_).empty(); }, kWaitS));
+  EXPECT_EQ(meminfo_samples(*trainer_).front().total, kGi);
+
+  // A live change (once the trainer has made its 1Gi allocation, 200 ms into its run), then a cap.
+  const double first_sample = meminfo_samples(*trainer_).front().t;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto progress = trainer_->progress();
+        return !progress.empty() && json_number(&progress.back(), "launch_s") > first_sample + 1.0;
+      },
+      kWaitS));
+  const double raised_at = annotate_trainer({{kMemoryAnnotation, "2Gi"}});
+  double seen_at = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (const MeminfoSample& m : meminfo_samples(*trainer_)) {
+          if (m.t > raised_at && m.total == 2 * kGi) seen_at = m.t;
+        }
+        return seen_at > 0;
+      },
+      kWaitS, kLatencyPollS))
+      << "the 2Gi change never reached the container's cuMemGetInfo";
+  measure("memory annotation -> cuMemGetInfo in the container", (seen_at - raised_at) * 1000, "ms");
+  EXPECT_LT(seen_at - raised_at, kApplyDeadlineS);
+
+  const double capped_at = annotate_trainer({{kMemoryAnnotation, "2Gi"}, {kCoreAnnotation, "30"}});
+  ASSERT_TRUE(wait_until(
+      [&] { return refresh_client() && json_number(&client, "core_limit_percent") == 30; }, kWaitS))
+      << "the 30% cap never reached the scheduler: " << client.dump();
+  const double settled_at = monotonic_s() + kQuotaWindowS;
+  double scheduler_share = -1;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (!trainer_->running()) return true;
+        if (refresh_client()) scheduler_share = json_number(&client, "share_percent");
+        const auto progress = trainer_->progress();
+        return !progress.empty() && json_number(&progress.back(), "launch_s") >
+                                        settled_at + kShareWindowS + 2.5 * kQuotaWindowS;
+      },
+      kShareWindowS + kWaitS, 0.25));
+  ASSERT_TRUE(trainer_->running()) << "the trainer ended before the share window did";
+  const ShareWindow window = share_over_periods(trainer_->progress(), settled_at, kShareWindowS);
+  measure("containerized trainer's GPU share under the 30% annotation", window.percent(), "%");
+  measure("scheduler's share_percent of it", scheduler_share, "%");
+  EXPECT_LE(window.percent(), 32.0) << "applied " << capped_at - t0_ << " s into the run";
+  EXPECT_NEAR(scheduler_share, 30.0, 3.0);
+
+  annotate_trainer({{kMemoryAnnotation, "2Gi"}});  // lifts the cap: the trainer finishes
+  auto code = trainer_->wait(90);
+  ASSERT_OK(code);
+  EXPECT_EQ(code.value(), 0);
+  auto report = trainer_->report();
+  ASSERT_OK(report);
+  EXPECT_EQ(json_string(&report.value(), "result"), "ok") << report.value().dump();
+  const Json* late = report.value().find("late_alloc");
+  ASSERT_NE(late, nullptr) << report.value().dump();
+  EXPECT_LT(json_number(late, "t"), raised_at);
+  EXPECT_EQ(json_string(late, "result"), "CUDA_ERROR_OUT_OF_MEMORY")
+      << "512Mi + 1Gi under the pod's 1Gi, though the container's environment said 8Gi";
 }
 
 }  // namespace
