@@ -5,6 +5,8 @@
 #   make fuzz SECONDS=N run each libFuzzer target for N seconds (default 60)
 #   make soak MINUTES=N the long chaos run: restarts, hogs, floods, churn (default 10 minutes; root)
 #   make test-sanitize  build everything with ASan and UBSan (build-sanitize/) and run every suite
+#   make image          build the node image (deploy/docker/Dockerfile) with podman or docker; makes
+#                       its base images locally when no registry answers (scripts/build-image.sh)
 #   make format         clang-format the tree
 #
 # Both install what is missing first (scripts/install-deps.sh): `run` only CMake, Ninja, a compiler,
@@ -19,7 +21,7 @@ CMAKE_FLAGS ?=
 SANITIZE_ASAN_OPTIONS ?= abort_on_error=0:detect_leaks=1:halt_on_error=1
 
 .PHONY: all deps-build deps-run deps-test configure build build-run test test-sanitize run fuzz soak \
-	format clean
+	image format clean
 
 all: build
 
@@ -81,6 +83,9 @@ test-sanitize: deps-test $(SANITIZE_BUILD)/build.ninja
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	@cd $(SANITIZE_BUILD) && ASAN_OPTIONS=$(SANITIZE_ASAN_OPTIONS) \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+image:
+	@scripts/build-image.sh $(TAG)
 
 format:
 	@find src tests bench -name '*.cc' -o -name '*.h' | xargs clang-format -i

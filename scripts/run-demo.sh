@@ -241,6 +241,9 @@ def describe(job):
     if c is None:
         return f"{job.name} {pct} starting"
     s = c["state"] + (f"({c['waiting_for']})" if c["state"] == "waiting" else "")
+    if c.get("swapping_out"):
+        # A revoked holder copying its memory to the host; past its grace it is late, not hung.
+        s = {"revoking": "swapping-out", "unresponsive": "late-swap-out"}.get(c["state"], s)
     extra = ""
     if c.get("core_limit_percent", 100) < 100:
         extra = f" cap {c['core_limit_percent']}% share {c.get('share_percent', 0):.0f}%"

@@ -842,6 +842,7 @@ Json to_json(const StatusSnapshot& snapshot) {
       j.set("container_id", optional_string(c.container_id));
       j.set("process", c.process_name);
       j.set("state", std::string(policy::to_string(c.view.state)));
+      j.set("swapping_out", c.view.swapping_out);
       j.set("waiting_for", c.view.waiting_for
                                ? Json(std::string(protocol::to_string(*c.view.waiting_for)))
                                : Json());

@@ -193,6 +193,18 @@ std::string render_pod_table(const Json* previous, const Json& current, double s
   return out;
 }
 
+// A client's state as a user reads it: a holder giving its grant back after a revoke that asked for
+// a swap-out is swapping out, and one past its grace then is late at it (it may be copying still)
+// rather than plainly unresponsive.
+std::string state_of(const Json& client) {
+  const std::string state = text_of(client.find("state"));
+  const Json* swapping = client.find("swapping_out");
+  if (swapping == nullptr || !swapping->as_bool().value_or(false)) return state;
+  if (state == "revoking") return "swapping-out";
+  if (state == "unresponsive") return "late-swap-out";
+  return state;
+}
+
 std::string render_status_table(const Json& status) {
   std::string out;
   const Json* gpus = status.find("gpus");
@@ -229,11 +241,11 @@ std::string render_status_table(const Json& status) {
               (limit == nullptr || limit->is_null()) ? "none" : bytes_of(limit);
           const Json* core = c.find("core_limit_percent");
           const std::string cap = (core && core->as_int64() == 100) ? "none" : percent_of(core);
-          rows.push_back(
-              {text_of(c.find("id")), text_of(c.find("pid")), pod_of(c), text_of(c.find("process")),
-               text_of(c.find("state")), text_of(c.find("waiting_for")),
-               bytes_of(c.find("allocated_bytes")) + " / " + memory_limit,
-               cap + " / " + percent_of(c.find("share_percent")), text_of(c.find("priority"))});
+          rows.push_back({text_of(c.find("id")), text_of(c.find("pid")), pod_of(c),
+                          text_of(c.find("process")), state_of(c), text_of(c.find("waiting_for")),
+                          bytes_of(c.find("allocated_bytes")) + " / " + memory_limit,
+                          cap + " / " + percent_of(c.find("share_percent")),
+                          text_of(c.find("priority"))});
         }
       }
       if (rows.size() == 1) {

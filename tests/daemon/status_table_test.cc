@@ -35,6 +35,35 @@ TEST(StatusTable, RendersGpusClientsAndPods) {
   EXPECT_NE(text.find("Pods with limits"), std::string::npos) << text;
 }
 
+// A holder revoked with a swap-out is shown swapping out, and past its grace late at it: a slow
+// copy to the host reads as what it is, not as a hang; without a swap-out the state is the
+// scheduler's.
+TEST(StatusTable, AHolderSwappingOutIsShownSo) {
+  auto status = parse_json(R"({"gpus":[{"uuid":"GPU-1","clients":[
+      {"id":1,"pid":10,"state":"unresponsive","swapping_out":true,"allocated_bytes":0},
+      {"id":2,"pid":11,"state":"revoking","swapping_out":true,"allocated_bytes":0},
+      {"id":3,"pid":12,"state":"unresponsive","swapping_out":false,"allocated_bytes":0}]}]})");
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  const std::string text = render_status_table(status.value());
+  const auto row = [&](const std::string& pid) {
+    const std::size_t at = text.find("  " + pid + "  ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(row("10").find("late-swap-out"), std::string::npos) << text;
+  EXPECT_NE(row("11").find("swapping-out"), std::string::npos) << text;
+  EXPECT_NE(row("12").find("unresponsive"), std::string::npos) << text;
+}
+
+// The scheduler's inventory: none known is said as such, not as a quiet node.
+TEST(StatusTable, ASchedulerThatKnowsNoGpuIsSaidToRefuseClients) {
+  const std::string none =
+      render_status_table(parse_json(R"({"scheduler":{"gpus":[]},"gpus":[],"pods":[]})").value());
+  EXPECT_NE(none.find("the scheduler knows no GPU"), std::string::npos) << none;
+  const std::string quiet = render_status_table(
+      parse_json(R"({"scheduler":{"gpus":["GPU-1","GPU-2"]},"gpus":[],"pods":[]})").value());
+  EXPECT_EQ(quiet, "no GPU has clients yet (2 known)\n");
+}
+
 // Two samples 2 s apart: the pod's two processes held 0.6 s of GPU time together (30%), waited
 // 1.4 s for quota (70%), and moved 1Gi out; a process outside pods has only one sample.
 TEST(StatusTable, PodTableShowsRatesBetweenTwoSamples) {

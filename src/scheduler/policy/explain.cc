@@ -94,6 +94,8 @@ GpuView GpuPolicy::view(MonoTime now) const {
       cv.turn_ends = c.granted_at + quantum_between(c, *next);
     }
     if (c.state == ClientState::kRevoking) cv.unresponsive_at = c.unresponsive_at;
+    cv.swapping_out =
+        c.swap_out && (c.state == ClientState::kRevoking || c.state == ClientState::kUnresponsive);
     cv.deep_queue_permille = c.deep_queue_permille;
     cv.saturating = c.saturating;
     cv.counters = c.counters;
@@ -321,10 +323,14 @@ std::string GpuPolicy::explain_waiting(const ClientRecord& c, MonoTime now) cons
 std::string GpuPolicy::explain_holding(const ClientRecord& c, MonoTime now) const {
   const std::string who = "client " + std::to_string(c.id);
   if (c.state == ClientState::kUnresponsive) {
+    const std::string late =
+        c.swap_out ? " (it was asked to swap out: its copy to the host may be slower than its "
+                     "grace and swap allowance, or it hangs)"
+                   : "";
     return who + " ignored a revoke (" + std::string(protocol::to_string(c.revoke_reason)) +
-           ") for " + secs(now - c.revoked_at) +
+           ") for " + secs(now - c.revoked_at) + late +
            " and no longer blocks others; it is billed while it holds grant " +
-           std::to_string(c.epoch);
+           std::to_string(c.epoch) + " as though it computed, the others all their time";
   }
   if (c.state == ClientState::kRevoking) {
     return who + " is giving its grant back: revoked (" +

@@ -138,6 +138,9 @@ struct ClientView {
   std::optional<MonoTime> turn_ends;
   // Revoking: when it stops blocking others if it has not released by then.
   std::optional<MonoTime> unresponsive_at;
+  // Revoking or unresponsive after a revoke that asked for a swap-out: it may be copying its memory
+  // to the host (an unresponsive one too, when the copy is slower than its grace and allowance).
+  bool swapping_out = false;
   // Its pace as last reported (per mille of its held time with a deep queue), and whether that
   // makes it saturating (mode auto: it takes turns with other saturating clients).
   std::optional<std::uint16_t> deep_queue_permille;

@@ -29,6 +29,28 @@ TEST(Explain, WaitingForMemoryNamesSizesRunnersAndTheTurn) {
   EXPECT_THAT(text, HasSubstr("its turn comes when client 3's quantum of 5.0 s ends in 2.9 s"));
 }
 
+// A holder revoked with a swap-out that outlasts its grace and allowance: the view says it is
+// (late at) swapping out, and explain says what that may be and what it costs others.
+TEST(Explain, AHolderLateAtItsSwapOutIsSaidToBeSo) {
+  PolicyConfig config = virtual_gpu();  // 18Gi usable
+  config.revoke_grace = 1s;
+  Harness h(config);
+  h.add_and_request(1, 10 * kGiB);
+  h.add_and_request(2, 10 * kGiB);  // does not fit beside 1: 1 is revoked with a swap-out
+  ASSERT_TRUE(revoke_of(until_revoked(h, 1), 1));
+  EXPECT_TRUE(h.client(1).swapping_out);
+  EXPECT_FALSE(h.client(2).swapping_out);
+  h.advance(30s);  // never releases
+  ASSERT_EQ(h.state(1), ClientState::kUnresponsive);
+  EXPECT_TRUE(h.client(1).swapping_out);
+  EXPECT_THAT(h.policy.explain(1, h.now),
+              HasSubstr("it was asked to swap out: its copy to the host "
+                        "may be slower than its grace and swap "
+                        "allowance, or it hangs"));
+  h.release(1);
+  EXPECT_FALSE(h.client(1).swapping_out);
+}
+
 TEST(Explain, RunningCappedClientShowsCapShareAndBudget) {
   Harness h(virtual_gpu());
   h.add_and_request(4, 2 * kGiB, 20);  // entry level 0.2 x 0.8 x 0.5 s / 2 = 40 ms
