@@ -121,23 +121,36 @@ Result<ClientSettings> parse_client_settings(std::string_view text) {
   return settings;
 }
 
-SettingsRead read_client_settings(const std::string& path) {
+namespace {
+
+// A file at the settings path says this container is managed: one that cannot be trusted for its
+// values (not a regular file, not root's, writable by others, unreadable, malformed) still makes
+// the process enforce, with its memory limit unknown until the scheduler gives it. Nothing found
+// there fails open.
+SettingsRead fail_closed(std::string warning) {
   SettingsRead out;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  out.warning =
+      std::move(warning) + "; enforcing with the memory limit unknown until the scheduler gives it";
+  ClientSettings settings;
+  settings.enforce = true;
+  settings.memory_pending = true;
+  out.settings = settings;
+  return out;
+}
+
+}  // namespace
+
+SettingsRead read_client_settings(const std::string& path) {
+  // Non-blocking: a FIFO planted at the path must not hang the process in open() or read().
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
-    if (errno != ENOENT && errno != ENOTDIR) {
-      out.warning = path + " exists but cannot be read (" + std::strerror(errno) + ")";
-      // Present: this container is managed. Enforce, with the limit unknown.
-      ClientSettings fail_closed;
-      fail_closed.enforce = true;
-      fail_closed.memory_pending = true;
-      out.settings = fail_closed;
-    }
-    return out;
+    if (errno == ENOENT || errno == ENOTDIR) return {};
+    return fail_closed(path + " exists but cannot be read (" + std::strerror(errno) + ")");
   }
   struct stat st {};
   std::string text;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (regular) {
     char buffer[4096];
     for (;;) {
       const ssize_t n = ::read(fd, buffer, sizeof buffer);
@@ -147,22 +160,14 @@ SettingsRead read_client_settings(const std::string& path) {
     }
   }
   ::close(fd);
-  if (!S_ISREG(st.st_mode) || !trusted_owner(st.st_uid) || (st.st_mode & 0022) != 0) {
-    out.warning = path +
-                  " is ignored: it must be a regular file owned by root and writable by no "
-                  "one else";
-    return out;
+  if (!regular || !trusted_owner(st.st_uid) || (st.st_mode & 0022) != 0) {
+    return fail_closed(path +
+                       " cannot be trusted: it must be a regular file owned by root and "
+                       "writable by no one else");
   }
   auto parsed = parse_client_settings(text);
-  if (!parsed) {
-    out.warning = path + ": " + parsed.error().message +
-                  "; enforcing with the memory limit unknown until the scheduler gives it";
-    ClientSettings fail_closed;
-    fail_closed.enforce = true;
-    fail_closed.memory_pending = true;
-    out.settings = fail_closed;
-    return out;
-  }
+  if (!parsed) return fail_closed(path + ": " + parsed.error().message);
+  SettingsRead out;
   out.settings = parsed.value();
   return out;
 }

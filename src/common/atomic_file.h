@@ -3,7 +3,9 @@
 // The text goes to <path>.tmp in the same directory (created with `mode`, which is then set
 // whatever the umask), which is then renamed over <path>. On any failure the temporary file is
 // removed, <path> is left as it was and the error names the file and the reason. One writer per
-// path at a time (the temporary name is fixed).
+// path at a time (the temporary name is fixed). Whatever lies at <path>.tmp is removed first and
+// the temporary is created anew (O_EXCL, O_NOFOLLOW): a symbolic link planted there redirects
+// nothing. The file and its directory are synced: once this returns, a crash keeps the new text.
 #pragma once
 
 #include <sys/types.h>

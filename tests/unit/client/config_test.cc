@@ -277,31 +277,44 @@ TEST(ClientSettings, AVariableEqualToTheEnforcedValueIsNotWarnedOf) {
   EXPECT_THAT(differs.warnings[1], ::testing::StartsWith("NVSHARE_SOCKET="));
 }
 
-TEST(ClientSettings, AFileTheWorkloadCouldHaveWrittenIsIgnored) {
+// A file the workload could have written is not trusted for its values, but a file at the path
+// still says the container is managed: enforced, with the limit unknown until the scheduler gives
+// it. So is anything else found there (a directory, a FIFO, which must not hang the process).
+TEST(ClientSettings, AnythingUntrustedAtThePathFailsClosed) {
   char tmpl[] = "/tmp/nvshare-settings-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string path = std::string(tmpl) + "/client.conf";
+  const auto expect_fail_closed = [](const SettingsRead& read, const std::string& what) {
+    ASSERT_TRUE(read.settings.has_value()) << what << ": " << read.warning;
+    EXPECT_TRUE(read.settings->enforce) << what;
+    EXPECT_TRUE(read.settings->memory_pending) << what;
+    EXPECT_EQ(read.settings->memory_bytes, std::nullopt) << what;
+    EXPECT_NE(read.warning.find("enforcing with the memory limit unknown"), std::string::npos)
+        << what << ": " << read.warning;
+  };
   std::ofstream(path) << "enforce=1\nmemory-limit=1Gi\n";
   ::chmod(path.c_str(), 0666);  // writable by anyone
-  SettingsRead read = read_client_settings(path);
-  EXPECT_FALSE(read.settings.has_value());
-  EXPECT_NE(read.warning.find("is ignored"), std::string::npos);
+  expect_fail_closed(read_client_settings(path), "a file writable by anyone");
   ::chmod(path.c_str(), 0644);
-  read = read_client_settings(path);
+  SettingsRead read = read_client_settings(path);
   if (::geteuid() == 0) {  // root owns it: the plugin's file as the container sees it
     ASSERT_TRUE(read.settings.has_value()) << read.warning;
     EXPECT_EQ(read.settings->memory_bytes, 1ull << 30);
+    EXPECT_FALSE(read.settings->memory_pending);
+  } else {
+    expect_fail_closed(read, "a file of another owner than root");
   }
   // Present but unreadable as settings: enforced, with the limit unknown.
   std::ofstream(path) << "enforce=maybe\n";
-  read = read_client_settings(path);
-  if (::geteuid() == 0) {
-    ASSERT_TRUE(read.settings.has_value());
-    EXPECT_TRUE(read.settings->enforce);
-    EXPECT_TRUE(read.settings->memory_pending);
-  }
-  EXPECT_FALSE(read_client_settings(std::string(tmpl) + "/absent.conf").settings.has_value());
+  if (::geteuid() == 0) expect_fail_closed(read_client_settings(path), "malformed settings");
   std::remove(path.c_str());
+  ASSERT_EQ(::mkdir(path.c_str(), 0755), 0);
+  expect_fail_closed(read_client_settings(path), "a directory");
+  ::rmdir(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  expect_fail_closed(read_client_settings(path), "a FIFO");  // returns: no writer needed
+  std::remove(path.c_str());
+  EXPECT_FALSE(read_client_settings(std::string(tmpl) + "/absent.conf").settings.has_value());
   ::rmdir(tmpl);
 }
 
