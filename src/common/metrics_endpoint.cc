@@ -1,16 +1,20 @@
 #include "common/metrics_endpoint.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <vector>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace nvshare {
@@ -62,9 +66,13 @@ Result<UniqueFd> listen_on(const std::string& host, const std::string& port) {
 }
 
 void set_timeouts(int fd, Duration timeout) {
+  // Blocking from here on (the answer is written whole), each call bounded by what is left.
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
   timeval tv{};
-  tv.tv_sec =
-      static_cast<time_t>(std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+  tv.tv_sec = static_cast<time_t>(us / 1000000);
+  tv.tv_usec = static_cast<suseconds_t>(us % 1000000);
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 }
@@ -90,21 +98,18 @@ void respond(int fd, std::string_view status, std::string_view content_type,
   if (write_all(fd, head)) write_all(fd, body);
 }
 
-// Reads up to the end of the request head; the request line, or nullopt when it never came.
-std::optional<std::string> read_request_line(int fd) {
-  std::string in;
-  char buffer[2048];
-  while (in.find("\r\n\r\n") == std::string::npos && in.find("\n\n") == std::string::npos) {
-    if (in.size() >= MetricsEndpoint::kMaxRequestBytes) return std::nullopt;
-    const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    in.append(buffer, static_cast<std::size_t>(n));
+// The request line of a complete request head in `in`; nullopt while the head is incomplete, and
+// an empty line when it will never parse (too long, or no request line).
+std::optional<std::string> request_line(const std::string& in) {
+  if (in.find("\r\n\r\n") == std::string::npos && in.find("\n\n") == std::string::npos) {
+    if (in.size() >= MetricsEndpoint::kMaxRequestBytes) return std::string();
+    return std::nullopt;
   }
   const std::size_t eol = in.find_first_of("\r\n");
-  if (eol == std::string::npos || eol == 0) return std::nullopt;
-  return in.substr(0, eol);
+  return eol == std::string::npos ? std::string() : in.substr(0, eol);
 }
+
+MonoTime steady_now() { return SteadyClock::instance().now(); }
 
 }  // namespace
 
@@ -162,26 +167,71 @@ MetricsEndpoint::~MetricsEndpoint() {
   thread_.join();
 }
 
+// One thread, several connections at once (kMaxConnections), each with a deadline for its whole
+// request and answer (kIoTimeout): a scraper that sends its request a byte at a time, or says
+// nothing, holds one place for that long at most, and when every place is taken the connection
+// that has waited longest gives its place up. The stop signal is seen between any two steps.
 void MetricsEndpoint::serve() {
-  pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+  struct Connection {
+    UniqueFd fd;
+    MonoTime deadline;
+    std::string in;
+  };
+  std::vector<Connection> open;
+  std::vector<pollfd> fds;
   while (true) {
-    const int n = poll(fds, 2, kPollMs);
+    fds.assign({{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}});
+    for (const Connection& c : open) fds.push_back({c.fd.get(), POLLIN, 0});
+    const int n = poll(fds.data(), fds.size(), kPollMs);
     if (n < 0 && errno != EINTR) {
       NVSHARE_WARN("metrics: poll: %s; the metrics endpoint stops", std::strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;
-    if (n <= 0 || (fds[0].revents & POLLIN) == 0) continue;
-    UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    const MonoTime now = steady_now();
+    for (std::size_t i = 0; i < open.size(); ++i) {
+      Connection& c = open[i];
+      if ((fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buffer[2048];
+      const ssize_t got = recv(c.fd.get(), buffer, sizeof buffer, MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (got <= 0) {
+        c.fd.reset();
+        continue;
+      }
+      c.in.append(buffer, static_cast<std::size_t>(got));
+      if (const std::optional<std::string> line = request_line(c.in)) {
+        set_timeouts(c.fd.get(),
+                     std::max(c.deadline - now, Duration(std::chrono::milliseconds(1))));
+        answer(c.fd.get(), *line);
+        c.fd.reset();
+      }
+    }
+    std::erase_if(open, [&](const Connection& c) { return !c.fd.valid() || c.deadline <= now; });
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    UniqueFd conn(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!conn.valid()) continue;  // gone already, or out of descriptors: the scraper retries
-    set_timeouts(conn.get(), kIoTimeout);
-    answer(conn.get());
+    if (open.size() >= kMaxConnections) open.erase(open.begin());  // the longest waiting
+    open.push_back({std::move(conn), now + kIoTimeout, {}});
   }
 }
 
-void MetricsEndpoint::answer(int fd) {
+// The exposition, rendered at most once per kRenderCache: scrapers that come together share one
+// rendering (and one snapshot of the scheduler's state).
+Result<std::string> MetricsEndpoint::rendered() {
+  const MonoTime now = steady_now();
+  if (cached_ && now - cached_at_ < kRenderCache) return *cached_;
+  Result<std::string> body = render_();
+  if (!body.ok()) return body;
+  cached_ = body.value();
+  cached_at_ = now;
+  return body;
+}
+
+void MetricsEndpoint::answer(int fd, const std::string& request) {
   constexpr std::string_view kText = "text/plain; charset=utf-8";
-  const std::optional<std::string> line = read_request_line(fd);
+  const std::optional<std::string> line =
+      request.empty() ? std::nullopt : std::optional<std::string>(request);
   const std::size_t sp1 = line ? line->find(' ') : std::string::npos;
   const std::size_t sp2 = sp1 == std::string::npos ? sp1 : line->find(' ', sp1 + 1);
   if (sp1 == std::string::npos || sp2 == std::string::npos) {
@@ -203,7 +253,7 @@ void MetricsEndpoint::answer(int fd) {
     respond(fd, "404 Not Found", kText, "not found\n");
     return;
   }
-  Result<std::string> body = render_();
+  Result<std::string> body = rendered();
   if (!body.ok()) {
     respond(fd, "503 Service Unavailable", kText, body.error().message + "\n");
     return;

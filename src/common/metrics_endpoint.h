@@ -1,10 +1,13 @@
 // MetricsEndpoint: GET /metrics over HTTP/1.1 on a thread of its own (docs/metrics.md).
 //
-// The thread accepts one connection at a time, reads the request head and answers: GET /metrics
-// with what `render` returns (200, text format 0.0.4; 503 with the error's message when it fails),
-// GET / with a pointer to /metrics, other paths 404, other methods 405, a request that does not
-// parse 400. Every read and write has a timeout (kIoTimeout), so a slow or stalled scraper holds
-// only this thread. `render` runs on this thread: what it reads must be safe to read from there.
+// The thread serves up to kMaxConnections connections at once, reads each request head and answers:
+// GET /metrics with what `render` returns (200, text format 0.0.4; 503 with the error's message
+// when it fails), GET / with a pointer to /metrics, other paths 404, other methods 405, a request
+// that does not parse 400. Each connection has kIoTimeout for its whole request and answer; when
+// every place is taken the connection that has waited longest is closed for a new one, so slow or
+// silent connections delay a scraper by at most that long. `render` runs on this thread (what it
+// reads must be safe to read from there), at most once per kRenderCache: scrapers that come
+// together get the same text.
 //
 // Contract
 //  - start() binds and listens on `address` ("host:port"; an empty host is every interface, port 0
@@ -14,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -37,6 +41,8 @@ class MetricsEndpoint {
  public:
   static constexpr Duration kIoTimeout = std::chrono::seconds(5);
   static constexpr std::size_t kMaxRequestBytes = 8192;
+  static constexpr std::size_t kMaxConnections = 8;
+  static constexpr Duration kRenderCache = std::chrono::milliseconds(100);
 
   using Render = std::function<Result<std::string>()>;
 
@@ -53,12 +59,15 @@ class MetricsEndpoint {
  private:
   MetricsEndpoint(std::string component, Render render);
   void serve();
-  void answer(int fd);
+  void answer(int fd, const std::string& request_line);
+  Result<std::string> rendered();
 
   std::string component_;
   Render render_;
   UniqueFd listener_;
-  UniqueFd stop_;  // eventfd: destructor -> thread
+  UniqueFd stop_;                      // eventfd: destructor -> thread
+  std::optional<std::string> cached_;  // the last rendering, and when (the serving thread's)
+  MonoTime cached_at_{};
   std::string address_;
   std::thread thread_;
 };

@@ -43,6 +43,18 @@ void ClientSession::on_readable(MonoTime now) {
       close_with(decoder_.buffered() > 0 ? "end of stream inside a frame" : "end of stream");
       return;
     }
+    // Descriptors are held only for the one frame that may carry one: an IPC export, the first
+    // and only frame of a connection of its own. A registered session never needs any, and no
+    // connection may hold more than one while its frame arrives a byte at a time: each is closed
+    // at once, with the session.
+    if (!passed_.empty() && (client_ != 0 || passed_.size() > 1)) {
+      ++stats_.closed_protocol;
+      const std::size_t count = passed_.size();
+      passed_.clear();
+      close_with(std::to_string(count) + " descriptors sent " +
+                 (client_ != 0 ? "on a registered session" : "before one frame completed"));
+      return;
+    }
     stats_.bytes_in += n.value();
     decoder_.feed(std::span<const std::uint8_t>(buffer.data(), n.value()));
     for (;;) {

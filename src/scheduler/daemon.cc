@@ -446,6 +446,10 @@ void Daemon::close_session(int fd, MonoTime now) {
   if (reason == "end of stream" || reason == kIpcAnswered) {
     NVSHARE_DEBUG("session of client %llu (pid %d) ended", static_cast<unsigned long long>(client),
                   static_cast<int>(session.peer().pid));
+  } else if (client == 0) {
+    // Never welcomed (a hello refused, garbage, silence): as many as a peer can open, so said at
+    // most once a second with the count, like refusals at accept.
+    note_refusal("pid " + std::to_string(session.peer().pid) + ": " + reason);
   } else {
     NVSHARE_WARN("closing session of client %llu (pid %d): %s",
                  static_cast<unsigned long long>(client), static_cast<int>(session.peer().pid),

@@ -6,12 +6,14 @@
 // asserted with that bound and its measured value recorded as a test property.
 #include "daemon_process.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -891,6 +893,84 @@ TEST_F(DaemonProcessTest, DescriptorsSentWithAHelloCloseTheSession) {
   ::timeval wait{2, 0};
   ::setsockopt(client.fd(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
   EXPECT_EQ(::recv(client.fd(), &byte, 1, 0), 0) << "the session was not closed";
+}
+
+// Hellos the scheduler refuses cost a log line a second at most, with the count: 300 of them for a
+// GPU it does not know wrote 300 lines before.
+TEST_F(DaemonProcessTest, RefusedHellosAreLoggedOnceASecond) {
+  start({});
+  // The lines an operator sees at the default level (the test's daemon also logs at debug).
+  const auto warnings = [](const std::string& log) {
+    std::size_t n = 0;
+    for (std::size_t at = log.find(" WARN "); at != std::string::npos;
+         at = log.find(" WARN ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const std::size_t before = warnings(daemon_->log());
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 300; ++i) {
+    ProtocolClient client = connect();
+    auto welcome = client.hello(hello_for("GPU-ffffffff-0000-0000-0000-" + std::to_string(i)));
+    EXPECT_FALSE(welcome.ok());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::this_thread::sleep_for(200ms);
+  const std::string log = daemon_->log();
+  EXPECT_LE(static_cast<double>(warnings(log) - before), seconds + 2) << log;
+  EXPECT_NE(log.find("refused since the last report"), std::string::npos) << log;
+  EXPECT_NE(log.find("is not one of this node's GPUs"), std::string::npos) << log;
+}
+
+std::size_t open_descriptors(pid_t pid) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+// Descriptors passed (SCM_RIGHTS) with the first bytes of a frame that never completes: on a
+// registered session, or more than one before any frame completes, the session is closed at once
+// with them. Fifty sessions doing it leave the scheduler holding what it held.
+TEST_F(DaemonProcessTest, DescriptorsPassedByteByByteAreNotHeld) {
+  start({});
+  const int passed = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(passed, 0);
+  const std::uint8_t first_byte[1] = {0};
+  std::vector<ProtocolClient> sessions;
+  sessions.push_back(registered());  // settles the scheduler's own descriptors
+  const std::size_t before = open_descriptors(daemon_->pid());
+  for (int i = 0; i < 50; ++i) {
+    sessions.push_back(registered());
+    ASSERT_TRUE(send_with_fd(sessions.back().fd(), first_byte, passed, 1000).ok());
+  }
+  for (std::size_t i = 1; i < sessions.size(); ++i) {
+    char byte = 0;
+    ::timeval wait{2, 0};
+    ::setsockopt(sessions[i].fd(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+    ssize_t n;
+    while ((n = ::recv(sessions[i].fd(), &byte, 1, 0)) > 0) {
+    }
+    EXPECT_EQ(n, 0) << "session " << i << " was not closed";
+  }
+  // Unregistered: two descriptors before a frame completes close the connection too.
+  ProtocolClient raw = connect();
+  ASSERT_TRUE(send_with_fd(raw.fd(), first_byte, passed, 1000).ok());
+  ASSERT_TRUE(send_with_fd(raw.fd(), first_byte, passed, 1000).ok());
+  char byte = 0;
+  ::timeval wait{2, 0};
+  ::setsockopt(raw.fd(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  EXPECT_EQ(::recv(raw.fd(), &byte, 1, 0), 0) << "the connection was not closed";
+  ::close(passed);
+  EXPECT_LE(open_descriptors(daemon_->pid()), before + 1) << "descriptors were kept";
+  // The first session is still served.
+  EXPECT_TRUE(sessions[0].send(protocol::Request{}).ok());
+  EXPECT_TRUE(sessions[0].expect<protocol::Grant>(2000ms).ok());
 }
 
 }  // namespace

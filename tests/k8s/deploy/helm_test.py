@@ -163,7 +163,7 @@ def check_defaults(checker, helm_path, root):
     docs = render(checker, helm_path, root, {}, "defaults")
     kinds = {kind: len(items) for kind, items in by_kind(docs).items()}
     expected = {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 2,
-                "Service": 2}
+                "Service": 2, "NetworkPolicy": 1}
     if kinds != expected:
         fail(f"defaults: rendered {kinds}, expected {expected}")
     for doc in docs:
@@ -267,9 +267,31 @@ def check_metrics(checker, helm_path, root):
         if env.get(variable) != "127.0.0.1:9600":
             fail(f"metrics: {section}.metricsAddress gave {variable}={env.get(variable)}")
 
+    # Only the named scrapers reach the metrics ports, on both components' pods.
+    policies = by_kind(docs).get("NetworkPolicy", [])
+    if len(policies) != 1:
+        fail(f"metrics: {len(policies)} NetworkPolicies by default, expected 1")
+    else:
+        spec = policies[0]["spec"]
+        ingress = spec.get("ingress", [])
+        ports = sorted(p["port"] for rule in ingress for p in rule.get("ports", []))
+        peers = [peer for rule in ingress for peer in rule.get("from", [])]
+        if spec.get("policyTypes") != ["Ingress"] or ports != [9402, 9403] or len(ingress) != 1:
+            fail(f"metrics: the NetworkPolicy admits {ingress}")
+        if peers != [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+                "app.kubernetes.io/name": "prometheus"}}}]:
+            fail(f"metrics: the NetworkPolicy's scrapers are {peers}")
+        for suffix in ("-scheduler", "-device-plugin"):
+            labels = daemonset(docs, suffix)["spec"]["template"]["metadata"]["labels"]
+            if not all(labels.get(e["key"]) in e["values"] for e in spec["podSelector"]["matchExpressions"]):
+                fail(f"metrics: the NetworkPolicy does not select the *{suffix} pods")
+    unguarded = render(checker, helm_path, root, {}, "no network policy",
+                       typed=["metrics.networkPolicy.enabled=false"])
+    if by_kind(unguarded).get("NetworkPolicy"):
+        fail("metrics: metrics.networkPolicy.enabled=false still rendered a NetworkPolicy")
     off = render(checker, helm_path, root, {}, "metrics off", typed=["metrics.enabled=false"])
-    if by_kind(off).get("Service"):
-        fail("metrics: metrics.enabled=false still rendered a Service")
+    if by_kind(off).get("Service") or by_kind(off).get("NetworkPolicy"):
+        fail("metrics: metrics.enabled=false still rendered a Service or a NetworkPolicy")
     for doc in off:
         for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
             if "env" in c and not isinstance(c["env"], list):

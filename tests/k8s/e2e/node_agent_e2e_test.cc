@@ -811,6 +811,7 @@ TEST_F(NodeAgentE2eTest, PodmanRunsTheTrainerFromTheAllocateAnswer) {
       {"NVSHARE_FAKECUDA_MEMORY", "16Gi"},
       {"NVSHARE_POD_UID", kTrainerPod.uid},  // trusted here: the container's cgroup is podman's
       {"NVSHARE_LOG_LEVEL", "info"},
+      {"NVSHARE_TRACE_FILE", dir_.path() + "/sim/handoff.jsonl"},
       // The workload's own attempts to widen what was set for it.
       {"NVSHARE_ENABLE", "0"},
       {"NVSHARE_MEMORY_LIMIT", "8Gi"},
@@ -905,10 +906,15 @@ TEST_F(NodeAgentE2eTest, PodmanRunsTheTrainerFromTheAllocateAnswer) {
       kShareWindowS + kWaitS, 0.25));
   ASSERT_TRUE(trainer_->running()) << "the trainer ended before the share window did";
   const ShareWindow window = share_over_periods(trainer_->progress(), settled_at, kShareWindowS);
+  // The time it held the GPU, from its hand-off trace (the host's pid: the container shares it).
+  const double held =
+      held_share(dir_.path() + "/sim/handoff.jsonl",
+                 static_cast<pid_t>(json_number(&client, "pid")), window.begin, window.end);
   measure("containerized trainer's GPU share under the 30% annotation", window.percent(), "%");
-  measure("scheduler's share_percent of it", scheduler_share, "%");
+  measure("containerized trainer's held share under it", held, "%");
+  measure("scheduler's share_percent of it at the end", scheduler_share, "%");
   EXPECT_LE(window.percent(), 32.0) << "applied " << capped_at - t0_ << " s into the run";
-  EXPECT_NEAR(scheduler_share, 30.0, 3.0);
+  EXPECT_NEAR(held, 30.0, 2.0) << "held over [" << window.begin << ", " << window.end << "]";
 
   annotate_trainer({{kMemoryAnnotation, "2Gi"}});  // lifts the cap: the trainer finishes
   auto code = trainer_->wait(90);
