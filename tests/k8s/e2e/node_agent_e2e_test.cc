@@ -298,6 +298,24 @@ class NodeAgentE2eTest : public ::testing::Test {
 
   Result<Json> status() { return scheduler_->status(); }
 
+  // Waits until the trainer's progress lines reach a period past the share window that starts at
+  // `settled_at`, or it ends; returns the scheduler's last share_percent of it (`refresh` updates
+  // `client`).
+  double wait_for_share_window(double settled_at, const std::function<bool()>& refresh,
+                               const Json& client) {
+    double share = -1;
+    EXPECT_TRUE(wait_until(
+        [&] {
+          if (!trainer_->running()) return true;
+          if (refresh()) share = json_number(&client, "share_percent");
+          const auto progress = trainer_->progress();
+          return !progress.empty() && json_number(&progress.back(), "launch_s") >
+                                          settled_at + kShareWindowS + 2.5 * kQuotaWindowS;
+        },
+        kShareWindowS + kWaitS, 0.25));
+    return share;
+  }
+
   // Waits for the plugin's registration and its 2 x kSlotsPerGpu healthy slots (into `devices`);
   // returns the GPUs' UUIDs in NVML order.
   std::vector<std::string> wait_for_slots(std::vector<std::string>& devices) {
@@ -555,16 +573,7 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
   // The share, from one quota window after the cap is in force (a new bucket starts half full) over
   // whole periods; the progress lines must reach a period past the window's end.
   const double settled_at = core_applied_at + kQuotaWindowS;
-  double scheduler_share = -1;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        if (!trainer_->running()) return true;
-        if (refresh_client()) scheduler_share = json_number(&client, "share_percent");
-        const auto progress = trainer_->progress();
-        return !progress.empty() && json_number(&progress.back(), "launch_s") >
-                                        settled_at + kShareWindowS + 2.5 * kQuotaWindowS;
-      },
-      kShareWindowS + kWaitS, 0.25));
+  const double scheduler_share = wait_for_share_window(settled_at, refresh_client, client);
   ASSERT_TRUE(trainer_->running()) << "the trainer ended before the share window did";
   const auto progress = trainer_->progress();
   const ShareWindow window = share_over_periods(progress, settled_at, kShareWindowS);
@@ -894,16 +903,7 @@ TEST_F(NodeAgentE2eTest, PodmanRunsTheTrainerFromTheAllocateAnswer) {
       [&] { return refresh_client() && json_number(&client, "core_limit_percent") == 30; }, kWaitS))
       << "the 30% cap never reached the scheduler: " << client.dump();
   const double settled_at = monotonic_s() + kQuotaWindowS;
-  double scheduler_share = -1;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        if (!trainer_->running()) return true;
-        if (refresh_client()) scheduler_share = json_number(&client, "share_percent");
-        const auto progress = trainer_->progress();
-        return !progress.empty() && json_number(&progress.back(), "launch_s") >
-                                        settled_at + kShareWindowS + 2.5 * kQuotaWindowS;
-      },
-      kShareWindowS + kWaitS, 0.25));
+  const double scheduler_share = wait_for_share_window(settled_at, refresh_client, client);
   ASSERT_TRUE(trainer_->running()) << "the trainer ended before the share window did";
   const ShareWindow window = share_over_periods(trainer_->progress(), settled_at, kShareWindowS);
   // The time it held the GPU, from its hand-off trace (the host's pid: the container shares it).
