@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "common/log.h"
 #include "common/unix_socket.h"
 #include "scheduler/pod_identity.h"
 
@@ -87,6 +88,10 @@ Result<ClientIdentity> identify_peer(int fd, const std::string& proc_root) {
   auto pod = read_pod_identity(identity.pid, proc_root);
   if (!pod) return pod.error();
   identity.pod_uid = pod.value().pod_uid;
+  if (pod.value().refused) {
+    NVSHARE_DEBUG("pid %d: %s: not taken for a pod", static_cast<int>(identity.pid),
+                  pod.value().refused->c_str());
+  }
   identity.container_id = pod.value().container_id;
   identity.cgroup = pod.value().cgroup;
   identity.start_time = read_start_time(identity.pid, proc_root);

@@ -99,15 +99,36 @@ std::optional<std::string> container_id_in(std::string_view segment) {
   return std::string(segment);
 }
 
-// Scans one cgroup path (the third field of a line).
+// A segment of a tree that systemd delegates to a user (user.slice, user-1000.slice,
+// user@1000.service): its user may create cgroups there, named like anything.
+bool user_tree_segment(std::string_view segment) {
+  return segment == "user.slice" || segment.substr(0, 5) == "user@" ||
+         (segment.substr(0, 5) == "user-" && segment.size() > 6 &&
+          segment.substr(segment.size() - 6) == ".slice");
+}
+
+// Scans one cgroup path (the third field of a line). A pod segment counts only where the kubelet
+// puts pods: below a kubepods (or kubelet) segment, or in a path relative to the reader's cgroup
+// namespace (which lies inside the pods' hierarchy), or the systemd driver's slice on cgroup v1
+// (whose own name carries kubepods); never inside a user's delegated tree. One found elsewhere is
+// reported in `refused`.
 PodIdentity parse_path(std::string_view path) {
   PodIdentity identity;
+  bool kubelet_tree = path.substr(0, 3) == "/..";
+  bool user_tree = false;
   std::size_t start = 0;
   while (start <= path.size()) {
     std::size_t end = path.find('/', start);
     if (end == std::string_view::npos) end = path.size();
     const std::string_view segment = path.substr(start, end - start);
     if (auto uid = pod_uid_in_segment(segment)) {
+      const bool slice_form = segment.substr(0, 3) != "pod";
+      if (user_tree || (!kubelet_tree && !slice_form)) {
+        identity.refused = "a pod segment (" + std::string(segment.substr(0, 64)) + ") " +
+                           (user_tree ? "inside a user's delegated cgroup tree"
+                                      : "outside the kubelet's kubepods hierarchy");
+        return identity;
+      }
       identity.pod_uid = std::move(uid);
       if (segment.find(':') != std::string_view::npos) {
         identity.container_id = container_id_in(segment);
@@ -118,6 +139,11 @@ PodIdentity parse_path(std::string_view path) {
                                                                     : next_end - end - 1));
       }
       return identity;
+    }
+    if (user_tree_segment(segment)) user_tree = true;
+    if (segment.substr(0, 8) == "kubepods" || segment.find("-kubepods") != std::string_view::npos ||
+        segment.substr(0, 8) == "kubelet.") {
+      kubelet_tree = true;
     }
     start = end + 1;
   }
@@ -156,6 +182,9 @@ PodIdentity parse_pod_identity(std::string_view cgroup_file) {
     if (identity.pod_uid) {
       found.pod_uid = std::move(identity.pod_uid);
       found.container_id = std::move(identity.container_id);
+      found.refused.reset();
+    } else if (identity.refused && !found.refused) {
+      found.refused = std::move(identity.refused);
     }
   }
   return found;

@@ -22,7 +22,10 @@
 // Contract: parse_pod_identity is pure and total (any text in, never fails; nullopt pod_uid when
 // the process is not in a pod). A pod segment is recognized only as a whole path segment `pod<uid>`
 // (cgroupfs) or a slice whose name contains "kubepods" and ends in `-pod<uid>.slice` (systemd), so
-// a UUID elsewhere in a path is never mistaken for a pod.
+// a UUID elsewhere in a path is never mistaken for a pod; and only where the kubelet puts pods: a
+// `pod<uid>` segment below a kubepods (or kubelet) segment or in a path relative to the reader's
+// cgroup namespace, and never inside a user's delegated tree (user.slice, user-N.slice,
+// user@N.service), where a logged-in user may name a cgroup after any pod.
 #pragma once
 
 #include <sys/types.h>
@@ -41,6 +44,9 @@ struct PodIdentity {
   // The process's cgroup: the unified hierarchy's path (the "0::" line), else the first line's.
   // What groups the processes of one job off Kubernetes (a container, a systemd scope or service).
   std::string cgroup;
+  // A pod-like segment that was not taken for a pod, and why (a user's delegated tree, outside the
+  // kubelet's hierarchy): the process counts as outside any pod.
+  std::optional<std::string> refused;
   bool operator==(const PodIdentity&) const = default;
 };
 

@@ -31,16 +31,16 @@ bool writable_hierarchy(const std::string& root) {
 
 }  // namespace
 
-Result<std::unique_ptr<FakePod>> FakePod::create(const std::string& uid) {
+Result<std::unique_ptr<FakePod>> FakePod::create(const std::string& uid, const std::string& under) {
   // The unified hierarchy first (what current nodes run), then a v1 controller any kernel has.
   for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/pids",
                            "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu"}) {
     if (!writable_hierarchy(root)) continue;
-    const std::string dir = std::string(root) + "/kubepods/besteffort/pod" + uid;
+    const std::string dir = std::string(root) + "/" + under + "/pod" + uid;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) continue;
-    return std::unique_ptr<FakePod>(new FakePod(uid, root, dir));
+    return std::unique_ptr<FakePod>(new FakePod(uid, root, dir, under));
   }
   return make_error(
       "no writable cgroup hierarchy (the chaos tests run as root on a node-like "
@@ -52,8 +52,10 @@ FakePod::~FakePod() {
   for (int i = 0; i < 100 && ::rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ::rmdir((root_ + "/kubepods/besteffort").c_str());
-  ::rmdir((root_ + "/kubepods").c_str());
+  // Then the directories above it that this made (those still in use stay).
+  for (std::filesystem::path up = under_; !up.empty(); up = up.parent_path()) {
+    ::rmdir((root_ + "/" + up.string()).c_str());
+  }
 }
 
 Status FakePod::add(pid_t pid) const {

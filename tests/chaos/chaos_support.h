@@ -23,7 +23,10 @@ inline constexpr uid_t kNobody = 65534;
 class FakePod {
  public:
   // Fails where no cgroup hierarchy is writable (not root, or a read-only /sys/fs/cgroup).
-  static Result<std::unique_ptr<FakePod>> create(const std::string& uid);
+  // `under`: the path below the hierarchy's root where the pod's cgroup goes (the kubelet's
+  // hierarchy unless a test places a look-alike elsewhere).
+  static Result<std::unique_ptr<FakePod>> create(const std::string& uid,
+                                                 const std::string& under = "kubepods/besteffort");
   ~FakePod();
   FakePod(const FakePod&) = delete;
   FakePod& operator=(const FakePod&) = delete;
@@ -35,11 +38,15 @@ class FakePod {
   Status add(pid_t pid) const;
 
  private:
-  FakePod(std::string uid, std::string root, std::string dir)
-      : uid_(std::move(uid)), root_(std::move(root)), dir_(std::move(dir)) {}
+  FakePod(std::string uid, std::string root, std::string dir, std::string under)
+      : uid_(std::move(uid)),
+        root_(std::move(root)),
+        dir_(std::move(dir)),
+        under_(std::move(under)) {}
   std::string uid_;
   std::string root_;  // the hierarchy's mount point
   std::string dir_;
+  std::string under_;
 };
 
 // The device plugin's settings of one container: <dir>/client.conf with `text`, root's and 0644,

@@ -353,6 +353,33 @@ TEST_F(ChaosTest, AnIpcHandleOpensOnlyInTheExportersPod) {
   EXPECT_EQ(counters.find("sessions")->find("ipc_imports")->as_int64().value_or(-1), 1);
 }
 
+// A logged-in user owns a delegated cgroup tree (systemd's user@UID.service) and may name a
+// directory there after any pod: a process moved into it is not taken for the pod, so it gets
+// neither the pod's limits nor its identity (its class, its gang, its IPC exports).
+TEST_F(ChaosTest, ACgroupNamedAfterAPodInAUserTreeIsNotThePod) {
+  ASSERT_NO_FATAL_FAILURE(start_scheduler({}));
+  auto impostor = FakePod::create(kPod, "user.slice/user-1000.slice/user@1000.service/app.slice");
+  ASSERT_OK(impostor);
+  ASSERT_NO_FATAL_FAILURE(set_pod_memory(kPod, "1Gi"));
+  SpawnOptions in_tree;
+  in_tree.cgroup_procs = impostor.value()->procs();
+  Trainer& t = start_trainer(
+      TrainerOptions("impostor", {"--bytes", "64Mi", "--kernels", "50", "--kernel-us", "20000"}, {},
+                     true, in_tree));
+  Json seen;
+  for (int i = 0; i < 500 && seen.is_null(); ++i) {
+    const Json s = status();
+    if (const Json* c = e2e::find_client(s, t.pid())) seen = *c;
+    if (seen.is_null()) e2e::sleep_s(0.01);
+  }
+  ASSERT_FALSE(seen.is_null()) << "the process never registered";
+  EXPECT_TRUE(seen.find("pod_uid")->is_null()) << seen.dump();
+  EXPECT_TRUE(seen.find("memory_limit_bytes")->is_null()) << seen.dump();
+  auto code = t.wait(30);
+  ASSERT_OK(code);
+  EXPECT_EQ(code.value(), 0) << t.describe();
+}
+
 // Ten scheduler crashes (SIGKILL, restarted at once) while a process of a pod with a 1Gi limit
 // samples cuMemGetInfo every 10 ms: it finishes its work, and never sees more than 1Gi.
 TEST_F(ChaosTest, RestartsNeverLetAPodsLimitGoMissing) {

@@ -138,8 +138,35 @@ INSTANTIATE_TEST_SUITE_P(
              std::nullopt, std::nullopt},
         Case{"non_hex_uid", "0::/kubepods/besteffort/pod7d3f9a2e-1c4b-4e8f-9a6d-2b5c8e1f0a3g/x\n",
              std::nullopt, std::nullopt},
-        Case{"garbage", "not a cgroup file\n\n::\n:::\n", std::nullopt, std::nullopt}),
+        Case{"garbage", "not a cgroup file\n\n::\n:::\n", std::nullopt, std::nullopt},
+        // A logged-in user owns a delegated subtree and may name cgroups there after any pod.
+        Case{"user_delegated_cgroupfs_form",
+             std::string("0::/user.slice/user-1000.slice/user@1000.service/app.slice/pod") + kUid +
+                 "/" + C + "\n",
+             std::nullopt, std::nullopt},
+        Case{"user_delegated_systemd_form",
+             "0::/user.slice/user-1000.slice/user@1000.service/kubepods.slice/"
+             "kubepods-burstable-pod" +
+                 kSystemdUid + ".slice/cri-containerd-" + C + ".scope\n",
+             std::nullopt, std::nullopt},
+        Case{"pod_segment_outside_kubepods",
+             std::string("0::/system.slice/pod") + kUid + "/" + C + "\n", std::nullopt,
+             std::nullopt}),
     [](const ::testing::TestParamInfo<Case>& test) { return std::string(test.param.name); });
+
+// Refused pod segments say why, so the scheduler can.
+TEST(PodIdentityParse, ARefusedPodSegmentSaysWhy) {
+  const PodIdentity user = parse_pod_identity(
+      std::string("0::/user.slice/user-1000.slice/user@1000.service/pod") + kUid + "/x\n");
+  EXPECT_EQ(user.pod_uid, std::nullopt);
+  ASSERT_TRUE(user.refused.has_value());
+  EXPECT_NE(user.refused->find("inside a user's delegated cgroup tree"), std::string::npos);
+  const PodIdentity outside = parse_pod_identity(std::string("0::/custom/pod") + kUid + "\n");
+  ASSERT_TRUE(outside.refused.has_value());
+  EXPECT_NE(outside.refused->find("outside the kubelet's kubepods hierarchy"), std::string::npos);
+  EXPECT_EQ(parse_pod_identity(std::string("0::/kubepods/pod") + kUid + "\n").refused,
+            std::nullopt);
+}
 
 TEST(PodIdentityCgroup, TheUnifiedHierarchyNamesTheCgroup) {
   // v1 lines first, then the unified one (a hybrid layout): the unified path is the process's.
