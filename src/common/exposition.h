@@ -2,8 +2,8 @@
 // scheduler's and the device plugin's /metrics render with.
 //
 // Contract: label values are escaped (backslash, double quote, newline) and made valid UTF-8 (an
-// invalid byte and a control character other than the newline become U+FFFD); an empty label value is
-// the same as no label and is left out; numbers are written in the shortest form that reads back
+// invalid byte and a control character other than the newline become U+FFFD); an empty label value
+// is the same as no label and is left out; numbers are written in the shortest form that reads back
 // exactly, NaN and infinities as the format spells them. Names are the caller's (they are not
 // checked).
 #pragma once

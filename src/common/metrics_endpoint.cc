@@ -228,18 +228,16 @@ Result<std::string> MetricsEndpoint::rendered() {
   return body;
 }
 
-void MetricsEndpoint::answer(int fd, const std::string& request) {
+void MetricsEndpoint::answer(int fd, const std::string& line) {
   constexpr std::string_view kText = "text/plain; charset=utf-8";
-  const std::optional<std::string> line =
-      request.empty() ? std::nullopt : std::optional<std::string>(request);
-  const std::size_t sp1 = line ? line->find(' ') : std::string::npos;
-  const std::size_t sp2 = sp1 == std::string::npos ? sp1 : line->find(' ', sp1 + 1);
+  const std::size_t sp1 = line.find(' ');
+  const std::size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp1 == std::string::npos || sp2 == std::string::npos) {
     respond(fd, "400 Bad Request", kText, "bad request\n");
     return;
   }
-  const std::string method = line->substr(0, sp1);
-  std::string path = line->substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string method = line.substr(0, sp1);
+  std::string path = line.substr(sp1 + 1, sp2 - sp1 - 1);
   if (const std::size_t q = path.find('?'); q != std::string::npos) path.resize(q);
   if (method != "GET") {
     respond(fd, "405 Method Not Allowed", kText, "only GET\n");

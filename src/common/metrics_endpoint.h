@@ -59,7 +59,8 @@ class MetricsEndpoint {
  private:
   MetricsEndpoint(std::string component, Render render);
   void serve();
-  void answer(int fd, const std::string& request_line);
+  // `line`: the request line; empty when the request will never parse (answered 400).
+  void answer(int fd, const std::string& line);
   Result<std::string> rendered();
 
   std::string component_;

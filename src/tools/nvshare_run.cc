@@ -19,8 +19,7 @@
 //     5 s) until it accepts; a lock file next to the socket keeps two nvshare-runs from
 //     starting two schedulers;
 //  4. asks the scheduler (its control socket) which GPUs it knows: one that knows none refuses
-//  every
-//     client, which would then run unscheduled. A local scheduler of ours that knows none is
+//     every client, which would then run unscheduled. A local scheduler of ours that knows none is
 //     stopped and started again (the GPUs may have appeared since, or its environment lacked the
 //     driver); if it still knows none, nvshare-run fails when a limit only the scheduler enforces
 //     was asked for (--core-limit, --priority) and otherwise says the command runs unscheduled.

@@ -29,7 +29,10 @@ std::vector<ManagedRange> managed_ranges_of(int ordinal) {
 
 }  // namespace
 
-GpuAgent::GpuAgent(DeviceState& device) : device_(device), room_source_(&system_host_room) {}
+GpuAgent::GpuAgent(DeviceState& device)
+    : device_(device),
+      drain_logged_(Priority::kNormal, 100u, client_config().drain_bound),
+      room_source_(&system_host_room) {}
 
 void GpuAgent::set_host_room_source(HostRoomSource source) {
   room_source_ = source != nullptr ? source : &system_host_room;
@@ -208,9 +211,6 @@ void GpuAgent::apply_drain_bound(const protocol::Limits& limits) {
   if (limits.core_percent < 100) bound = std::min(bound, kCappedDrainBound);
   if (bound != device_.tracker.drain_bound()) device_.tracker.set_drain_bound(bound);
   const auto setting = std::make_tuple(priority, static_cast<unsigned>(limits.core_percent), bound);
-  // The default (normal, uncapped, the configured bound) needs no line.
-  if (!drain_logged_)
-    drain_logged_ = std::make_tuple(Priority::kNormal, 100u, client_config().drain_bound);
   if (drain_logged_ == setting) return;
   drain_logged_ = setting;
   NVSHARE_INFO("%s: priority %s, core %u%%, drain bound %.1f ms", device_.identity.gpu_uuid.c_str(),

@@ -84,9 +84,10 @@ class GpuAgent final : public DeviceAgent {
   // Of the managed ranges, in address order, the bytes that do not fit in `room`.
   std::uint64_t managed_beyond(std::uint64_t room) const;
   DeviceState& device_;
-  // The class, cap and drain bound last logged: limits arrive with the welcome and again at every
-  // change, and the tracker may have moved its bound since; each setting is said once.
-  std::optional<std::tuple<Priority, unsigned, Duration>> drain_logged_;
+  // The class, cap and drain bound last logged, from the default (normal, uncapped, the configured
+  // bound), which needs no line: limits arrive with the welcome and again at every change, and
+  // each setting is said once.
+  std::tuple<Priority, unsigned, Duration> drain_logged_;
   HostRoomSource room_source_;
   std::optional<MonoTime> room_read_at_;
   std::uint64_t room_ = 0;

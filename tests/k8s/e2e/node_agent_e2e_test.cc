@@ -298,6 +298,25 @@ class NodeAgentE2eTest : public ::testing::Test {
 
   Result<Json> status() { return scheduler_->status(); }
 
+  // Waits for the trainer to end; its report when it exited 0 with result "ok", else null (the
+  // failure recorded).
+  Json finished_report(double timeout_s) {
+    auto code = trainer_->wait(timeout_s);
+    if (!code.ok()) {
+      ADD_FAILURE() << "the trainer did not end: " << code.error().message;
+      return Json();
+    }
+    note("trainer exited with status " + std::to_string(code.value()));
+    EXPECT_EQ(code.value(), 0);
+    auto report = trainer_->report();
+    if (!report.ok()) {
+      ADD_FAILURE() << report.error().message;
+      return Json();
+    }
+    EXPECT_EQ(json_string(&report.value(), "result"), "ok") << report.value().dump();
+    return report.value();
+  }
+
   // Waits until the trainer's progress lines reach a period past the share window that starts at
   // `settled_at`, or it ends; returns the scheduler's last share_percent of it (`refresh` updates
   // `client`).
@@ -654,17 +673,12 @@ TEST_F(NodeAgentE2eTest, AnnotationsReachARunningTrainer) {
       kWaitS))
       << "removing the core annotation did not lift the cap: " << client.dump();
   note("cap lifted");
-  auto code = trainer_->wait(60);
-  ASSERT_OK(code);
-  note("trainer exited with status " + std::to_string(code.value()));
-  EXPECT_EQ(code.value(), 0);
-  auto report = trainer_->report();
-  ASSERT_OK(report);
-  EXPECT_EQ(json_string(&report.value(), "result"), "ok") << report.value().dump();
+  const Json report = finished_report(60);
+  ASSERT_FALSE(report.is_null());
 
   // (b), continued: the large allocation the trainer made while the 1Gi limit was in force.
-  const Json* late = report.value().find("late_alloc");
-  ASSERT_NE(late, nullptr) << report.value().dump();
+  const Json* late = report.find("late_alloc");
+  ASSERT_NE(late, nullptr) << report.dump();
   const double late_at = json_number(late, "t");
   EXPECT_GT(late_at, memory_in_meminfo_at) << "the allocation came before the 1Gi limit";
   EXPECT_LT(late_at, memory_raised_at) << "the allocation came after the limit was raised";
@@ -917,14 +931,10 @@ TEST_F(NodeAgentE2eTest, PodmanRunsTheTrainerFromTheAllocateAnswer) {
   EXPECT_NEAR(held, 30.0, 2.0) << "held over [" << window.begin << ", " << window.end << "]";
 
   annotate_trainer({{kMemoryAnnotation, "2Gi"}});  // lifts the cap: the trainer finishes
-  auto code = trainer_->wait(90);
-  ASSERT_OK(code);
-  EXPECT_EQ(code.value(), 0);
-  auto report = trainer_->report();
-  ASSERT_OK(report);
-  EXPECT_EQ(json_string(&report.value(), "result"), "ok") << report.value().dump();
-  const Json* late = report.value().find("late_alloc");
-  ASSERT_NE(late, nullptr) << report.value().dump();
+  const Json report = finished_report(90);
+  ASSERT_FALSE(report.is_null());
+  const Json* late = report.find("late_alloc");
+  ASSERT_NE(late, nullptr) << report.dump();
   EXPECT_LT(json_number(late, "t"), raised_at);
   EXPECT_EQ(json_string(late, "result"), "CUDA_ERROR_OUT_OF_MEMORY")
       << "512Mi + 1Gi under the pod's 1Gi, though the container's environment said 8Gi";
